@@ -1,0 +1,1 @@
+"""The `primuspp` command line: thin Typer verbs over the library."""

@@ -1,0 +1,3 @@
+from primuspp.commands.app import entry
+
+entry()

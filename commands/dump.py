@@ -1,0 +1,107 @@
+"""`primuspp dump`: write tables as text, JSON, CSV (torch.distributed.pipelining) or a Chrome trace."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from primuspp.commands import options as o
+from primuspp.commands.console import err, out
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.config.loader import load_config, run_specs
+from primuspp.errors import ConfigError
+from primuspp.schedule.formats import to_csv, to_json, to_text
+from primuspp.schedule.validation import validate
+from primuspp.sim.engine import simulate
+from primuspp.trace.chrome import chrome_trace
+
+
+class Format(StrEnum):
+    text = "text"
+    json = "json"
+    csv = "csv"
+    chrome = "chrome"
+
+
+_EXT = {Format.text: "txt", Format.json: "json", Format.csv: "csv", Format.chrome: "trace.json"}
+
+
+def dump(
+    config: o.ConfigOpt = None,
+    algo: o.AlgoOpt = None,
+    pp: o.PpOpt = None,
+    vpp: o.VppOpt = None,
+    mb: o.MbOpt = None,
+    fwd: o.FwdOpt = None,
+    bwd: o.BwdOpt = None,
+    wgrad: o.WgradOpt = None,
+    comm: o.CommOpt = None,
+    mem_limit: o.MemLimitOpt = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Output file (one table) or directory (several); default stdout."),
+    ] = None,
+    check: Annotated[
+        bool, typer.Option("--check", help="Validate and report instead of writing the table.")
+    ] = False,
+) -> None:
+    """Write schedule tables (default: every run of the packaged config, as text on stdout)."""
+    specs = run_specs(load_config(config), o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit))
+    tables = []
+    for spec in specs:
+        table = build_schedule(
+            spec.algorithm, spec.pp, spec.vpp, spec.micro_batches, spec.costs, **spec.params
+        )
+        tables.append((spec, table))
+    if check:
+        for spec, table in tables:
+            validate(table)
+            n_comm = sum(1 for nodes in table.ranks for n in nodes if n.kind.is_comm)
+            out.print(
+                f"[green]valid[/green] {spec.name}: {table.describe()}, {table.num_nodes()} nodes "
+                f"({n_comm} p2p); dependencies, FIFO pairing and rendezvous termination checked"
+            )
+        return
+    rendered = []
+    for spec, table in tables:
+        if fmt is Format.text:
+            text = to_text(table)
+        elif fmt is Format.json:
+            text = to_json(table)
+        elif fmt is Format.csv:
+            text = to_csv(table)
+        else:
+            text = json.dumps(chrome_trace(simulate(table, spec.costs, spec.name).timeline)) + "\n"
+        rendered.append((spec.name, text))
+    if out_path is None:
+        for i, (name, text) in enumerate(rendered):
+            if len(rendered) > 1 and fmt is Format.text:
+                print(("" if i == 0 else "\n") + f"## {name}")
+            print(text, end="")
+        return
+    if len(rendered) == 1 and not out_path.is_dir():
+        _write(out_path, rendered[0][1])
+        err.print(f"wrote {out_path}")
+        return
+    try:
+        out_path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out_path}: cannot create directory ({e.strerror})", key="out") from None
+    for name, text in rendered:
+        _write(out_path / f"{name}.{_EXT[fmt]}", text)
+    err.print(f"wrote {len(rendered)} tables to {out_path}/")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"--out {path}: cannot write ({e.strerror})", key="out") from None

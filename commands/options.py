@@ -1,0 +1,57 @@
+"""Options shared by several verbs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from primuspp.config.loader import Overrides
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="Simulation YAML (ours or Primus' pp_simulation.yaml).")
+]
+AlgoOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--algo", "-a", help="Algorithm name or alias, or file:PATH (repeatable). See `primuspp algorithms`."
+    ),
+]
+PpOpt = Annotated[int | None, typer.Option("--pp", help="Pipeline ranks p.")]
+VppOpt = Annotated[int | None, typer.Option("--vpp", help="Chunks per rank v (algorithms that allow it).")]
+MbOpt = Annotated[int | None, typer.Option("--mb", "--micro-batches", help="Microbatches per iteration m.")]
+FwdOpt = Annotated[
+    float | None, typer.Option("--fwd", help="Forward time of one rank's share per microbatch.")
+]
+BwdOpt = Annotated[float | None, typer.Option("--bwd", help="Input-grad (B) time; a full backward is B + W.")]
+WgradOpt = Annotated[float | None, typer.Option("--wgrad", help="Weight-grad (W) time.")]
+CommOpt = Annotated[float | None, typer.Option("--comm", help="Latency of one p2p transfer.")]
+MemLimitOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--mem-limit", help="Per-rank activation cap in microbatch units (1 = one microbatch, whole rank)."
+    ),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
+]
+
+
+def overrides(
+    algo: list[str] | None = None,
+    pp: int | None = None,
+    vpp: int | None = None,
+    mb: int | None = None,
+    fwd: float | None = None,
+    bwd: float | None = None,
+    wgrad: float | None = None,
+    comm: float | None = None,
+    mem_limit: float | None = None,
+) -> Overrides:
+    costs: dict[str, Any] = {
+        k: v
+        for k, v in (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))
+        if v is not None
+    }
+    return Overrides(tuple(algo or ()), pp, vpp, mb, costs, mem_limit)

@@ -1,0 +1,46 @@
+"""`primuspp simulate`: generate, validate and simulate; print a table; write result directories."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from primuspp.commands import options as o
+from primuspp.commands.console import out, progress
+from primuspp.commands.render import results_table
+
+from primuspp.config.loader import load_config, run_specs
+from primuspp.sim.output import write_result
+from primuspp.sim.runs import run, summary
+
+
+def simulate(
+    config: o.ConfigOpt = None,
+    algo: o.AlgoOpt = None,
+    pp: o.PpOpt = None,
+    vpp: o.VppOpt = None,
+    mb: o.MbOpt = None,
+    fwd: o.FwdOpt = None,
+    bwd: o.BwdOpt = None,
+    wgrad: o.WgradOpt = None,
+    comm: o.CommOpt = None,
+    mem_limit: o.MemLimitOpt = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Results directory (default: the config's output_dir).")
+    ] = None,
+    json_: o.JsonOpt = False,
+) -> None:
+    """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
+    cfg = load_config(config)
+    specs = run_specs(cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit))
+    results = [run(spec) for spec in progress(specs, "simulating")]
+    target = out_dir or Path(cfg.output_dir)
+    for result in results:
+        write_result(result, target)
+    summaries = [summary(r) for r in results]
+    if json_:
+        print(json.dumps({"results": summaries}))
+        return
+    out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))

@@ -1,0 +1,57 @@
+"""What every algorithm declares: names, placement, admissible (p, v, m), parameters, memory class."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.nodes import Node
+
+ComputeOrder = list[list[Node]]
+
+
+@dataclass(frozen=True)
+class Param:
+    """An extra keyword an algorithm accepts (e.g. `max_mem`)."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    pp: int
+    vpp: int
+    micro_batches: int
+    costs: CostModel
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """A schedule generator and its declared contract.
+
+    `refuse(pp, vpp, m, params)` returns a one-line reason when the input is outside the algorithm's domain
+    (checked before generation), or None. `generate` returns the compute order per rank (no comm nodes).
+    """
+
+    name: str
+    aliases: tuple[str, ...]
+    placement: str
+    summary: str
+    memory: str
+    constraints: str
+    vpp_default: int
+    vpp_rule: str
+    vpp_ok: Callable[[int], bool]
+    generate: Callable[[GenerationRequest], ComputeOrder]
+    refuse: Callable[[int, int, int, dict[str, Any]], str | None] = lambda p, v, m, params: None
+    params: tuple[Param, ...] = ()
+    uses_costs: bool = False
+    #: the parameter that takes a per-rank activation budget (`--mem-limit`), for memory-aware algorithms
+    budget_param: str | None = None

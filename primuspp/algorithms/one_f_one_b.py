@@ -1,0 +1,29 @@
+"""1F1B (PipeDream-flush): p - r - 1 warm-up forwards, then one forward / one full backward."""
+
+from __future__ import annotations
+
+from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
+from primuspp.algorithms.orders import BW, F, one_f_one_b
+from primuspp.schedule.nodes import Node
+
+
+def generate(req: GenerationRequest) -> ComputeOrder:
+    p, m = req.pp, req.micro_batches
+    return [
+        one_f_one_b(p - r - 1, [Node(F, mb, r) for mb in range(m)], [Node(BW, mb, r) for mb in range(m)])
+        for r in range(p)
+    ]
+
+
+ALGORITHM = Algorithm(
+    name="1f1b",
+    aliases=("basic-1f1b",),
+    placement="linear",
+    summary="one forward, one backward after p - r - 1 warm-up forwards",
+    memory="p - rank",
+    constraints="any p >= 1, m >= 1",
+    vpp_default=1,
+    vpp_rule="1",
+    vpp_ok=lambda v: v == 1,
+    generate=generate,
+)

@@ -1,0 +1,140 @@
+"""The algorithm registry: names and aliases to generators, and `build_schedule`, the one way to get a
+validated ScheduleTable from an algorithm name."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from primuspp.algorithms import gpipe, interleaved, one_f_one_b, zero_bubble
+from primuspp.algorithms.base import Algorithm, GenerationRequest
+from primuspp.errors import ScheduleError, ValidationError
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.formats import from_json, from_text
+from primuspp.schedule.lowering import lower_comms
+from primuspp.schedule.placement import make_placement
+from primuspp.schedule.table import ScheduleTable
+from primuspp.schedule.validation import validate
+
+ALGORITHMS: dict[str, Algorithm] = {}
+_ALIASES: dict[str, str] = {}
+FILE_PREFIX = "file:"
+
+
+def register(algorithm: Algorithm) -> None:
+    for name in (algorithm.name, *algorithm.aliases):
+        if name in _ALIASES:
+            raise ValueError(f"algorithm name {name!r} registered twice")
+        _ALIASES[name] = algorithm.name
+    ALGORITHMS[algorithm.name] = algorithm
+
+
+for _module in (gpipe, one_f_one_b, interleaved, zero_bubble):
+    register(_module.ALGORITHM)
+
+
+def algorithm_names() -> list[str]:
+    return list(ALGORITHMS)
+
+
+def get_algorithm(name: str) -> Algorithm:
+    canonical = _ALIASES.get(name.strip().lower())
+    if canonical is None:
+        raise ScheduleError(
+            f"unknown algorithm {name!r} (allowed: {', '.join(ALGORITHMS)}, or file:PATH)", key="algorithm"
+        )
+    return ALGORITHMS[canonical]
+
+
+def resolve_name(name: str) -> str:
+    """Canonical registry name of `name`, or `name` itself for file: tables."""
+    return name if name.startswith(FILE_PREFIX) else get_algorithm(name).name
+
+
+def build_schedule(
+    algorithm: str,
+    pp: int | None = None,
+    vpp: int | None = None,
+    micro_batches: int | None = None,
+    costs: CostModel | None = None,
+    **params: Any,
+) -> ScheduleTable:
+    """Generate, lower and validate a schedule, or raise ScheduleError with a one-line reason."""
+    if algorithm.startswith(FILE_PREFIX):
+        return load_table(algorithm[len(FILE_PREFIX) :], pp, vpp, micro_batches)
+    algo = get_algorithm(algorithm)
+    if pp is None or micro_batches is None:
+        raise ScheduleError(f"{algo.name}: pp and micro_batches are required", key="pp")
+    if pp < 1:
+        raise ScheduleError(f"pp must be >= 1 (got {pp})", key="pp")
+    if micro_batches < 1:
+        raise ScheduleError(f"micro_batches must be >= 1 (got {micro_batches})", key="micro_batches")
+    vpp = algo.vpp_default if vpp is None else vpp
+    if not algo.vpp_ok(vpp):
+        raise ScheduleError(f"vpp={vpp} is not allowed for {algo.name} (allowed: {algo.vpp_rule})", key="vpp")
+    resolved = _resolve_params(algo, params)
+    reason = algo.refuse(pp, vpp, micro_batches, resolved)
+    if reason:
+        raise ScheduleError(reason, key="micro_batches")
+    costs = costs or CostModel()
+    placement = make_placement(algo.placement, pp, vpp)
+    order = algo.generate(GenerationRequest(pp, vpp, micro_batches, costs, resolved))
+    ranks = lower_comms(placement, micro_batches, order)
+    table = ScheduleTable(placement, micro_batches, ranks, algo.name, resolved)
+    try:
+        validate(table)
+    except ValidationError as err:  # a generator bug, not a user error: say so
+        raise ValidationError(
+            f"{algo.name} produced an invalid table for pp={pp}, vpp={vpp}, "
+            f"micro_batches={micro_batches}: {err}"
+        ) from None
+    return table
+
+
+def _resolve_params(algo: Algorithm, params: dict[str, Any]) -> dict[str, Any]:
+    known = {p.name: p for p in algo.params}
+    resolved = {}
+    for key, value in params.items():
+        if value is None:
+            continue
+        if key not in known:
+            allowed = ", ".join(known) or "none"
+            raise ScheduleError(f"{algo.name}: unknown parameter {key!r} (allowed: {allowed})", key=key)
+        spec = known[key]
+        try:
+            value = spec.type(value)
+        except (TypeError, ValueError):
+            raise ScheduleError(
+                f"{algo.name}: parameter {key}={value!r} must be {spec.type.__name__}", key=key
+            ) from None
+        if spec.choices and value not in spec.choices:
+            choices = ", ".join(map(str, spec.choices))
+            raise ScheduleError(f"{algo.name}: {key}={value!r} not allowed (allowed: {choices})", key=key)
+        resolved[key] = value
+    for spec in algo.params:
+        resolved.setdefault(spec.name, spec.default)
+    return {k: v for k, v in resolved.items() if v is not None}
+
+
+def load_table(
+    path: str | Path, pp: int | None = None, vpp: int | None = None, micro_batches: int | None = None
+) -> ScheduleTable:
+    """Read a table written by `primuspp dump --format json` (or text) and validate it."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ScheduleError(f"file:{path}: cannot read ({err.strerror})", key="algorithm") from None
+    try:
+        table = from_text(text) if text.startswith("# primuspp schedule") else from_json(text, str(path))
+        validate(table)
+    except ValidationError as err:
+        raise ValidationError(f"file:{path}: {err}") from None
+    for key, given, actual in (
+        ("pp", pp, table.pp),
+        ("vpp", vpp, table.vpp),
+        ("micro_batches", micro_batches, table.num_microbatches),
+    ):
+        if given is not None and given != actual:
+            raise ScheduleError(f"file:{path}: table has {key}={actual}, asked for {given}", key=key)
+    return table

@@ -1,0 +1,1 @@
+"""Simulation configs: our YAML schema and Primus' pp_simulation.yaml."""

@@ -1,0 +1,130 @@
+"""Load a simulation config (ours or Primus') and turn it into run specs, with command-line overrides."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from primuspp.algorithms.registry import FILE_PREFIX, get_algorithm
+from primuspp.config import primus
+from primuspp.config.schema import SimulationConfig, parse_model
+from primuspp.errors import ConfigError
+from primuspp.schedule.costs import CostModel
+from primuspp.sim.runs import RunSpec
+
+DEFAULT_CONFIG = "pp_simulation.yaml"
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """Command-line values that replace the config's."""
+
+    algorithms: tuple[str, ...] = ()
+    pp: int | None = None
+    vpp: int | None = None
+    micro_batches: int | None = None
+    costs: dict[str, Any] = field(default_factory=dict)
+    mem_limit: float | None = None
+
+
+def default_config_text() -> str:
+    return resources.files("primuspp.configs").joinpath(DEFAULT_CONFIG).read_text()
+
+
+def load_config(path: str | Path | None) -> SimulationConfig:
+    if path is None:
+        return parse_config(default_config_text(), f"<packaged {DEFAULT_CONFIG}>")
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"config: cannot read {path} ({err.strerror})", key="config") from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, source: str) -> SimulationConfig:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "malformed YAML"
+        raise ConfigError(f"{source}: malformed YAML{where}: {problem}", key="config") from None
+    if primus.is_primus(data):
+        data = primus.to_native(data, source)
+    return parse_model(SimulationConfig, data, source)
+
+
+def run_specs(config: SimulationConfig, overrides: Overrides | None = None) -> list[RunSpec]:
+    """One RunSpec per run, overrides applied; names made unique."""
+    ov = overrides or Overrides()
+    base_costs = {**config.costs.given(), **ov.costs}
+    mem_limit = ov.mem_limit if ov.mem_limit is not None else config.mem_limit
+    if ov.algorithms:
+        entries = [
+            {
+                "algorithm": a,
+                "name": None,
+                "pp": None,
+                "vpp": ov.vpp,
+                "micro_batches": None,
+                "costs": {},
+                "params": {},
+            }
+            for a in ov.algorithms
+        ]
+    else:
+        entries = [
+            {
+                "algorithm": r.algorithm,
+                "name": r.name,
+                "pp": r.pp,
+                "vpp": r.vpp,
+                "micro_batches": r.micro_batches,
+                "costs": r.costs.given(),
+                "params": dict(r.params),
+            }
+            for r in config.runs
+        ]
+    specs, used = [], set()
+    for entry in entries:
+        algo_name = entry["algorithm"]
+        if algo_name.startswith(FILE_PREFIX):
+            canonical, vpp = algo_name, entry["vpp"]
+        else:
+            algo = get_algorithm(algo_name)
+            canonical = algo.name
+            vpp = entry["vpp"]
+            if ov.vpp is not None and not ov.algorithms and algo.vpp_ok(ov.vpp):
+                vpp = ov.vpp
+            if mem_limit is not None and algo.budget_param and algo.budget_param not in entry["params"]:
+                entry["params"][algo.budget_param] = mem_limit
+        if canonical.startswith(FILE_PREFIX):
+            default_name = Path(canonical[len(FILE_PREFIX) :]).stem
+        else:
+            default_name = canonical if vpp is None else f"{canonical}-v{vpp}"
+        name = entry["name"] or default_name
+        base = name
+        k = 2
+        while name in used:
+            name = f"{base}-{k}"
+            k += 1
+        used.add(name)
+        cost_model = CostModel(**{**base_costs, **entry["costs"], **ov.costs})
+        if canonical.startswith(FILE_PREFIX):  # the table says; explicit values are checked against it
+            pp, mb = ov.pp or entry["pp"], ov.micro_batches or entry["micro_batches"]
+        else:
+            pp = ov.pp if ov.pp is not None else (entry["pp"] or config.pp)
+            mb = (
+                ov.micro_batches
+                if ov.micro_batches is not None
+                else (entry["micro_batches"] or config.micro_batches)
+            )
+        specs.append(RunSpec(name, canonical, pp, mb, vpp, cost_model, entry["params"]))
+    if ov.vpp is not None and not ov.algorithms and all(s.vpp != ov.vpp for s in specs):
+        raise ConfigError(f"vpp={ov.vpp} is not allowed by any configured algorithm", key="vpp")
+    return specs

@@ -1,0 +1,118 @@
+"""The cost model: durations of compute nodes, comm latency and activation memory per stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from primuspp.errors import ConfigError
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import Placement
+
+PerStage = float | tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Costs of one microbatch through one rank's share of the model.
+
+    `forward`, `backward` (input-grad only), `wgrad` and `activation` are scalars (a stage costs X times its
+    placement's `cost_share`, i.e. X / v) or per-stage tuples: one value per virtual stage taken as is, or
+    one per rank, split evenly over that rank's stages. `comm` is the latency of one p2p transfer;
+    `comm_bytes` / `bandwidth` adds a size term. `b_free_fraction` of an activation is freed by B, the rest by
+    W (BW frees all). An FB node costs `fb_overlap` x (F + B).
+    """
+
+    forward: PerStage = 1.0
+    backward: PerStage = 1.0
+    wgrad: PerStage = 1.0
+    comm: float = 0.0
+    comm_bytes: float = 0.0
+    bandwidth: float = 0.0
+    activation: PerStage = 1.0
+    b_free_fraction: float = 0.0
+    fb_overlap: float = 1.0
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            values = value if isinstance(value, tuple) else (value,)
+            if isinstance(value, list):
+                values = tuple(value)
+                object.__setattr__(self, f.name, values)
+            if not values:
+                raise ConfigError(f"costs.{f.name}: needs at least one value", key=f"costs.{f.name}")
+            for x in values:
+                if not isinstance(x, int | float) or isinstance(x, bool) or x != x or x < 0:
+                    raise ConfigError(
+                        f"costs.{f.name}: must be a number >= 0 (got {x!r})", key=f"costs.{f.name}"
+                    )
+        if self.b_free_fraction > 1:
+            raise ConfigError(
+                f"costs.b_free_fraction: must lie in [0, 1] (got {self.b_free_fraction})",
+                key="costs.b_free_fraction",
+            )
+        if self.comm_bytes and not self.bandwidth:
+            raise ConfigError("costs.bandwidth: must be > 0 when comm_bytes is set", key="costs.bandwidth")
+
+    @property
+    def comm_time(self) -> float:
+        return self.comm + (self.comm_bytes / self.bandwidth if self.comm_bytes else 0.0)
+
+    def for_placement(self, placement: Placement) -> StageCosts:
+        return StageCosts(
+            forward=_per_stage("forward", self.forward, placement),
+            backward=_per_stage("backward", self.backward, placement),
+            wgrad=_per_stage("wgrad", self.wgrad, placement),
+            activation=_per_stage("activation", self.activation, placement),
+            comm=self.comm_time,
+            b_free_fraction=self.b_free_fraction,
+            fb_overlap=self.fb_overlap,
+        )
+
+
+def _per_stage(name: str, value: PerStage, placement: Placement) -> tuple[float, ...]:
+    n, share = placement.num_stages, placement.cost_share
+    if not isinstance(value, tuple):
+        return (float(value) * share,) * n
+    if len(value) == n:
+        return tuple(float(x) for x in value)
+    if len(value) == placement.pp:
+        return tuple(float(value[placement.stage_rank[s]]) * share for s in range(n))
+    raise ConfigError(
+        f"costs.{name}: a list needs one value per virtual stage ({n}) or per rank ({placement.pp}), "
+        f"got {len(value)}",
+        key=f"costs.{name}",
+    )
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """A CostModel resolved against a placement: one value per virtual stage."""
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    wgrad: tuple[float, ...]
+    activation: tuple[float, ...]
+    comm: float
+    b_free_fraction: float = 0.0
+    fb_overlap: float = 1.0
+
+    def duration(self, node: Node) -> float:
+        kind, s = node.kind, node.stage
+        if kind is NodeKind.F:
+            return self.forward[s]
+        if kind is NodeKind.B:
+            return self.backward[s]
+        if kind is NodeKind.W:
+            return self.wgrad[s]
+        if kind is NodeKind.BW:
+            return self.backward[s] + self.wgrad[s]
+        if kind is NodeKind.FB:
+            return self.fb_overlap * sum(self.duration(p) for p in node.parts)
+        return 0.0
+
+
+def unit_costs(placement: Placement) -> StageCosts:
+    """F = B = W = 1 per stage, no comm: the costs lowering orders by."""
+    n = placement.num_stages
+    return StageCosts((1.0,) * n, (1.0,) * n, (1.0,) * n, (1.0,) * n, 0.0)

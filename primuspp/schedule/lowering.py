@@ -1,0 +1,126 @@
+"""Lowering: add the SEND/RECV nodes a compute order needs.
+
+Every cross-rank hand-off gets a SEND right after its producer and a RECV on the consumer's rank. The
+RECV is placed before the first node the consumer's rank starts once the producer has finished, in a
+unit-cost run of the order (F = B = W = 1): as early as the data can exist. Because all hand-offs are placed
+at moments of one global linear order, every rank meets its sends and receives in a consistent order: the
+result is FIFO-paired per rank pair and cannot deadlock under rendezvous semantics, whatever the compute
+order (provided it is acyclic). The V turn and any other same-rank hand-off needs no comm node.
+
+All comm nodes between two compute nodes form one batch; memory nodes (OFFLOAD/RELOAD) do not split it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Sequence
+
+from primuspp.schedule.costs import unit_costs
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import Placement
+from primuspp.schedule.timing import node_times
+
+_F, _B, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.BW, NodeKind.FB
+_SEND_F, _RECV_F, _SEND_B, _RECV_B = NodeKind.SEND_F, NodeKind.RECV_F, NodeKind.SEND_B, NodeKind.RECV_B
+
+
+def handoffs(node: Node, rank: int, placement: Placement) -> list[tuple[int, Node, Node]]:
+    """(peer, send node, matching recv node) for each cross-rank output of a compute node."""
+    kind = node.kind
+    if kind is _FB:
+        return [h for part in node.parts for h in handoffs(part, rank, placement)]
+    mb, s = node.microbatch, node.stage
+    if kind is _F:
+        q = placement.next_stage[s]
+        if q >= 0 and placement.stage_rank[q] != rank:
+            peer = placement.stage_rank[q]
+            return [(peer, Node(_SEND_F, mb, s, peer), Node(_RECV_F, mb, q, rank))]
+    elif kind is _B or kind is _BW:
+        q = placement.prev_stage[s]
+        if q >= 0 and placement.stage_rank[q] != rank:
+            peer = placement.stage_rank[q]
+            return [(peer, Node(_SEND_B, mb, s, peer), Node(_RECV_B, mb, q, rank))]
+    return []
+
+
+def _peers(placement: Placement) -> tuple[list[int], list[int]]:
+    """Per stage: the rank its activation goes to and the rank its input grad goes to (-1: none/local)."""
+    srank = placement.stage_rank
+    fwd, bwd = [], []
+    for s, r in enumerate(srank):
+        q, p = placement.next_stage[s], placement.prev_stage[s]
+        fwd.append(srank[q] if q >= 0 and srank[q] != r else -1)
+        bwd.append(srank[p] if p >= 0 and srank[p] != r else -1)
+    return fwd, bwd
+
+
+def lower_comms(
+    placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]]
+) -> tuple[tuple[Node, ...], ...]:
+    """Return each rank's list with comm nodes inserted. `order` holds compute and memory nodes only."""
+    timing = node_times(placement, num_microbatches, order, unit_costs(placement))
+    n_ranks = len(order)
+    compute_starts = [
+        [st for st, node in zip(timing.starts[r], seq, strict=True) if node.kind.is_compute]
+        for r, seq in enumerate(order)
+    ]
+    fwd_peer, bwd_peer = _peers(placement)
+    nxt, prv = placement.next_stage, placement.prev_stage
+    sends_after: list[dict[int, list[Node]]] = [{} for _ in range(n_ranks)]
+    recvs_before: list[dict[int, list[Node]]] = [{} for _ in range(n_ranks)]
+    for r, seq in enumerate(order):
+        ends = timing.ends[r]
+        for i, node in enumerate(seq):
+            kind = node.kind
+            if kind is _F:
+                peer = fwd_peer[node.stage]
+                if peer < 0:
+                    continue
+                mb, s = node.microbatch, node.stage
+                pairs = [(peer, Node(_SEND_F, mb, s, peer), Node(_RECV_F, mb, nxt[s], r))]
+            elif kind is _B or kind is _BW:
+                peer = bwd_peer[node.stage]
+                if peer < 0:
+                    continue
+                mb, s = node.microbatch, node.stage
+                pairs = [(peer, Node(_SEND_B, mb, s, peer), Node(_RECV_B, mb, prv[s], r))]
+            elif kind is _FB:
+                pairs = handoffs(node, r, placement)
+                if not pairs:
+                    continue
+            else:
+                continue
+            sends_after[r][i] = [send for _, send, _ in pairs]
+            for peer, _, recv in pairs:
+                # the consumer's rank receives before its first node starting at or after the producer's end
+                k = bisect_left(compute_starts[peer], ends[i])
+                bucket = recvs_before[peer]
+                if k in bucket:
+                    bucket[k].append(recv)
+                else:
+                    bucket[k] = [recv]
+
+    # At each boundary between two compute nodes: memory nodes first, then one comm batch (sends of the
+    # node before, receives for what follows). Batches must not be split: two batches at one boundary
+    # would be completed one after the other and could wait on each other across ranks.
+    lowered = []
+    for r, seq in enumerate(order):
+        out: list[Node] = []
+        sa, rb = sends_after[r], recvs_before[r]
+        batch: list[Node] = []
+        ci = 0
+        for i, node in enumerate(seq):
+            if node.kind.is_compute:
+                if ci in rb:
+                    batch.extend(rb[ci])
+                out.extend(batch)
+                batch = []
+                ci += 1
+                out.append(node)
+                if i in sa:
+                    batch.extend(sa[i])
+            else:
+                out.append(node)
+        out.extend(batch)
+        lowered.append(tuple(out))
+    return tuple(lowered)

@@ -1,0 +1,127 @@
+"""The simulator: run a lowered table under a cost model and measure it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primuspp.schedule.costs import CostModel, StageCosts
+from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.table import ScheduleTable
+from primuspp.schedule.timing import node_times
+from primuspp.trace.metrics import Metrics, timeline_metrics
+from primuspp.trace.timeline import Interval, RankTimeline, Timeline, Transfer
+
+_F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
+_OFFLOAD, _RELOAD = NodeKind.OFFLOAD, NodeKind.RELOAD
+_SEND_F, _SEND_B = NodeKind.SEND_F, NodeKind.SEND_B
+
+
+@dataclass(frozen=True)
+class SimResult:
+    name: str
+    table: ScheduleTable
+    costs: CostModel
+    timeline: Timeline
+    metrics: Metrics
+
+
+def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | None = None) -> SimResult:
+    """Discrete-event run of `table`: compute nodes occupy their rank; a SEND makes its tensor arrive at the
+    peer `comm` later without occupying compute; a consumer starts at max(rank free, arrival)."""
+    costs = costs or CostModel()
+    placement = table.placement
+    stage_costs = costs.for_placement(placement)
+    timing = node_times(placement, table.num_microbatches, table.ranks, stage_costs)
+    chunk = placement.stage_chunk
+    ranks = []
+    transfers = []
+    n_stages = placement.num_stages
+    for r, nodes in enumerate(table.ranks):
+        starts, ends = timing.starts[r], timing.ends[r]
+        intervals = []
+        last_end = {}
+        for i, node in enumerate(nodes):
+            kind = node.kind
+            if kind.is_compute:
+                s = node.stage
+                if kind is _FB:
+                    bp = node.parts[1]
+                    back = (bp.kind.value, bp.microbatch, bp.stage, chunk[bp.stage])
+                    intervals.append(Interval("FB", node.microbatch, s, chunk[s], starts[i], ends[i], back))
+                    last_end[("F", node.microbatch * n_stages + s)] = ends[i]
+                    last_end[("B", bp.microbatch * n_stages + bp.stage)] = ends[i]
+                else:
+                    intervals.append(Interval(kind.value, node.microbatch, s, chunk[s], starts[i], ends[i]))
+                    last_end[("F" if kind is _F else "B", node.microbatch * n_stages + s)] = ends[i]
+            elif kind is _SEND_F or kind is _SEND_B:
+                tag = "F" if kind is _SEND_F else "B"
+                sent = last_end[(tag, node.microbatch * n_stages + node.stage)]
+                transfers.append(
+                    Transfer(tag, node.microbatch, node.stage, r, node.peer, sent, sent + stage_costs.comm)
+                )
+        memory, peak = _memory_curve(nodes, starts, ends, stage_costs)
+        ranks.append(RankTimeline(r, intervals, memory, peak))
+    label = name or table.algorithm
+    timeline = Timeline(
+        label,
+        table.pp,
+        table.vpp,
+        table.num_microbatches,
+        ranks,
+        table.algorithm,
+        "simulated",
+        "0",
+        transfers,
+    )
+    return SimResult(label, table, costs, timeline, timeline_metrics(timeline))
+
+
+def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[float, float]], float]:
+    """Activation memory over time: F allocates at its start; B frees `b_free_fraction`, W the rest, BW all,
+    at their ends; OFFLOAD/RELOAD move what is resident to host and back. Frees sort before allocations at
+    equal times."""
+    act, bf = costs.activation, costs.b_free_fraction
+    resident: dict[tuple[int, int], float] = {}
+    offloaded: dict[tuple[int, int], float] = {}
+    events: list[tuple[float, int, float]] = []
+
+    def backward(kind, mb, s, t):
+        key = (mb, s)
+        freed = act[s] if kind is _BW else act[s] * bf
+        resident[key] = resident.get(key, act[s]) - freed
+        events.append((t, 0, -freed))
+
+    for i, node in enumerate(nodes):
+        kind = node.kind
+        if kind is _F:
+            events.append((starts[i], 1, act[node.stage]))
+        elif kind is _B or kind is _BW:
+            backward(kind, node.microbatch, node.stage, ends[i])
+        elif kind is _W:
+            key = (node.microbatch, node.stage)
+            events.append((ends[i], 0, -resident.pop(key, act[node.stage] * (1 - bf))))
+        elif kind is _FB:
+            fpart, bpart = node.parts
+            events.append((starts[i], 1, act[fpart.stage]))
+            backward(bpart.kind, bpart.microbatch, bpart.stage, ends[i])
+        elif kind is _OFFLOAD:
+            key = (node.microbatch, node.stage)
+            amount = resident.get(key, act[node.stage])
+            offloaded[key] = amount
+            resident[key] = 0.0
+            events.append((starts[i], 0, -amount))
+        elif kind is _RELOAD:
+            key = (node.microbatch, node.stage)
+            amount = offloaded.pop(key, 0.0)
+            resident[key] = amount
+            events.append((starts[i], 1, amount))
+    events.sort()
+    level, peak = 0.0, 0.0
+    curve = [(0.0, 0.0)]
+    for t, _, delta in events:
+        level += delta
+        if abs(level) < 1e-9:
+            level = 0.0
+        curve.append((t, level))
+        peak = max(peak, level)
+    return curve, peak

@@ -1,0 +1,48 @@
+"""A simulation request (one named run of one algorithm) and its JSON summary."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.schedule.costs import CostModel
+from primuspp.sim.engine import SimResult, simulate
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    algorithm: str
+    pp: int | None  # None only for file: tables, which carry their own
+    micro_batches: int | None
+    vpp: int | None = None
+    costs: CostModel = field(default_factory=CostModel)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+def run(spec: RunSpec) -> SimResult:
+    table = build_schedule(spec.algorithm, spec.pp, spec.vpp, spec.micro_batches, spec.costs, **spec.params)
+    return simulate(table, spec.costs, spec.name)
+
+
+def summary(result: SimResult) -> dict[str, Any]:
+    """The `--json` result record (DESIGN.md §5)."""
+    m, table = result.metrics, result.table
+    return {
+        "name": result.name,
+        "algorithm": table.algorithm,
+        "pp": table.pp,
+        "vpp": table.vpp,
+        "micro_batches": table.num_microbatches,
+        "step_time": m.step_time,
+        "bubble_rate": m.bubble_rate,
+        "steady_bubble_rate": m.steady_bubble_rate,
+        "peak_memory": m.peak_memory,
+        "p2p_transfers": m.p2p_transfers,
+        "params": dict(table.params),
+        "per_rank": [
+            {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}
+            for r in m.per_rank
+        ],
+    }

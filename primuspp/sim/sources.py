@@ -1,0 +1,63 @@
+"""Result summaries from directories: simulate output (summary.json) or pp_data dumps (measured)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from primuspp.errors import ConfigError
+from primuspp.trace.metrics import timeline_metrics
+from primuspp.trace.pp_data import read_pp_data
+
+
+def summaries_from_dir(path: str | Path) -> list[dict[str, Any]]:
+    """A simulate output root (several runs), one run directory, or a pp_data directory."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file or directory", key="path")
+    if not path.is_dir():
+        raise ConfigError(f"{path}: expected a result or pp_data directory", key="path")
+    if (path / "summary.json").exists():
+        return [_read_summary(path / "summary.json")]
+    if any(path.glob("pp_rank_*.json")):
+        return [summary_from_pp_data(path)]
+    runs = sorted(p for p in path.iterdir() if (p / "summary.json").exists())
+    if not runs:
+        raise ConfigError(f"{path}: no summary.json or pp_rank_<r>.json files found", key="path")
+    return [_read_summary(p / "summary.json") for p in runs]
+
+
+def _read_summary(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: invalid JSON ({err.msg})", key="path") from None
+    required = ("name", "step_time", "bubble_rate", "peak_memory", "per_rank")
+    if not isinstance(data, dict) or any(k not in data for k in required):
+        raise ConfigError(f"{path}: not a primuspp summary (needs {', '.join(required)})", key="path")
+    return data
+
+
+def summary_from_pp_data(path: Path) -> dict[str, Any]:
+    """Metrics of the last iteration of a pp_data dump."""
+    timelines = read_pp_data(path)
+    tl = timelines[-1]
+    m = timeline_metrics(tl)
+    return {
+        "name": tl.name,
+        "algorithm": tl.algorithm or "measured",
+        "pp": tl.pp,
+        "vpp": tl.vpp,
+        "micro_batches": tl.micro_batches,
+        "step_time": m.step_time,
+        "bubble_rate": m.bubble_rate,
+        "steady_bubble_rate": m.steady_bubble_rate,
+        "peak_memory": m.peak_memory,
+        "iteration": tl.iteration,
+        "source": tl.source,
+        "per_rank": [
+            {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}
+            for r in m.per_rank
+        ],
+    }
