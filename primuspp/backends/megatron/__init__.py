@@ -1,0 +1,1 @@
+"""Megatron-core backend: the only package that imports megatron."""

@@ -1,0 +1,1 @@
+"""Plain-torch backend: user nn.Module stages and a tiny GPT."""

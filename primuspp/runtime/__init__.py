@@ -1,0 +1,1 @@
+"""Runtime: execute schedule tables with torch.distributed (runner, p2p, B/W split, timing)."""

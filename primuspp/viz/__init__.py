@@ -1,0 +1,1 @@
+"""Visualization: interactive HTML timelines, terminal rendering."""
