@@ -29,6 +29,7 @@ class NodeKind(Enum):
     is_comm: bool
     is_memory: bool
     is_send: bool
+    text: str  # == value, as a plain attribute (Enum.value is a slow descriptor on hot paths)
 
 
 COMPUTE_KINDS = frozenset({NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB})
@@ -41,6 +42,7 @@ for _kind in NodeKind:
     _kind.is_comm = _kind in COMM_KINDS
     _kind.is_memory = _kind in (NodeKind.OFFLOAD, NodeKind.RELOAD)
     _kind.is_send = _kind in (NodeKind.SEND_F, NodeKind.SEND_B)
+    _kind.text = _kind.value
 
 
 @dataclass(frozen=True, slots=True)

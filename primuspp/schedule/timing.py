@@ -21,11 +21,15 @@ _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind
 
 @dataclass(frozen=True)
 class Timing:
-    """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (non-compute nodes get zero-length slots)."""
+    """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (non-compute nodes get zero-length slots).
+    `forward_end[key]` / `grad_end[key]`, key = microbatch * stages + stage: when the activation / the input
+    grad of (microbatch, stage) was produced."""
 
     order: Sequence[Sequence[Node]]
     starts: list[list[float]]
     ends: list[list[float]]
+    forward_end: list[float | None]
+    grad_end: list[float | None]
 
 
 def node_times(
@@ -125,7 +129,7 @@ def node_times(
     stuck = [r for r in range(n_ranks) if ptr[r] < len(order[r])]
     if stuck:
         raise ValidationError(_cycle_message(placement, num_microbatches, order, ptr, stuck, f_end, g_end))
-    return Timing(order, starts, ends)
+    return Timing(order, starts, ends, f_end, g_end)
 
 
 def _inputs(node: Node, placement: Placement) -> list[tuple[str, int, int]]:

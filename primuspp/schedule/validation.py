@@ -51,7 +51,8 @@ class _Walk:
         self.fdone, self.gdone, self.bdone = bytearray(size), bytearray(size), bytearray(size)
         self.frecv, self.grecv = bytearray(size), bytearray(size)  # indexed by the producer's key
         self.sent = bytearray(2 * size)
-        self.pair_msgs: dict[tuple[int, int, bool], list[int]] = {}
+        self.sends: list[dict[int, list[int]]] = []  # per rank: peer -> messages sent, in order
+        self.recvs: list[dict[int, list[int]]] = []  # per rank: peer -> messages received, in order
         self.send_batch = [-1] * (2 * size)
         self.recv_batch = [-1] * (2 * size)
         self.batches: list[list[list[int]]] = []  # per rank: batches of ops (2 * msg + is_send)
@@ -88,7 +89,11 @@ class _Walk:
             self.sent,
         )
         cnt_f, cnt_w = self.cnt_f, self.cnt_w
-        pair_msgs, send_batch, recv_batch = self.pair_msgs, self.send_batch, self.recv_batch
+        send_batch, recv_batch = self.send_batch, self.recv_batch
+        sends_to: dict[int, list[int]] = {}
+        recvs_from: dict[int, list[int]] = {}
+        self.sends.append(sends_to)
+        self.recvs.append(recvs_from)
         batches: list[list[int]] = []
         current: list[int] | None = None
         locate, route_member, m = self._locate, self.route_member, self.m
@@ -132,17 +137,18 @@ class _Walk:
                         raise ValidationError(f"{_where(r, pos, node)}: sent twice")
                     sent[msg] = 1
                     send_batch[msg] = len(batches)
-                    pk = (r, peer, True)
+                    lst = sends_to.get(peer)
+                    if lst is None:
+                        lst = sends_to[peer] = []
                 else:
                     flag = frecv if kind is _RECV_F else grecv
                     if flag[msg >> 1]:
                         raise ValidationError(f"{_where(r, pos, node)}: received twice")
                     flag[msg >> 1] = 1
                     recv_batch[msg] = len(batches)
-                    pk = (peer, r, False)
-                lst = pair_msgs.get(pk)
-                if lst is None:
-                    lst = pair_msgs[pk] = []
+                    lst = recvs_from.get(peer)
+                    if lst is None:
+                        lst = recvs_from[peer] = []
                 lst.append(msg)
                 if current is None:
                     current = []
@@ -296,17 +302,18 @@ class _Walk:
         return f"{'RECV_B' if grad else 'RECV_F'}{mb}.{dst}<{pl.stage_rank[s]}"
 
     def check_fifo(self) -> None:
-        for (a, b, is_send), sent in self.pair_msgs.items():
-            if not is_send:
-                continue
-            got = self.pair_msgs.get((a, b, False), [])
-            if sent == got:
-                continue
-            k = next(i for i, (x, y) in enumerate(zip(sent, got, strict=False)) if x != y)
-            raise ValidationError(
-                f"FIFO mismatch rank {a} -> rank {b}: message #{k} is {self._msg_node(sent[k], True)} "
-                f"on rank {a} but rank {b} receives {self._msg_node(got[k], False)} there"
-            )
+        for a, sends_to in enumerate(self.sends):
+            for b, sent in sends_to.items():
+                got = self.recvs[b].get(a, [])
+                if sent != got:
+                    self._fifo_error(a, b, sent, got)
+
+    def _fifo_error(self, a: int, b: int, sent: list[int], got: list[int]) -> None:
+        k = next(i for i, (x, y) in enumerate(zip(sent, got, strict=False)) if x != y)
+        raise ValidationError(
+            f"FIFO mismatch rank {a} -> rank {b}: message #{k} is {self._msg_node(sent[k], True)} "
+            f"on rank {a} but rank {b} receives {self._msg_node(got[k], False)} there"
+        )
 
     def check_termination(self) -> None:
         srank = self.pl.stage_rank
@@ -335,9 +342,15 @@ class _Walk:
                     pending[waiter] -= 1
                     if pending[waiter] == 0:
                         work.append(waiter)
-            if k < len(batches[r]):
-                for op in batches[r][k]:
-                    q, kq = partner(op)
+            rb = batches[r]
+            if k < len(rb):
+                for op in rb[k]:
+                    msg = op >> 1
+                    s = (msg >> 1) % n
+                    if op & 1:  # our send: the partner is the consumer's rank
+                        q, kq = srank[prv[s] if msg & 1 else nxt[s]], recv_batch[msg]
+                    else:  # our recv: the partner is the producer's rank
+                        q, kq = srank[s], send_batch[msg]
                     if pos[q] < kq:
                         waiting_on.setdefault((q, kq), []).append(r)
                         pending[r] += 1

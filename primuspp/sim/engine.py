@@ -32,33 +32,29 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     placement = table.placement
     stage_costs = costs.for_placement(placement)
     timing = node_times(placement, table.num_microbatches, table.ranks, stage_costs)
+    f_end, g_end = timing.forward_end, timing.grad_end
     chunk = placement.stage_chunk
+    n_stages = placement.num_stages
+    comm = stage_costs.comm
     ranks = []
     transfers = []
-    n_stages = placement.num_stages
     for r, nodes in enumerate(table.ranks):
         starts, ends = timing.starts[r], timing.ends[r]
         intervals = []
-        last_end = {}
         for i, node in enumerate(nodes):
             kind = node.kind
             if kind.is_compute:
                 s = node.stage
+                back = None
                 if kind is _FB:
                     bp = node.parts[1]
-                    back = (bp.kind.value, bp.microbatch, bp.stage, chunk[bp.stage])
-                    intervals.append(Interval("FB", node.microbatch, s, chunk[s], starts[i], ends[i], back))
-                    last_end[("F", node.microbatch * n_stages + s)] = ends[i]
-                    last_end[("B", bp.microbatch * n_stages + bp.stage)] = ends[i]
-                else:
-                    intervals.append(Interval(kind.value, node.microbatch, s, chunk[s], starts[i], ends[i]))
-                    last_end[("F" if kind is _F else "B", node.microbatch * n_stages + s)] = ends[i]
+                    back = (bp.kind.text, bp.microbatch, bp.stage, chunk[bp.stage])
+                intervals.append(Interval(kind.text, node.microbatch, s, chunk[s], starts[i], ends[i], back))
             elif kind is _SEND_F or kind is _SEND_B:
+                key = node.microbatch * n_stages + node.stage
+                sent = f_end[key] if kind is _SEND_F else g_end[key]
                 tag = "F" if kind is _SEND_F else "B"
-                sent = last_end[(tag, node.microbatch * n_stages + node.stage)]
-                transfers.append(
-                    Transfer(tag, node.microbatch, node.stage, r, node.peer, sent, sent + stage_costs.comm)
-                )
+                transfers.append(Transfer(tag, node.microbatch, node.stage, r, node.peer, sent, sent + comm))
         memory, peak = _memory_curve(nodes, starts, ends, stage_costs)
         ranks.append(RankTimeline(r, intervals, memory, peak))
     label = name or table.algorithm
@@ -84,44 +80,48 @@ def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[fl
     resident: dict[tuple[int, int], float] = {}
     offloaded: dict[tuple[int, int], float] = {}
     events: list[tuple[float, int, float]] = []
+    append = events.append
 
     def backward(kind, mb, s, t):
         key = (mb, s)
         freed = act[s] if kind is _BW else act[s] * bf
         resident[key] = resident.get(key, act[s]) - freed
-        events.append((t, 0, -freed))
+        append((t, 0, -freed))
 
     for i, node in enumerate(nodes):
         kind = node.kind
         if kind is _F:
-            events.append((starts[i], 1, act[node.stage]))
-        elif kind is _B or kind is _BW:
+            append((starts[i], 1, act[node.stage]))
+        elif kind is _BW:
+            append((ends[i], 0, -act[node.stage]))
+        elif kind is _B:
             backward(kind, node.microbatch, node.stage, ends[i])
         elif kind is _W:
             key = (node.microbatch, node.stage)
-            events.append((ends[i], 0, -resident.pop(key, act[node.stage] * (1 - bf))))
+            append((ends[i], 0, -resident.pop(key, act[node.stage] * (1 - bf))))
         elif kind is _FB:
             fpart, bpart = node.parts
-            events.append((starts[i], 1, act[fpart.stage]))
+            append((starts[i], 1, act[fpart.stage]))
             backward(bpart.kind, bpart.microbatch, bpart.stage, ends[i])
         elif kind is _OFFLOAD:
             key = (node.microbatch, node.stage)
             amount = resident.get(key, act[node.stage])
             offloaded[key] = amount
             resident[key] = 0.0
-            events.append((starts[i], 0, -amount))
+            append((starts[i], 0, -amount))
         elif kind is _RELOAD:
             key = (node.microbatch, node.stage)
             amount = offloaded.pop(key, 0.0)
             resident[key] = amount
-            events.append((starts[i], 1, amount))
+            append((starts[i], 1, amount))
     events.sort()
     level, peak = 0.0, 0.0
     curve = [(0.0, 0.0)]
     for t, _, delta in events:
         level += delta
-        if abs(level) < 1e-9:
+        if -1e-9 < level < 1e-9:
             level = 0.0
         curve.append((t, level))
-        peak = max(peak, level)
+        if level > peak:
+            peak = level
     return curve, peak
