@@ -13,6 +13,7 @@ from primuspp.commands.render import results_table
 
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.compare import rank_results
+from primuspp.sim.recommend import candidate_specs, simulate_candidates
 from primuspp.sim.runs import run, summary
 from primuspp.sim.sources import summaries_from_dir
 
@@ -36,19 +37,35 @@ def compare(
     mem_limit: o.MemLimitOpt = None,
     json_: o.JsonOpt = False,
 ) -> None:
-    """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one."""
+    """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
+
+    With --mem-limit and neither --algo nor SOURCES, every admissible algorithm, v and memory option is tried.
+    """
     rows = []
+    refused: list[tuple[str, str]] = []
     for src in sources or []:
         rows.extend(summaries_from_dir(src))
-    if algo or config or not sources:
-        specs = run_specs(
-            load_config(config), o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit)
-        )
+    ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit)
+    if mem_limit is not None and not algo and not sources:
+        base = run_specs(load_config(config), ov)[0]
+        candidates = candidate_specs(base.pp, base.micro_batches, base.costs, mem_limit)
+        results, refused = simulate_candidates(candidates)
+        rows.extend(summary(r) for r in results)
+    elif algo or config or not sources:
+        specs = run_specs(load_config(config), ov)
         rows.extend(summary(run(spec)) for spec in progress(specs, "simulating"))
     ranking = rank_results(rows, mem_limit)
     if json_:
-        print(json.dumps({"results": ranking.rows, "recommendation": ranking.best, "reason": ranking.reason}))
+        doc = {
+            "results": ranking.rows,
+            "recommendation": ranking.best,
+            "reason": ranking.reason,
+            "refused": [{"name": n, "reason": r} for n, r in refused],
+        }
+        print(json.dumps(doc))
         return
     out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
+    for name, reason in refused:
+        out.print(f"[dim]not admissible: {name}: {reason}[/dim]")
     style = "bold green" if ranking.best else "bold red"
     out.print(f"[{style}]recommendation:[/{style}] {ranking.reason}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -9,8 +11,16 @@ from typing import TypeVar
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False)
+
+def _width(stream) -> int | None:
+    """Terminals report their own width; pipes and logs get 160 columns instead of rich's 80."""
+    if os.environ.get("COLUMNS") or stream.isatty():
+        return None
+    return 160
+
+
+out = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 T = TypeVar("T")
 

@@ -103,7 +103,8 @@ def test_compare_recommends_under_a_limit(capsys, tmp_path):
     doc = json.loads(out)
     assert code == 0 and doc["recommendation"] == "zero-bubble"
     fits = {r["name"]: r["fits"] for r in doc["results"]}
-    assert fits["1f1b-interleaved-v2"] is False and fits["gpipe"] is False
+    assert fits["1f1b-interleaved"] is False and fits["gpipe"] is False
+    assert fits["1f1b-interleaved-v4"] is False  # p + (p-1)/v = 9.75
     assert run_cli(capsys, "simulate", "--algo", "1f1b", "--out", str(tmp_path))[0] == 0
     code, out, _ = run_cli(capsys, "compare", str(tmp_path), "--algo", "zero-bubble", "--json")
     assert [r["name"] for r in json.loads(out)["results"]] == ["zero-bubble", "1f1b"]
