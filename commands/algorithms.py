@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from primuspp.commands import options as o
-from primuspp.commands.console import out
 from rich.table import Table
 
 from primuspp.algorithms.registry import ALGORITHMS
+from primuspp.commands import options as o
+from primuspp.commands.console import out
 
 
 def algorithms(json_: o.JsonOpt = False) -> None:

@@ -6,14 +6,14 @@ import sys
 import traceback
 
 import typer
+from typer.exceptions import Abort, TyperException
+
+from primuspp import __version__
 from primuspp.commands.algorithms import algorithms
 from primuspp.commands.compare import compare
 from primuspp.commands.console import err
 from primuspp.commands.dump import dump
 from primuspp.commands.simulate import simulate
-from typer.exceptions import Abort, TyperException
-
-from primuspp import __version__
 from primuspp.errors import PrimusppError
 
 app = typer.Typer(

@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from primuspp.commands import options as o
 from primuspp.commands.console import out, progress
 from primuspp.commands.render import results_table
-
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.compare import rank_results
 from primuspp.sim.recommend import candidate_specs, simulate_candidates
@@ -35,6 +35,7 @@ def compare(
     wgrad: o.WgradOpt = None,
     comm: o.CommOpt = None,
     mem_limit: o.MemLimitOpt = None,
+    costs_from: o.CostsFromOpt = None,
     json_: o.JsonOpt = False,
 ) -> None:
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
@@ -45,7 +46,7 @@ def compare(
     refused: list[tuple[str, str]] = []
     for src in sources or []:
         rows.extend(summaries_from_dir(src))
-    ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit)
+    ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
     if mem_limit is not None and not algo and not sources:
         base = run_specs(load_config(config), ov)[0]
         candidates = candidate_specs(base.pp, base.micro_batches, base.costs, mem_limit)

@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from primuspp.commands import options as o
-from primuspp.commands.console import err, out
 
 from primuspp.algorithms.registry import build_schedule
+from primuspp.commands import options as o
+from primuspp.commands.console import err, out
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError
 from primuspp.schedule.formats import to_csv, to_json, to_text

@@ -7,7 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
+from primuspp.commands.console import err
 from primuspp.config.loader import Overrides
+from primuspp.sim.calibrate import costs_from_dir
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Simulation YAML (ours or Primus' pp_simulation.yaml).")
@@ -33,6 +35,10 @@ MemLimitOpt = Annotated[
         "--mem-limit", help="Per-rank activation cap in microbatch units (1 = one microbatch, whole rank)."
     ),
 ]
+CostsFromOpt = Annotated[
+    Path | None,
+    typer.Option("--costs-from", help="Measure the cost model from a pp_data dump or result directory."),
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
 ]
@@ -48,10 +54,16 @@ def overrides(
     wgrad: float | None = None,
     comm: float | None = None,
     mem_limit: float | None = None,
+    costs_from: Path | None = None,
 ) -> Overrides:
-    costs: dict[str, Any] = {
-        k: v
-        for k, v in (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))
-        if v is not None
-    }
+    costs: dict[str, Any] = {}
+    if costs_from is not None:
+        cal = costs_from_dir(str(costs_from))
+        costs.update(
+            {k: getattr(cal.costs, k) for k in ("forward", "backward", "wgrad", "comm", "activation")}
+        )
+        note = " (no W in the run: full backward split evenly into B and W)" if cal.bw_split_assumed else ""
+        err.print(f"costs measured from {costs_from}: {cal.samples} intervals{note}")
+    explicit = (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))
+    costs.update({k: v for k, v in explicit if v is not None})
     return Overrides(tuple(algo or ()), pp, vpp, mb, costs, mem_limit)

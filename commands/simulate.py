@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from primuspp.commands import options as o
 from primuspp.commands.console import out, progress
 from primuspp.commands.render import results_table
-
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.output import write_result
 from primuspp.sim.runs import run, summary
@@ -27,6 +27,7 @@ def simulate(
     wgrad: o.WgradOpt = None,
     comm: o.CommOpt = None,
     mem_limit: o.MemLimitOpt = None,
+    costs_from: o.CostsFromOpt = None,
     out_dir: Annotated[
         Path | None, typer.Option("--out", "-o", help="Results directory (default: the config's output_dir).")
     ] = None,
@@ -34,7 +35,7 @@ def simulate(
 ) -> None:
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
     cfg = load_config(config)
-    specs = run_specs(cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit))
+    specs = run_specs(cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from))
     results = [run(spec) for spec in progress(specs, "simulating")]
     target = out_dir or Path(cfg.output_dir)
     for result in results:

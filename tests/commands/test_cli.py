@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from primuspp.commands.app import main
 
 
