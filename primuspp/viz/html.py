@@ -12,7 +12,7 @@ from plotly.offline import get_plotlyjs
 
 from primuspp.errors import ConfigError
 from primuspp.trace.timeline import Timeline
-from primuspp.viz.sources import Source
+from primuspp.viz.sources import Source, shown_iterations
 from primuspp.viz.style import IDLE_COLOR, KIND_COLORS, KIND_NAMES
 from primuspp.viz.summary import summary_html
 from primuspp.viz.timeline_figure import box_count, time_span, timeline_figure
@@ -31,10 +31,7 @@ _ERROR_HOOK = (
 def timeline_page(sources: list[Source], iteration: str | None = None, title: str = "primuspp viz") -> str:
     """One section per source, all on one time axis; runs with several iterations get a selector that
     starts at `iteration` (default: the last one)."""
-    picks = [pick_iteration(s, iteration) for s in sources]
-    if iteration is not None and not any(tl.iteration == iteration for s in sources for tl in s.timelines):
-        have = ", ".join(f"{s.label}: {_iteration_range(s)}" for s in sources)
-        raise ConfigError(f"--iteration {iteration}: no source has it ({have})", key="iteration")
+    picks = shown_iterations(sources, iteration)
     shown_end = max(time_span(s.timelines[i])[1] for s, i in zip(sources, picks, strict=True))
     x_range = (0.0, shown_end * 1.005 if shown_end > 0 else 1.0)
     sections, payload = [], []
@@ -58,14 +55,6 @@ def timeline_page(sources: list[Source], iteration: str | None = None, title: st
     return page(title, "".join(sections), data, _asset("page.js"), intro=_legend_html())
 
 
-def pick_iteration(source: Source, iteration: str | None) -> int:
-    """Index of `iteration` in the source, else of its last iteration."""
-    for i, tl in enumerate(source.timelines):
-        if tl.iteration == iteration:
-            return i
-    return len(source.timelines) - 1
-
-
 def page(title: str, body: str, data: dict[str, Any], script: str, intro: str = "") -> str:
     """The page skeleton: error hook, plotly.js, CSS, a header (title, `intro`), `body`, then `data` as the
     global PP and `script`."""
@@ -83,16 +72,16 @@ def page(title: str, body: str, data: dict[str, Any], script: str, intro: str = 
     )
 
 
-def write_page(html: str, path: Path) -> None:
+def write_file(path: Path, text: str, option: str = "--out") -> None:
+    """Write `text` atomically; a failure is a one-line error naming `option` and the path."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        if path.parent and not path.parent.exists():
-            path.parent.mkdir(parents=True)
-        tmp.write_text(html, encoding="utf-8")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError as err:
         tmp.unlink(missing_ok=True)
-        raise ConfigError(f"--out {path}: cannot write ({err.strerror})", key="out") from None
+        raise ConfigError(f"{option} {path}: cannot write ({err.strerror})", key=option.lstrip("-")) from None
 
 
 def _embedded(source: Source, pick: int) -> list[Timeline]:
@@ -142,11 +131,6 @@ def _legend_html() -> str:
         "<p>Lighter shades are later chunks; numbers on the boxes are microbatches (zoom in to see them on "
         "crowded rows). Drag to zoom: every section follows; double-click to reset.</p>"
     )
-
-
-def _iteration_range(source: Source) -> str:
-    its = [tl.iteration for tl in source.timelines]
-    return its[0] if len(its) == 1 else f"{its[0]}..{its[-1]}"
 
 
 def _asset(name: str) -> str:

@@ -38,6 +38,23 @@ def load_sources(paths: list[Path]) -> list[Source]:
     return unique
 
 
+def shown_iterations(sources: list[Source], iteration: str | None) -> list[int]:
+    """For each source, the index of the timeline to show first: `iteration` where the source has it, else
+    its last. An `iteration` no source has is an error."""
+    if iteration is not None and not any(tl.iteration == iteration for s in sources for tl in s.timelines):
+        have = ", ".join(f"{s.label}: {_iteration_range(s)}" for s in sources)
+        raise ConfigError(f"--iteration {iteration}: no source has it ({have})", key="iteration")
+    return [
+        next((i for i, tl in enumerate(s.timelines) if tl.iteration == iteration), len(s.timelines) - 1)
+        for s in sources
+    ]
+
+
+def _iteration_range(source: Source) -> str:
+    its = [tl.iteration for tl in source.timelines]
+    return its[0] if len(its) == 1 else f"{its[0]}..{its[-1]}"
+
+
 def load_path(path: Path) -> list[Source]:
     if not path.exists():
         raise ConfigError(f"{path}: no such file or directory", key="path")

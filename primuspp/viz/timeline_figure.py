@@ -174,7 +174,7 @@ def _bar_boxes(name: str, color: str, items: list[tuple[int, Interval]]) -> dict
         "textposition": "inside",
         "insidetextanchor": "middle",
         "textangle": 0,
-        "textfont": {"color": text_color(color), "size": 11},
+        "textfont": {"color": text_color(color), "size": 10},
         "hovertext": [_hover(r, iv) for r, iv in items],
         "hoverinfo": "text",
         "meta": {"role": "boxes"},
