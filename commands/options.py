@@ -33,6 +33,10 @@ MemLimitOpt = Annotated[
         "--mem-limit", help="Per-rank activation cap in microbatch units (1 = one microbatch, whole rank)."
     ),
 ]
+ShowOpt = Annotated[
+    bool,
+    typer.Option("--show", help="Draw each run's timeline in the terminal (a row per rank, coloured cells)."),
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
 ]

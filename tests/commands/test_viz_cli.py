@@ -96,3 +96,25 @@ def test_bad_path_is_one_line_naming_the_file(capsys, tmp_path, make, message):
     assert code == 2 and out == ""
     assert err.startswith("error: " + message.format(d=tmp_path)) and err.count("\n") == 1, err
     assert not (tmp_path / "v.html").exists()
+
+
+def test_simulate_show_draws_each_run(capsys, tmp_path):
+    args = ("simulate", "--algo", "1f1b", "--algo", "gpipe", "--pp", "4", "--mb", "4", "--out", str(tmp_path))
+    code, out, _ = run_cli(capsys, *args, "--show")
+    assert code == 0
+    assert "1f1b  p=4 v=1 m=4: step time" in out and "gpipe  p=4 v=1 m=4" in out
+    assert out.count("F forward") == 2
+    # with --json, stdout stays one JSON document; the drawings go to stderr
+    code, out, err = run_cli(capsys, *args, "--show", "--json")
+    assert code == 0 and len(json.loads(out)["results"]) == 2 and "F forward" in err
+
+
+def test_dump_show_replaces_the_text_on_stdout(capsys, tmp_path):
+    code, out, _ = run_cli(capsys, "dump", "--algo", "zb1p", "--pp", "2", "--mb", "3", "--show")
+    assert code == 0 and "# primuspp schedule" not in out and "zero-bubble  p=2 v=1 m=3" in out
+    path = tmp_path / "t.txt"
+    code, out, _ = run_cli(
+        capsys, "dump", "--algo", "zb1p", "--pp", "2", "--mb", "3", "--show", "--out", str(path)
+    )
+    assert code == 0 and "zero-bubble  p=2 v=1 m=3" in out
+    assert path.read_text().startswith("# primuspp schedule")  # the round-trippable text, unchanged
