@@ -8,13 +8,14 @@ from typing import Annotated
 
 import typer
 from primuspp.commands import options as o
-from primuspp.commands.console import out, progress
+from primuspp.commands.console import err, out, progress
 from primuspp.commands.render import results_table
 
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.compare import rank_results
 from primuspp.sim.runs import run, summary
 from primuspp.sim.sources import summaries_from_dir
+from primuspp.viz.html import compare_page, write_file
 
 
 def compare(
@@ -35,6 +36,10 @@ def compare(
     comm: o.CommOpt = None,
     mem_limit: o.MemLimitOpt = None,
     json_: o.JsonOpt = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Also write bar charts of step time, bubble and peak memory (HTML)."),
+    ] = None,
 ) -> None:
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one."""
     rows = []
@@ -46,6 +51,9 @@ def compare(
         )
         rows.extend(summary(run(spec)) for spec in progress(specs, "simulating"))
     ranking = rank_results(rows, mem_limit)
+    if html is not None:
+        write_file(html, compare_page(ranking.rows, ranking.best, ranking.reason, mem_limit), "--html")
+        err.print(f"wrote {html}", soft_wrap=True)
     if json_:
         print(json.dumps({"results": ranking.rows, "recommendation": ranking.best, "reason": ranking.reason}))
         return

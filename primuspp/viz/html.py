@@ -12,6 +12,7 @@ from plotly.offline import get_plotlyjs
 
 from primuspp.errors import ConfigError
 from primuspp.trace.timeline import Timeline
+from primuspp.viz.compare_figure import compare_figure, compare_table_html
 from primuspp.viz.sources import Source, shown_iterations
 from primuspp.viz.style import IDLE_COLOR, KIND_COLORS, KIND_NAMES
 from primuspp.viz.summary import summary_html
@@ -53,6 +54,18 @@ def timeline_page(sources: list[Source], iteration: str | None = None, title: st
         sections.append(_section_html(n, source, source.timelines[pick], embedded))
     data = {"sections": payload, "xRange": list(x_range)}
     return page(title, "".join(sections), data, _asset("page.js"), intro=_legend_html())
+
+
+def compare_page(
+    rows: list[dict[str, Any]], best: str | None, reason: str, mem_limit: float | None = None
+) -> str:
+    """Bar charts of step time, bubble and peak memory per run (`compare --html`), above the table."""
+    body = (
+        f"<section>{compare_table_html(rows, best, reason)}"
+        '<div class="plot" id="plot-compare"></div></section>\n'
+    )
+    data = {"figure": compare_figure(rows, best, mem_limit)}
+    return page("primuspp compare", body, data, _asset("compare.js"))
 
 
 def page(title: str, body: str, data: dict[str, Any], script: str, intro: str = "") -> str:

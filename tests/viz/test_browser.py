@@ -4,6 +4,8 @@ Screenshots land in each test's tmp_path (and in $PRIMUSPP_TEST_ARTIFACTS when s
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from primuspp.commands.app import main
 
@@ -64,3 +66,14 @@ def test_webgl_page_and_two_sections(tmp_path):
     assert by_label["zero-bubble"]["mode"] == "gl" and by_label["zero-bubble"]["svg_bars"] == 0
     assert by_label["zero-bubble"]["boxes_per_rank"] == [len(rt.intervals) for rt in big.timeline.ranks]
     assert by_label["1f1b"]["boxes_per_rank"] == [32] * 8
+
+
+def test_compare_page(tmp_path):
+    page = tmp_path / "compare.html"
+    assert main(["compare", "--pp", "8", "--mb", "32", "--mem-limit", "9", "--html", str(page)]) == 0
+    status = page_status(page, png=tmp_path / "compare.png", size=(1400, 560))
+    assert status["ready"] and status["errors"] == []
+    runs = json.loads(page.read_text().split("<script>var PP=")[1].split(";</script>")[0])["figure"]["data"][
+        0
+    ]["y"]
+    assert len(runs) >= 4 and status["bars"] == 3 * len(runs)  # three charts, one bar per run
