@@ -27,9 +27,10 @@ def box_count(timeline: Timeline) -> int:
 
 def time_span(timeline: Timeline) -> tuple[float, float]:
     """First start and last end over all ranks (0, 0 when nothing ran)."""
-    starts = [iv.start for rt in timeline.ranks for iv in rt.intervals[:1]]
-    ends = [max(iv.end for iv in rt.intervals) for rt in timeline.ranks if rt.intervals]
-    return (min(starts, default=0.0), max(ends, default=0.0))
+    intervals = [iv for rt in timeline.ranks for iv in rt.intervals]
+    if not intervals:
+        return (0.0, 0.0)
+    return (min(iv.start for iv in intervals), max(iv.end for iv in intervals))
 
 
 def timeline_figure(
