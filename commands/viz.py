@@ -12,7 +12,7 @@ from primuspp.commands.console import err
 
 from primuspp.trace.chrome import chrome_traces
 from primuspp.viz.html import timeline_page, write_file
-from primuspp.viz.sources import load_sources, shown_iterations
+from primuspp.viz.sources import load_sources, shown_iterations, with_transfers
 
 DEFAULT_OUT = Path("pp_viz.html")
 
@@ -57,6 +57,6 @@ def viz(
         err.print(f"wrote {out} ({sections}, {len(html) / 1e6:.1f} MB)", soft_wrap=True)
     if chrome is not None:
         picks = shown_iterations(sources, iteration)
-        runs = [(s.label, s.timelines[i]) for s, i in zip(sources, picks, strict=True)]
+        runs = [(s.label, with_transfers(s, i)) for s, i in zip(sources, picks, strict=True)]
         write_file(chrome, json.dumps(chrome_traces(runs)) + "\n", "--chrome")
         err.print(f"wrote {chrome} (Chrome/Perfetto trace JSON)", soft_wrap=True)

@@ -123,9 +123,7 @@ def compare_table_html(rows: list[dict[str, Any]], best: str | None, reason: str
             f"{r['peak_memory']:.4g}",
         )
         body.append(f'<tr class="{css}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    table = (
-        f'<table class="compare"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-    )
+    table = f'<table class="compare"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
     return f'<p class="meta"><b>recommendation:</b> {escape(reason)}</p><div class="scroll">{table}</div>'
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primuspp.algorithms.registry import build_schedule
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError, PrimusppError
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.formats import from_json
+from primuspp.sim.engine import simulate
 from primuspp.sim.runs import run
 from primuspp.trace.pp_data import read_pp_data
 from primuspp.trace.reconstruct import label_from_table, needs_labels
@@ -78,6 +82,26 @@ def load_path(path: Path) -> list[Source]:
             key="path",
         )
     return [_run_dir(p) for p in runs]
+
+
+def with_transfers(source: Source, index: int) -> Timeline:
+    """Timeline `index` of the source, with its p2p transfers. pp_data has no place for them, but a simulate
+    output keeps its table (schedule.json) and costs (config.json): simulating it again recovers them (for
+    the Chrome trace's send -> receive arrows). Anything else comes back as it is."""
+    timeline = source.timelines[index]
+    run_dir = Path(source.path)
+    if timeline.transfers or timeline.source != "simulated" or not (run_dir / "schedule.json").is_file():
+        return timeline
+    try:
+        costs = CostModel(**json.loads((run_dir / "config.json").read_text())["costs"])
+        table = from_json((run_dir / "schedule.json").read_text(), str(run_dir / "schedule.json"))
+        again = simulate(table, costs, timeline.name).timeline
+    except (OSError, KeyError, TypeError, ValueError, PrimusppError):
+        return timeline
+    same = [sorted((iv.start, iv.end) for iv in rt.intervals) for rt in again.ranks] == [
+        sorted((iv.start, iv.end) for iv in rt.intervals) for rt in timeline.ranks
+    ]
+    return replace(timeline, transfers=again.transfers) if same else timeline
 
 
 def _run_dir(path: Path) -> Source:

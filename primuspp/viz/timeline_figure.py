@@ -110,6 +110,23 @@ def timeline_figure(
             "zeroline": False,
             "title": {"text": "time (ms)"},
         }
+        key = (
+            f"activation memory per rank: rank 0 <span style='color:{rank_color(0, pp)}'>━━</span> … "
+            f"rank {pp - 1} <span style='color:{rank_color(pp - 1, pp)}'>━━</span>"
+        )
+        layout["annotations"] = [
+            {
+                "text": key,
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0,
+                "y": memory_px / plot_px,
+                "xanchor": "left",
+                "yanchor": "bottom",
+                "showarrow": False,
+                "font": {"size": 11, "color": "#555"},
+            }
+        ]
         layout["yaxis2"] = {
             "domain": [0, memory_px / plot_px],
             "rangemode": "tozero",

@@ -53,3 +53,21 @@ def test_old_real_run_gets_microbatches_from_megatron_schedule(primus_samples):
 def test_bad_paths_name_the_file(tmp_path, make, match):
     with pytest.raises(ConfigError, match=match):
         load_sources([make(tmp_path)])
+
+
+def test_transfers_come_back_only_for_an_unchanged_simulate_output(tmp_path):
+    import json
+
+    from primuspp.viz.sources import with_transfers
+
+    result = simulate(build_schedule("1f1b", 3, None, 4))
+    run_dir = write_result(result, tmp_path)
+    (src,) = load_sources([run_dir])
+    assert src.timelines[0].transfers == []
+    assert with_transfers(src, 0).transfers == result.timeline.transfers
+    config = json.loads((run_dir / "config.json").read_text())
+    config["costs"]["forward"] = 7  # the file no longer describes these intervals
+    (run_dir / "config.json").write_text(json.dumps(config))
+    assert with_transfers(src, 0).transfers == []
+    (run_dir / "schedule.json").unlink()
+    assert with_transfers(src, 0).transfers == []
