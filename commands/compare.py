@@ -51,12 +51,12 @@ def compare(
         )
         rows.extend(summary(run(spec)) for spec in progress(specs, "simulating"))
     ranking = rank_results(rows, mem_limit)
+    if json_:
+        print(json.dumps({"results": ranking.rows, "recommendation": ranking.best, "reason": ranking.reason}))
+    else:
+        out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
+        style = "bold green" if ranking.best else "bold red"
+        out.print(f"[{style}]recommendation:[/{style}] {ranking.reason}")
     if html is not None:
         write_file(html, compare_page(ranking.rows, ranking.best, ranking.reason, mem_limit), "--html")
         err.print(f"wrote {html}", soft_wrap=True)
-    if json_:
-        print(json.dumps({"results": ranking.rows, "recommendation": ranking.best, "reason": ranking.reason}))
-        return
-    out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
-    style = "bold green" if ranking.best else "bold red"
-    out.print(f"[{style}]recommendation:[/{style}] {ranking.reason}")
