@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from primuspp.viz.timeline_figure import ms
+from primuspp.viz.style import ms
 
 BEST, OTHER, UNFIT = "#59a14f", "#4e79a7", "#bab0ac"
 _PANELS = (

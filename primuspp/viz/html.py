@@ -104,8 +104,7 @@ def _embedded(source: Source, pick: int) -> list[Timeline]:
     return [source.timelines[pick]]
 
 
-def _section_html(n: int, source: Source, shown: Timeline, embedded: list[Timeline]) -> str:
-    tl = shown
+def _section_html(n: int, source: Source, tl: Timeline, embedded: list[Timeline]) -> str:
     facts = [
         tl.algorithm or "unknown schedule",
         f"p={tl.pp} v={tl.vpp} m={tl.micro_batches}",

@@ -38,7 +38,7 @@ def load_sources(paths: list[Path]) -> list[Source]:
     for s in sources:
         seen[s.label] = seen.get(s.label, 0) + 1
         label = s.label if seen[s.label] == 1 else f"{s.label} ({seen[s.label]})"
-        unique.append(Source(label, s.path, s.timelines, s.note))
+        unique.append(replace(s, label=label))
     return unique
 
 

@@ -1,4 +1,4 @@
-"""Colours and names of node kinds, shared by the HTML page and the terminal view."""
+"""Colours, names and number formats shared by the HTML pages and the terminal view."""
 
 from __future__ import annotations
 
@@ -12,6 +12,13 @@ KIND_NAMES = {
 }
 KIND_COLORS = {"F": "#4e79a7", "B": "#f28e2b", "W": "#59a14f", "BW": "#e15759", "FB": "#9c6fb6"}
 IDLE_COLOR = "#ececec"
+
+
+def ms(x: float) -> str:
+    """Milliseconds for people: whole numbers bare, else 2 decimals (3 below 100)."""
+    if abs(x - round(x)) < 1e-6 * max(1.0, abs(x)):
+        return f"{round(x):,}"
+    return f"{x:,.2f}" if abs(x) >= 100 else f"{x:,.3f}"
 
 
 def kind_color(kind: str, chunk: int = 0, vpp: int = 1) -> str:

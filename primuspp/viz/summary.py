@@ -6,7 +6,7 @@ from html import escape
 
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.timeline import Timeline
-from primuspp.viz.timeline_figure import ms
+from primuspp.viz.style import ms
 
 OPEN_RANKS_UP_TO = 16
 

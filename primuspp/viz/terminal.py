@@ -15,8 +15,8 @@ from rich.text import Text
 
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.timeline import Interval, Timeline
-from primuspp.viz.style import KIND_COLORS, KIND_NAMES, kind_color, mix, text_color
-from primuspp.viz.timeline_figure import ms, time_span
+from primuspp.viz.style import KIND_COLORS, KIND_NAMES, kind_color, mix, ms, text_color
+from primuspp.viz.timeline_figure import time_span
 
 _LETTER = {"F": "F", "B": "B", "W": "W", "BW": "B", "FB": "X"}
 _IDLE = ("·", "grey42")

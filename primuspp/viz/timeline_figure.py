@@ -14,7 +14,7 @@ from typing import Any
 
 from primuspp.trace.timeline import Interval, Timeline
 from primuspp.viz.arrays import typed, typed_rows
-from primuspp.viz.style import IDLE_COLOR, KIND_ORDER, kind_color, rank_color, text_color
+from primuspp.viz.style import IDLE_COLOR, KIND_ORDER, kind_color, ms, rank_color, text_color
 
 BAR_LIMIT = 6000
 MEMORY_PX = 180
@@ -146,13 +146,6 @@ def describe(iv: Interval) -> str:
     where = f", stage {iv.stage}" if iv.stage >= 0 else ""
     chunk = f" (chunk {iv.chunk})" if iv.chunk > 0 else ""
     return f"{iv.kind} mb {iv.microbatch}{where}{chunk}"
-
-
-def ms(x: float) -> str:
-    """Milliseconds for people: whole numbers bare, else 2 decimals (3 below 100)."""
-    if abs(x - round(x)) < 1e-6 * max(1.0, abs(x)):
-        return f"{round(x):,}"
-    return f"{x:,.2f}" if abs(x) >= 100 else f"{x:,.3f}"
 
 
 def _groups(timeline: Timeline) -> list[tuple[tuple[str, int], list[tuple[int, Interval]]]]:

@@ -9,7 +9,8 @@ from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 from primuspp.trace.timeline import Interval, RankTimeline, Timeline
 from primuspp.viz.arrays import decode, typed, typed_rows
-from primuspp.viz.timeline_figure import describe, ms, timeline_figure
+from primuspp.viz.style import ms
+from primuspp.viz.timeline_figure import describe, timeline_figure
 
 
 def boxes_per_rank(fig):
