@@ -68,10 +68,15 @@ def load_path(path: Path) -> list[Source]:
                 f"{path}: expected a simulate output directory, a pp_data directory or a YAML config",
                 key="path",
             )
-        return [
-            Source(spec.name, str(path), (run(spec).timeline,), f"simulated from {path}")
-            for spec in run_specs(load_config(path))
-        ]
+        try:
+            return [
+                Source(spec.name, str(path), (run(spec).timeline,), f"simulated from {path}")
+                for spec in run_specs(load_config(path))
+            ]
+        except PrimusppError as err:  # e.g. an algorithm this build lacks: say which file asked for it
+            if str(path) in str(err):
+                raise
+            raise type(err)(f"{path}: {err}", key=err.key) from None
     if any(path.glob("pp_rank_*.json")):
         return [_run_dir(path)]
     runs = sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("pp_rank_*.json")))

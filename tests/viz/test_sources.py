@@ -3,7 +3,7 @@
 import pytest
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.errors import ConfigError
+from primuspp.errors import PrimusppError
 from primuspp.sim import simulate
 from primuspp.sim.output import write_result
 from primuspp.viz.sources import load_sources
@@ -48,10 +48,17 @@ def test_old_real_run_gets_microbatches_from_megatron_schedule(primus_samples):
             "pp_rank_0.json iteration 1: expected an object with fwd_start/fwd_end",
         ),
         (lambda d: (d / "c.yaml").write_text("pp: [") and d / "c.yaml", "c.yaml: malformed YAML"),
+        (
+            lambda d: (
+                (d / "c.yaml").write_text("pp: 2\nmicro_batches: 2\nruns:\n  - algorithm: nope\n")
+                and d / "c.yaml"
+            ),
+            "c.yaml: unknown algorithm 'nope'",
+        ),
     ],
 )
 def test_bad_paths_name_the_file(tmp_path, make, match):
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(PrimusppError, match=match):  # ConfigError, or ScheduleError for algorithms
         load_sources([make(tmp_path)])
 
 
