@@ -14,6 +14,7 @@ from primuspp.commands.compare import compare
 from primuspp.commands.console import err
 from primuspp.commands.dump import dump
 from primuspp.commands.simulate import simulate
+from primuspp.commands.viz import viz
 from primuspp.errors import PrimusppError
 
 app = typer.Typer(
@@ -26,6 +27,8 @@ app = typer.Typer(
 app.command()(simulate)
 app.command()(dump)
 app.command()(compare)
+app.command()(viz)
+app.command("visualize", help="Alias of `viz`.")(viz)
 app.command()(algorithms)
 
 

@@ -9,13 +9,14 @@ from typing import Annotated
 import typer
 
 from primuspp.commands import options as o
-from primuspp.commands.console import out, progress
+from primuspp.commands.console import err, out, progress
 from primuspp.commands.render import results_table
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.compare import rank_results
 from primuspp.sim.recommend import candidate_specs, simulate_candidates
 from primuspp.sim.runs import run, summary
 from primuspp.sim.sources import summaries_from_dir
+from primuspp.viz.html import compare_page, write_file
 
 
 def compare(
@@ -37,6 +38,10 @@ def compare(
     mem_limit: o.MemLimitOpt = None,
     costs_from: o.CostsFromOpt = None,
     json_: o.JsonOpt = False,
+    html: Annotated[
+        Path | None,
+        typer.Option("--html", help="Also write bar charts of step time, bubble and peak memory (HTML)."),
+    ] = None,
 ) -> None:
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
 
@@ -64,9 +69,12 @@ def compare(
             "refused": [{"name": n, "reason": r} for n, r in refused],
         }
         print(json.dumps(doc))
-        return
-    out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
-    for name, reason in refused:
-        out.print(f"[dim]not admissible: {name}: {reason}[/dim]")
-    style = "bold green" if ranking.best else "bold red"
-    out.print(f"[{style}]recommendation:[/{style}] {ranking.reason}")
+    else:
+        out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
+        for name, reason in refused:
+            out.print(f"[dim]not admissible: {name}: {reason}[/dim]")
+        style = "bold green" if ranking.best else "bold red"
+        out.print(f"[{style}]recommendation:[/{style}] {ranking.reason}")
+    if html is not None:
+        write_file(html, compare_page(ranking.rows, ranking.best, ranking.reason, mem_limit), "--html")
+        err.print(f"wrote {html}", soft_wrap=True)

@@ -18,6 +18,7 @@ from primuspp.schedule.formats import to_csv, to_json, to_text
 from primuspp.schedule.validation import validate
 from primuspp.sim.engine import simulate
 from primuspp.trace.chrome import chrome_trace
+from primuspp.viz.terminal import render_timeline
 
 
 class Format(StrEnum):
@@ -49,6 +50,14 @@ def dump(
     check: Annotated[
         bool, typer.Option("--check", help="Validate and report instead of writing the table.")
     ] = False,
+    show: Annotated[
+        bool,
+        typer.Option(
+            "--show",
+            help="Draw each table's simulated timeline in the terminal, instead of the table on stdout "
+            "(with --out: besides the files).",
+        ),
+    ] = False,
 ) -> None:
     """Write schedule tables (default: every run of the packaged config, as text on stdout)."""
     specs = run_specs(load_config(config), o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit))
@@ -67,6 +76,11 @@ def dump(
                 f"({n_comm} p2p); dependencies, FIFO pairing and rendezvous termination checked"
             )
         return
+    if show:
+        for spec, table in tables:
+            out.print(render_timeline(simulate(table, spec.costs, spec.name).timeline, out.width))
+        if out_path is None:
+            return
     rendered = []
     for spec, table in tables:
         if fmt is Format.text:

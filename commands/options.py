@@ -39,6 +39,10 @@ CostsFromOpt = Annotated[
     Path | None,
     typer.Option("--costs-from", help="Measure the cost model from a pp_data dump or result directory."),
 ]
+ShowOpt = Annotated[
+    bool,
+    typer.Option("--show", help="Draw each run's timeline in the terminal (a row per rank, coloured cells)."),
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
 ]

@@ -9,11 +9,12 @@ from typing import Annotated
 import typer
 
 from primuspp.commands import options as o
-from primuspp.commands.console import out, progress
+from primuspp.commands.console import err, out, progress
 from primuspp.commands.render import results_table
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.output import write_result
 from primuspp.sim.runs import run, summary
+from primuspp.viz.terminal import render_timeline
 
 
 def simulate(
@@ -32,6 +33,7 @@ def simulate(
         Path | None, typer.Option("--out", "-o", help="Results directory (default: the config's output_dir).")
     ] = None,
     json_: o.JsonOpt = False,
+    show: o.ShowOpt = False,
 ) -> None:
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
     cfg = load_config(config)
@@ -43,5 +45,9 @@ def simulate(
     summaries = [summary(r) for r in results]
     if json_:
         print(json.dumps({"results": summaries}))
-        return
-    out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))
+    else:
+        out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))
+    if show:  # with --json, stdout holds the JSON document alone: the drawings go to stderr
+        console = err if json_ else out
+        for result in results:
+            console.print(render_timeline(result.timeline, console.width))

@@ -53,6 +53,7 @@ def rank_record(rt: RankTimeline) -> dict[str, Any]:
 def config_record(timeline: Timeline, extra: dict[str, Any] | None = None) -> dict[str, Any]:
     rec = {"pp_size": timeline.pp, "vpp_size": timeline.vpp, "micro_batches": timeline.micro_batches}
     rec.update({"name": timeline.name, "algorithm": timeline.algorithm, "source": timeline.source})
+    rec["memory_unit"] = timeline.memory_unit
     rec.update(extra or {})
     return rec
 
@@ -95,12 +96,44 @@ def _parse_rank(rec: Any, rank: int, where: str) -> RankTimeline:
             intervals.append(
                 Interval(kinds[i], int(mbs[i]), int(stages[i]), int(chunks[i]), starts[i], ends[i], back)
             )
+    intervals = _merge_combined(intervals)
     intervals.sort(key=lambda iv: (iv.start, iv.end))
     levels = _floats(rec, "activation_memory_usage", where) if "activation_memory_usage" in rec else []
     times = _floats(rec, "activation_memory_time", where) if "activation_memory_time" in rec else []
     memory = [(0.0, 0.0)] + (list(zip(times, levels, strict=False)) if len(times) == len(levels) else [])
     peak = float(rec.get("memory", max(levels, default=0.0)) or 0.0)
     return RankTimeline(rank, intervals, memory, peak)
+
+
+def _merge_combined(intervals: list[Interval]) -> list[Interval]:
+    """Primus records a combined forward+backward call (its FB overlap) as an fwd and a bwd event with the
+    same [start, end]: make those one FB interval instead of two boxes on top of each other."""
+    backward = {}
+    for iv in intervals:
+        if iv.kind in ("B", "BW") and iv.end > iv.start:
+            backward.setdefault((iv.start, iv.end), iv)
+    if not backward:
+        return intervals
+    merged, absorbed = [], set()
+    for iv in intervals:
+        twin = backward.pop((iv.start, iv.end), None) if iv.kind == "F" else None
+        if twin is None:
+            merged.append(iv)
+            continue
+        absorbed.add(id(twin))
+        back = (twin.kind, twin.microbatch, twin.stage, twin.chunk)
+        merged.append(Interval("FB", iv.microbatch, iv.stage, iv.chunk, iv.start, iv.end, back))
+    return [iv for iv in merged if id(iv) not in absorbed]
+
+
+def _source_and_unit(config: dict) -> tuple[str, str]:
+    """Ours say; Primus' real-run dumps (`num_mbs`, `train_iters`) hold measured times and
+    `torch.cuda.max_memory_reserved()` in GiB; Primus' simulator output (`micro_batches`) is simulated, in
+    activation units."""
+    measured = "num_mbs" in config or "train_iters" in config
+    source = str(config.get("source", "measured" if measured or not config else "simulated"))
+    unit = str(config.get("memory_unit", "GiB" if source == "measured" else "microbatches"))
+    return source, unit
 
 
 def read_pp_data(directory: str | Path) -> list[Timeline]:
@@ -135,6 +168,7 @@ def read_pp_data(directory: str | Path) -> list[Timeline]:
     pp = len(per_rank)
     vpp = int(config.get("vpp_size", config.get("vp_size", 1)) or 1)
     mbs = int(config.get("micro_batches", config.get("num_mbs", 0)) or 0)
+    source, memory_unit = _source_and_unit(config)
     timelines = []
     for it in iterations:
         ranks = []
@@ -151,8 +185,9 @@ def read_pp_data(directory: str | Path) -> list[Timeline]:
                 or max((len([iv for iv in ranks[0].intervals if iv.kind in ("F", "FB")]) // vpp), 0),
                 ranks=ranks,
                 algorithm=str(config.get("algorithm", "")),
-                source=str(config.get("source", "measured")),
+                source=source,
                 iteration=str(it),
+                memory_unit=memory_unit,
             )
         )
     return timelines

@@ -65,3 +65,29 @@ def test_bad_pp_data_names_the_file(tmp_path, setup, match):
     setup(tmp_path)
     with pytest.raises(ConfigError, match=match):
         read_pp_data(tmp_path)
+
+
+def test_source_and_memory_unit_follow_the_writer(primus_samples, tmp_path):
+    (real, *_) = read_pp_data(primus_samples / "pp_data_example" / "pp8")
+    assert (real.source, real.memory_unit) == ("measured", "GiB")
+    (sim,) = read_pp_data(primus_samples / "simulator_output_p8_m32" / "basic_1f1b")
+    assert (sim.source, sim.memory_unit) == ("simulated", "microbatches")
+    ours = write_result(simulate(build_schedule("1f1b", 2, None, 2)), tmp_path)
+    (back,) = read_pp_data(ours)
+    assert (back.source, back.memory_unit) == ("simulated", "microbatches")
+
+
+def test_combined_forward_backward_events_read_as_one_fb_interval(tmp_path):
+    # Primus' combined F+B wrapper records one call as an fwd and a bwd event with the same interval
+    rec = {
+        "fwd_start": [0.0, 2.0],
+        "fwd_end": [1.0, 4.0],
+        "fwd_minibatch": [0, 1],
+        "bwd_start": [2.0, 5.0],
+        "bwd_end": [4.0, 6.0],
+        "bwd_minibatch": [0, 1],
+    }
+    (tmp_path / "pp_rank_0.json").write_text(json.dumps({"1": rec}))
+    (tl,) = read_pp_data(tmp_path)
+    kinds = [(iv.kind, iv.microbatch, iv.backward) for iv in tl.ranks[0].intervals]
+    assert kinds == [("F", 0, None), ("FB", 1, ("BW", 0, -1, -1)), ("BW", 1, None)]

@@ -1,0 +1,135 @@
+"""What `primuspp viz` draws: timelines from a simulate output, a pp_data dump or a YAML config."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.config.loader import load_config, run_specs
+from primuspp.errors import ConfigError, PrimusppError
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.formats import from_json
+from primuspp.sim.engine import simulate
+from primuspp.sim.runs import run
+from primuspp.trace.pp_data import read_pp_data
+from primuspp.trace.reconstruct import label_from_table, needs_labels
+from primuspp.trace.timeline import Timeline
+
+YAML_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One section of the page: a run, with one timeline per iteration (one for simulations)."""
+
+    label: str
+    path: str
+    timelines: tuple[Timeline, ...]
+    note: str = ""
+
+
+def load_sources(paths: list[Path]) -> list[Source]:
+    """Every PATH's runs, in order; labels made unique."""
+    sources = [s for path in paths for s in load_path(Path(path))]
+    seen: dict[str, int] = {}
+    unique = []
+    for s in sources:
+        seen[s.label] = seen.get(s.label, 0) + 1
+        label = s.label if seen[s.label] == 1 else f"{s.label} ({seen[s.label]})"
+        unique.append(replace(s, label=label))
+    return unique
+
+
+def shown_iterations(sources: list[Source], iteration: str | None) -> list[int]:
+    """For each source, the index of the timeline to show first: `iteration` where the source has it, else
+    its last. An `iteration` no source has is an error."""
+    if iteration is not None and not any(tl.iteration == iteration for s in sources for tl in s.timelines):
+        have = ", ".join(f"{s.label}: {_iteration_range(s)}" for s in sources)
+        raise ConfigError(f"--iteration {iteration}: no source has it ({have})", key="iteration")
+    return [
+        next((i for i, tl in enumerate(s.timelines) if tl.iteration == iteration), len(s.timelines) - 1)
+        for s in sources
+    ]
+
+
+def _iteration_range(source: Source) -> str:
+    its = [tl.iteration for tl in source.timelines]
+    return its[0] if len(its) == 1 else f"{its[0]}..{its[-1]}"
+
+
+def load_path(path: Path) -> list[Source]:
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file or directory", key="path")
+    if path.is_file():
+        if path.suffix.lower() not in YAML_SUFFIXES:
+            raise ConfigError(
+                f"{path}: expected a simulate output directory, a pp_data directory or a YAML config",
+                key="path",
+            )
+        try:
+            return [
+                Source(spec.name, str(path), (run(spec).timeline,), f"simulated from {path}")
+                for spec in run_specs(load_config(path))
+            ]
+        except PrimusppError as err:  # e.g. an algorithm this build lacks: say which file asked for it
+            if str(path) in str(err):
+                raise
+            raise type(err)(f"{path}: {err}", key=err.key) from None
+    if any(path.glob("pp_rank_*.json")):
+        return [_run_dir(path)]
+    runs = sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("pp_rank_*.json")))
+    if not runs:
+        raise ConfigError(
+            f"{path}: no pp_rank_<r>.json files, nor run directories holding them "
+            "(expected a simulate output or pp_data directory)",
+            key="path",
+        )
+    return [_run_dir(p) for p in runs]
+
+
+def with_transfers(source: Source, index: int) -> Timeline:
+    """Timeline `index` of the source, with its p2p transfers. pp_data has no place for them, but a simulate
+    output keeps its table (schedule.json) and costs (config.json): simulating it again recovers them (for
+    the Chrome trace's send -> receive arrows). Anything else comes back as it is."""
+    timeline = source.timelines[index]
+    run_dir = Path(source.path)
+    if timeline.transfers or timeline.source != "simulated" or not (run_dir / "schedule.json").is_file():
+        return timeline
+    try:
+        costs = CostModel(**json.loads((run_dir / "config.json").read_text())["costs"])
+        table = from_json((run_dir / "schedule.json").read_text(), str(run_dir / "schedule.json"))
+        again = simulate(table, costs, timeline.name).timeline
+    except (OSError, KeyError, TypeError, ValueError, PrimusppError):
+        return timeline
+    same = [sorted((iv.start, iv.end) for iv in rt.intervals) for rt in again.ranks] == [
+        sorted((iv.start, iv.end) for iv in rt.intervals) for rt in timeline.ranks
+    ]
+    return replace(timeline, transfers=again.transfers) if same else timeline
+
+
+def _run_dir(path: Path) -> Source:
+    timelines = read_pp_data(path)
+    label = timelines[0].name or path.name
+    if not needs_labels(timelines[0]):
+        return Source(label, str(path), tuple(timelines))
+    labelled, note = _reconstruct(timelines)
+    return Source(label, str(path), labelled, note)
+
+
+def _reconstruct(timelines: list[Timeline]) -> tuple[tuple[Timeline, ...], str]:
+    """Primus' older real-run dumps carry no microbatch numbers: take them from Megatron's schedule for the
+    run's p, v and m (1F1B, or interleaved 1F1B when v > 1), the one Primus runs by default."""
+    first = timelines[0]
+    algo = "1f1b-interleaved" if first.vpp > 1 else "1f1b"
+    try:
+        table = build_schedule(algo, first.pp, first.vpp if first.vpp > 1 else None, first.micro_batches)
+    except PrimusppError as err:
+        return tuple(timelines), f"microbatch order unknown ({algo} for this run: {err})"
+    results = [label_from_table(tl, table) for tl in timelines]
+    failed = [r for r in results if not r.labelled]
+    note = results[0].reason if not failed else f"microbatch order unknown: {failed[0].reason}"
+    if failed and len(failed) < len(results):
+        note += f" (in {len(failed)} of {len(results)} iterations)"
+    return tuple(r.timeline for r in results), note

@@ -1,0 +1,80 @@
+"""What `viz` accepts as PATH, and the one-line errors for what it does not."""
+
+import pytest
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.errors import PrimusppError
+from primuspp.sim import simulate
+from primuspp.sim.output import write_result
+from primuspp.viz.sources import load_sources
+
+
+def test_simulate_output_root_and_run_dir(tmp_path):
+    for algo in ("zero-bubble", "1f1b"):
+        write_result(simulate(build_schedule(algo, 2, None, 3)), tmp_path)
+    root = load_sources([tmp_path])
+    assert [s.label for s in root] == ["1f1b", "zero-bubble"]
+    assert [len(s.timelines) for s in root] == [1, 1] and root[0].note == ""
+    (one,) = load_sources([tmp_path / "1f1b"])
+    assert one.timelines[0].ranks[1].intervals[0].microbatch == 0
+    # the same run twice keeps both sections, told apart
+    assert [s.label for s in load_sources([tmp_path / "1f1b", tmp_path / "1f1b"])] == ["1f1b", "1f1b (2)"]
+
+
+def test_yaml_config_is_simulated(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("pp: 2\nmicro_batches: 4\nruns:\n  - algorithm: 1f1b\n  - algorithm: gpipe\n")
+    sources = load_sources([cfg])
+    assert [s.label for s in sources] == ["1f1b", "gpipe"]
+    assert sources[0].timelines[0].pp == 2 and sources[0].note == f"simulated from {cfg}"
+
+
+def test_old_real_run_gets_microbatches_from_megatron_schedule(primus_samples):
+    (src,) = load_sources([primus_samples / "pp_data_example" / "pp8_vpp2"])
+    assert len(src.timelines) == 20
+    assert src.note == "microbatch order reconstructed from 1f1b-interleaved (pp=8, vpp=2, m=16)"
+    assert all(iv.microbatch >= 0 for tl in src.timelines for rt in tl.ranks for iv in rt.intervals)
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda d: d / "missing", "missing: no such file or directory"),
+        (lambda d: d, "no pp_rank_<r>.json files, nor run directories"),
+        (lambda d: (d / "x.txt").write_text("hi") and d / "x.txt", "x.txt: expected a simulate output"),
+        (lambda d: (d / "pp_rank_0.json").write_text("[1]") and d, "pp_rank_0.json: expected an object"),
+        (
+            lambda d: (d / "pp_rank_0.json").write_text('{"1": {"fwd_start": [1]}}') and d,
+            "pp_rank_0.json iteration 1: expected an object with fwd_start/fwd_end",
+        ),
+        (lambda d: (d / "c.yaml").write_text("pp: [") and d / "c.yaml", "c.yaml: malformed YAML"),
+        (
+            lambda d: (
+                (d / "c.yaml").write_text("pp: 2\nmicro_batches: 2\nruns:\n  - algorithm: nope\n")
+                and d / "c.yaml"
+            ),
+            "c.yaml: unknown algorithm 'nope'",
+        ),
+    ],
+)
+def test_bad_paths_name_the_file(tmp_path, make, match):
+    with pytest.raises(PrimusppError, match=match):  # ConfigError, or ScheduleError for algorithms
+        load_sources([make(tmp_path)])
+
+
+def test_transfers_come_back_only_for_an_unchanged_simulate_output(tmp_path):
+    import json
+
+    from primuspp.viz.sources import with_transfers
+
+    result = simulate(build_schedule("1f1b", 3, None, 4))
+    run_dir = write_result(result, tmp_path)
+    (src,) = load_sources([run_dir])
+    assert src.timelines[0].transfers == []
+    assert with_transfers(src, 0).transfers == result.timeline.transfers
+    config = json.loads((run_dir / "config.json").read_text())
+    config["costs"]["forward"] = 7  # the file no longer describes these intervals
+    (run_dir / "config.json").write_text(json.dumps(config))
+    assert with_transfers(src, 0).transfers == []
+    (run_dir / "schedule.json").unlink()
+    assert with_transfers(src, 0).transfers == []
