@@ -1,0 +1,160 @@
+"""The V family: zbv, v-half, v-min and v-auto (V placement, v = 2, B/W split).
+
+All four build candidates the same way — building blocks repeated and squeezed (`vshape`), plus, on small
+instances, the capped greedy (`greedy`) — and keep the one with the shortest longest-rank span (the
+zero-bubble papers' metric), then the shortest step time, among those within the memory budget. They
+differ in the budget and the blocks they start from:
+
+- zbv: budget p (1F1B's), the wide blocks; zero bubble when F = B = W.
+- v-half: budget floor((p+2)/2), the block with doubled F0/B1 spacing.
+- v-min: budget floor((p+4)/3), the tight block.
+- v-auto: any budget >= 1 (`max_mem`, default p), the blocks that fit it, widest first.
+
+With `offload=true` each chunk-0 activation moves to host right after its forward (OFFLOAD) and back just
+before its backward (RELOAD); the simulator's memory follows.
+"""
+
+from __future__ import annotations
+
+import math
+
+from primuspp.algorithms import greedy, vshape
+from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
+from primuspp.algorithms.portfolio import pick
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import v_shape
+
+#: up to this many compute nodes every fitting block and the greedy policies are tried; beyond, only the
+#: preferred blocks (keeps p=64, m=512 well under a second per variant)
+SMALL = 12_000
+GREEDY_POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "b-eager-deep", "b-eager-old"))
+AUTO_BLOCKS = (
+    vshape.MIN,
+    vshape.Block("min-b0", 1, 1, 1, 2),
+    vshape.Block("half-f1", 1, 2, 1, 1),
+    vshape.HALF,
+    vshape.Block("half-b1", 1, 1, 2, 1),
+    vshape.Block("half-f13", 1, 3, 1, 1),
+    vshape.Block("half-f2b2", 1, 2, 2, 1),
+    vshape.Block("wide-b1", 1, 1, 3, 1),
+    vshape.Block("wide-b13", 1, 1, 3, 3),
+    vshape.ZB_TIGHT,
+    vshape.ZB,
+)
+
+
+def v_orders(
+    p: int, m: int, cap: float, preferred: tuple[vshape.Block, ...], costs, report: dict
+) -> ComputeOrder:
+    """Best V order within `cap` (microbatch units per rank): squeezed blocks, then greedy fallbacks."""
+    placement = v_shape(p)
+    stage_costs = costs.for_placement(placement)
+    chunks = math.floor(cap * 2 + 1e-9)
+    small = 6 * p * m <= SMALL
+    probe = min(m, 2 * p + 4)
+    fitting = []
+    for block in (*preferred, *(b for b in AUTO_BLOCKS if b not in preferred)) if small else preferred:
+        peak = vshape.block_peak(p, probe, block)
+        if peak <= chunks:
+            fitting.append((peak, block))
+    if not small:  # the widest preferred block that fits
+        fitting.sort(key=lambda x: -x[0])
+        fitting = fitting[:1]
+    candidates: list[tuple[str, ComputeOrder]] = []
+    for _, block in fitting:
+        candidates.extend(vshape.squeezed_orders(p, m, block, chunks, both=small))
+    if small or not candidates:
+        for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
+            plan = greedy.schedule(placement, m, stage_costs, cap, policy)
+            candidates.append((f"greedy/{policy.name}", plan.order))
+    name, order, _ = pick(placement, m, candidates, stage_costs, cap, "span")
+    report["candidate"] = name
+    return order
+
+
+def with_offload(order: ComputeOrder, p: int) -> ComputeOrder:
+    """OFFLOAD each chunk-0 activation (stages < p) after its F; RELOAD it just before its B."""
+    out = []
+    for seq in order:
+        new: list[Node] = []
+        for node in seq:
+            if node.stage < p and node.kind is NodeKind.B:
+                new.append(Node(NodeKind.RELOAD, node.microbatch, node.stage))
+            new.append(node)
+            if node.stage < p and node.kind is NodeKind.F:
+                new.append(Node(NodeKind.OFFLOAD, node.microbatch, node.stage))
+        out.append(new)
+    return out
+
+
+def _generator(budget, preferred: tuple[vshape.Block, ...]):
+    def generate(req: GenerationRequest) -> ComputeOrder:
+        p, m = req.pp, req.micro_batches
+        cap = budget(p, req.params)
+        order = v_orders(p, m, cap, preferred, req.costs, req.report)
+        return with_offload(order, p) if req.params.get("offload") else order
+
+    return generate
+
+
+def _auto_budget(p: int, params: dict) -> float:
+    value = params.get("max_mem")
+    return float(p) if value is None else float(value)
+
+
+def _refuse_auto(p: int, v: int, m: int, params: dict) -> str | None:
+    value = params.get("max_mem")
+    if value is not None and value < 1:
+        return f"v-auto: max_mem={value:g} is below one microbatch per rank (a V schedule needs max_mem >= 1)"
+    return None
+
+
+OFFLOAD = Param("offload", boolean, False, "move chunk-0 activations to host between their F and B")
+_COMMON = dict(placement="v", vpp_default=2, vpp_rule="2", vpp_ok=lambda v: v == 2, uses_costs=True)
+
+ZBV = Algorithm(
+    name="zbv",
+    aliases=("zbv-formatted", "zb-v"),
+    summary="zero-bubble V: two chunks per rank, B/W split, 1F1B's memory",
+    memory="p",
+    constraints="v = 2, any p >= 1, m >= 1",
+    generate=_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT)),
+    params=(OFFLOAD,),
+    **_COMMON,
+)
+V_HALF = Algorithm(
+    name="v-half",
+    aliases=("vhalf", "zbv-half"),
+    summary="V schedule at about half of 1F1B's activation memory",
+    memory="floor((p+2)/2)",
+    constraints="v = 2, any p >= 1, m >= 1",
+    generate=_generator(lambda p, params: float((p + 2) // 2), (vshape.HALF,)),
+    params=(OFFLOAD,),
+    **_COMMON,
+)
+V_MIN = Algorithm(
+    name="v-min",
+    aliases=("vmin", "zbv-min"),
+    summary="V schedule at about a third of 1F1B's activation memory",
+    memory="floor((p+4)/3)",
+    constraints="v = 2, any p >= 1, m >= 1",
+    generate=_generator(lambda p, params: float((p + 4) // 3), (vshape.MIN,)),
+    params=(OFFLOAD,),
+    **_COMMON,
+)
+V_AUTO = Algorithm(
+    name="v-auto",
+    aliases=("zbv-auto",),
+    summary="V schedule for any activation budget (max_mem, microbatches per rank)",
+    memory="max_mem (default p)",
+    constraints="v = 2, any p >= 1, m >= 1, max_mem >= 1",
+    generate=_generator(_auto_budget, AUTO_BLOCKS[::-1]),
+    refuse=_refuse_auto,
+    params=(
+        Param("max_mem", float, None, "per-rank activation budget in microbatch units (default p)"),
+        OFFLOAD,
+    ),
+    budget_param="max_mem",
+    **_COMMON,
+)
+ALGORITHMS = (ZBV, V_HALF, V_MIN, V_AUTO)
