@@ -49,6 +49,9 @@ class Policy:
     w_lag: float | None = None
     #: after a B prefer an F and after an F a B (the 1F1B rhythm), whatever `backward_first` says
     alternate: bool = False
+    #: wait for a preferred F/B that arrives within this fraction of its own duration rather than run a
+    #: less preferred one now (absorbs small comm latencies that would break the rhythm)
+    patience: float = 0.0
     #: optional (placement, m) -> (F offsets, B offsets, W offsets per stage, period): node priority is
     #: offset + period * (its index among the stage's microbatches); lowest ready first, W included
     priorities: Callable[[Placement, int], tuple] | None = None
@@ -61,6 +64,9 @@ POLICIES = (
     Policy("alt-lag", fill="fit", w_lag=1.0, alternate=True),
     Policy("alt-lag-eager", w_lag=1.0, alternate=True),
     Policy("alt-lag-lazy", fill="lazy", w_lag=1.0, alternate=True),
+    Policy("alt-fit-wait", fill="fit", alternate=True, patience=0.5),
+    Policy("alt-lag-wait", fill="fit", w_lag=1.0, alternate=True, patience=0.5),
+    Policy("b-fit-wait", fill="fit", patience=0.5),
     Policy("b-fit-deep", fill="fit"),
     Policy("b-lazy-deep", fill="lazy"),
     Policy("b-eager-old", deep_first=False),
@@ -138,7 +144,7 @@ def schedule(
     left = [sum(3 * n_of[s] for s in rank_stages[r]) for r in range(p)]
     order: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
     heap = [(0.0, r) for r in range(p)]
-    fill, lag = policy.fill, policy.w_lag
+    fill, lag, patience = policy.fill, policy.w_lag, policy.patience
     prio = policy.priorities(placement, m) if policy.priorities else None
     deep = [0] * n_stages
     if prio is None:
@@ -169,7 +175,7 @@ def schedule(
                 mb = stage_mbs[s][i]
                 pr = prio[_W][s] + prio[3] * i if prio else (cls[_W], i, deep[s])
                 if best_w is None or pr < best_w[0]:
-                    best_w = (pr, _W, s, mb)
+                    best_w = (pr, _W, s, mb, 0.0)
             i = nb[s]
             if i < n_of[s]:
                 more_fb = True
@@ -183,7 +189,7 @@ def schedule(
                     e = g_end[mb * n_stages + q]
                     ready = -1.0 if e < 0 else max(f_end[key], e + (comm if srank[q] != r else 0.0))
                 if ready >= 0:
-                    if ready <= t + eps:
+                    if ready <= t + eps + patience * dur[_B][s]:
                         if prio:
                             pr = prio[_B][s] + prio[3] * i
                         elif alternate:
@@ -191,7 +197,7 @@ def schedule(
                         else:
                             pr = (cls[_B], i, deep[s])
                         if best is None or pr < best[0]:
-                            best = (pr, _B, s, mb)
+                            best = (pr, _B, s, mb, ready)
                     elif ready < next_known:
                         next_known = ready
             i = nf[s]
@@ -207,7 +213,7 @@ def schedule(
                     need = unit[s] + (reserve[s] if opens[s] else 0.0)
                     if mem[r] + need > cap_eps:
                         blocked_by_memory = True
-                    elif ready <= t + eps:
+                    elif ready <= t + eps + patience * dur[_F][s]:
                         if prio:
                             pr = prio[_F][s] + prio[3] * i
                         elif alternate:
@@ -215,7 +221,7 @@ def schedule(
                         else:
                             pr = (cls[_F], i, deep[s])
                         if best is None or pr < best[0]:
-                            best = (pr, _F, s, mb)
+                            best = (pr, _F, s, mb, ready)
                     elif ready < next_known:
                         next_known = ready
         if best_w is not None:
@@ -237,7 +243,10 @@ def schedule(
             if next_known < inf:
                 heapq.heappush(heap, (next_known, r))
             continue
-        _, kind, s, mb = best
+        _, kind, s, mb, ready = best
+        if ready > t + eps:  # worth waiting for: it arrives within the policy's patience
+            heapq.heappush(heap, (ready, r))
+            continue
         key = mb * n_stages + s
         end = t + dur[kind][s]
         if first[r] < 0:

@@ -114,20 +114,23 @@ def score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, 
 def pick(
     placement: Placement,
     m: int,
-    candidates: Sequence[tuple[str, ComputeOrder]],
+    candidates: Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]],
     costs: StageCosts,
     cap: float | None,
     objective: str = "span",
 ) -> tuple[str, ComputeOrder, Score]:
-    """The best candidate whose peak fits `cap` (None: no cap). Earlier candidates win ties."""
+    """The best candidate whose peak fits `cap` (None: no cap); earlier candidates win ties. A candidate
+    may carry its Score already (a greedy plan knows its own); the others are timed here."""
     best: tuple[str, ComputeOrder, Score] | None = None
-    if len(candidates) == 1:  # nothing to compare: only the cap needs checking, no timing
+    if len(candidates) == 1 and len(candidates[0]) == 2:  # nothing to compare: check the cap, skip timing
         name, order = candidates[0]
         peak = order_peak(order, memory_units(placement, costs.activation), costs.b_free_fraction)
-        candidates = [] if cap is not None and peak > cap + 1e-9 else candidates
-        best = (name, order, Score(float("nan"), float("nan"), peak)) if candidates else None
-    for name, order in candidates if best is None else ():
-        sc = score(placement, m, order, costs, costs.b_free_fraction)
+        if cap is None or peak <= cap + 1e-9:
+            return name, order, Score(float("nan"), float("nan"), peak)
+        candidates = []
+    for cand in candidates:
+        name, order = cand[0], cand[1]
+        sc = cand[2] if len(cand) == 3 else score(placement, m, order, costs, costs.b_free_fraction)
         if cap is not None and sc.peak > cap + 1e-9:
             continue
         if best is None or sc.key(objective) < best[2].key(objective):

@@ -6,7 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from primuspp.algorithms import gpipe, interleaved, one_f_one_b, v_family, zero_bubble
+from primuspp.algorithms import (
+    dualpipe,
+    gpipe,
+    heuristic,
+    interleaved,
+    one_f_one_b,
+    optimal,
+    v_family,
+    zero_bubble,
+    zero_bubble_h2,
+)
 from primuspp.algorithms.base import Algorithm, GenerationRequest
 from primuspp.errors import ScheduleError, ValidationError
 from primuspp.schedule.costs import CostModel
@@ -29,9 +39,9 @@ def register(algorithm: Algorithm) -> None:
     ALGORITHMS[algorithm.name] = algorithm
 
 
-for _module in (gpipe, one_f_one_b, interleaved, zero_bubble):
+for _module in (gpipe, one_f_one_b, interleaved, zero_bubble, zero_bubble_h2, heuristic, optimal):
     register(_module.ALGORITHM)
-for _algorithm in v_family.ALGORITHMS:
+for _algorithm in (*v_family.ALGORITHMS, *dualpipe.ALGORITHMS):
     register(_algorithm)
 
 

@@ -24,8 +24,8 @@ from primuspp.algorithms.portfolio import pick
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 
-#: up to this many compute nodes every fitting block and the greedy policies are tried; beyond, only the
-#: preferred blocks (keeps p=64, m=512 well under a second per variant)
+#: up to this many compute nodes both squeezes and the greedy policies are tried; beyond, only the block's
+#: preferred squeeze (keeps p=64, m=512 near a second)
 SMALL = 12_000
 GREEDY_POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "b-eager-deep", "b-eager-old"))
 AUTO_BLOCKS = (
@@ -44,24 +44,21 @@ AUTO_BLOCKS = (
 
 
 def v_orders(
-    p: int, m: int, cap: float, preferred: tuple[vshape.Block, ...], costs, report: dict
+    p: int, m: int, cap: float, blocks: tuple[vshape.Block, ...], costs, report: dict, widest: int = 1
 ) -> ComputeOrder:
-    """Best V order within `cap` (microbatch units per rank): squeezed blocks, then greedy fallbacks."""
+    """Best V order within `cap` (microbatch units per rank): the `widest` blocks of `blocks` that fit,
+    squeezed; on small instances both squeezes of each and the greedy policies too."""
     placement = v_shape(p)
     stage_costs = costs.for_placement(placement)
     chunks = math.floor(cap * 2 + 1e-9)
     small = 6 * p * m <= SMALL
     probe = min(m, 2 * p + 4)
-    fitting = []
-    for block in (*preferred, *(b for b in AUTO_BLOCKS if b not in preferred)) if small else preferred:
-        peak = vshape.block_peak(p, probe, block)
-        if peak <= chunks:
-            fitting.append((peak, block))
-    if not small:  # the widest preferred block that fits
-        fitting.sort(key=lambda x: -x[0])
-        fitting = fitting[:1]
+    fitting = [
+        (peak, i, b) for i, b in enumerate(blocks) if (peak := vshape.block_peak(p, probe, b)) <= chunks
+    ]
+    fitting.sort(key=lambda x: (-x[0], x[1]))
     candidates: list[tuple[str, ComputeOrder]] = []
-    for _, block in fitting:
+    for _, _, block in fitting[:widest]:
         candidates.extend(vshape.squeezed_orders(p, m, block, chunks, both=small))
     if small or not candidates:
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
@@ -87,11 +84,11 @@ def with_offload(order: ComputeOrder, p: int) -> ComputeOrder:
     return out
 
 
-def _generator(budget, preferred: tuple[vshape.Block, ...]):
+def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1):
     def generate(req: GenerationRequest) -> ComputeOrder:
         p, m = req.pp, req.micro_batches
         cap = budget(p, req.params)
-        order = v_orders(p, m, cap, preferred, req.costs, req.report)
+        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest)
         return with_offload(order, p) if req.params.get("offload") else order
 
     return generate
@@ -148,7 +145,7 @@ V_AUTO = Algorithm(
     summary="V schedule for any activation budget (max_mem, microbatches per rank)",
     memory="max_mem (default p)",
     constraints="v = 2, any p >= 1, m >= 1, max_mem >= 1",
-    generate=_generator(_auto_budget, AUTO_BLOCKS[::-1]),
+    generate=_generator(_auto_budget, AUTO_BLOCKS, widest=3),
     refuse=_refuse_auto,
     params=(
         Param("max_mem", float, None, "per-rank activation budget in microbatch units (default p)"),
