@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from primuspp.algorithms import greedy, one_f_one_b, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
-from primuspp.algorithms.portfolio import Score, pick
+from primuspp.algorithms.portfolio import pick
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 
@@ -54,12 +54,10 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     costs = planning_costs(req.costs, req.params).for_placement(placement)
     cap = default_cap(p, req.params)
     small = 3 * p * m <= SMALL
-    candidates: list[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]] = []
+    candidates: list[tuple[str, ComputeOrder]] = []
     for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:
         plan = greedy.schedule(placement, m, costs, cap, policy)
-        candidates.append(
-            (f"greedy/{policy.name}", plan.order, Score(plan.makespan, plan.max_span, plan.peak))
-        )
+        candidates.append((f"greedy/{policy.name}", plan.order))
     candidates.append(("zero-bubble", zero_bubble.generate(req)))  # kept only if they fit the cap
     candidates.append(("1f1b", one_f_one_b.generate(req)))
     name, order, _ = pick(placement, m, candidates, costs, cap, "step")

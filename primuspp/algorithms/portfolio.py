@@ -28,11 +28,12 @@ class Score:
     max_span: float
     peak: float
 
-    def key(self, objective: str) -> tuple[float, float]:
-        """`span`: the papers' steady metric first (longest rank span), then step time; `step`: reverse."""
+    def key(self, objective: str) -> tuple[float, float, float]:
+        """`span`: the papers' steady metric first (longest rank span), then step time; `step`: reverse.
+        Ties go to the lower peak (memory a budget allows but nothing gains from stays unused)."""
         if objective == "span":
-            return (self.max_span, self.makespan)
-        return (self.makespan, self.max_span)
+            return (self.max_span, self.makespan, self.peak)
+        return (self.makespan, self.max_span, self.peak)
 
 
 def memory_units(placement: Placement, activation: Sequence[float]) -> list[float]:
@@ -119,7 +120,7 @@ def pick(
     cap: float | None,
     objective: str = "span",
 ) -> tuple[str, ComputeOrder, Score]:
-    """The best candidate whose peak fits `cap` (None: no cap); earlier candidates win ties. A candidate
+    """The best candidate whose peak fits `cap` (None: no cap); earlier candidates win exact ties. A candidate
     may carry its Score already (a greedy plan knows its own); the others are timed here."""
     best: tuple[str, ComputeOrder, Score] | None = None
     if len(candidates) == 1 and len(candidates[0]) == 2:  # nothing to compare: check the cap, skip timing

@@ -58,8 +58,10 @@ def v_orders(
     ]
     fitting.sort(key=lambda x: (-x[0], x[1]))
     candidates: list[tuple[str, ComputeOrder]] = []
-    for _, _, block in fitting[:widest]:
+    for peak, _, block in fitting[:widest]:
         candidates.extend(vshape.squeezed_orders(p, m, block, chunks, both=small))
+        if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
+            candidates.extend(vshape.squeezed_orders(p, m, block, peak))
     if small or not candidates:
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from primuspp.algorithms import greedy
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.portfolio import Score, pick
+from primuspp.algorithms.portfolio import pick
 from primuspp.schedule.placement import linear
 
 SMALL = 20_000
@@ -26,7 +26,7 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     candidates = []
     for policy in POLICIES if 3 * p * m <= SMALL else POLICIES[:1]:
         plan = greedy.schedule(placement, m, costs, cap, policy)
-        candidates.append((policy.name, plan.order, Score(plan.makespan, plan.max_span, plan.peak)))
+        candidates.append((policy.name, plan.order))
     name, order, _ = pick(placement, m, candidates, costs, cap, "span")
     req.report["candidate"] = name
     return order
