@@ -192,6 +192,8 @@ def solve(
         order = _order_from(col, start, p, m)
         best = min(ub, score(placement, m, order, costs, bf).makespan)
     gap = max(0.0, (best - bound) / best) if best > 0 else 0.0
+    if status == "Optimal" and gap <= 1e-6:  # proven within the solver's tolerance: say so plainly
+        bound, gap = best, 0.0
     return order, {**report, "status": status, "step_time": best, "lower_bound": bound, "gap": gap}
 
 
