@@ -20,7 +20,7 @@ import math
 
 from primuspp.algorithms import greedy, vshape
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
-from primuspp.algorithms.portfolio import pick
+from primuspp.algorithms.portfolio import memory_units, pick
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 
@@ -52,21 +52,31 @@ def v_orders(
     stage_costs = costs.for_placement(placement)
     chunks = math.floor(cap * 2 + 1e-9)
     small = 6 * p * m <= SMALL
-    probe = min(m, 2 * p + 4)
-    fitting = [
-        (peak, i, b) for i, b in enumerate(blocks) if (peak := vshape.block_peak(p, probe, b)) <= chunks
-    ]
-    fitting.sort(key=lambda x: (-x[0], x[1]))
+    widest = widest if small else 1
+    ranked = sorted(
+        ((vshape.estimated_peak(p, b), i) for i, b in enumerate(blocks)), key=lambda x: (-x[0], x[1])
+    )
     candidates: list[tuple[str, ComputeOrder]] = []
-    for peak, _, block in fitting[:widest]:
-        candidates.extend(vshape.squeezed_orders(p, m, block, chunks, both=small))
+    found = 0
+    for estimate, i in ranked:  # the widest blocks that fit: by estimate first, then by building them
+        if found == widest:
+            break
+        if estimate > chunks + 1:
+            continue
+        peak, orders = vshape.squeezed_orders(p, m, blocks[i], chunks, both=small)
+        if not orders:
+            continue
+        found += 1
+        candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
-            candidates.extend(vshape.squeezed_orders(p, m, block, peak))
+            candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
     if small or not candidates:
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)
             candidates.append((f"greedy/{policy.name}", plan.order))
-    name, order, _ = pick(placement, m, candidates, stage_costs, cap, "span")
+    units = memory_units(placement, stage_costs.activation)
+    uniform = all(abs(u - 0.5) < 1e-12 for u in units)  # then `chunks` live chunks is exactly the cap
+    name, order, _ = pick(placement, m, candidates, stage_costs, None if uniform else cap, "span")
     report["candidate"] = name
     return order
 

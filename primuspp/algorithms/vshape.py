@@ -276,11 +276,9 @@ class SlotSchedule:
                     t = row.index(-1, lo, cur)
                 except ValueError:
                     break
-                row[cur], row[t] = -1, op
-                if self._rewalk(r, states[r], t, cur, cap):
+                if self._try_move(r, states[r], op, t, cur, cap):
                     slot[op] = t
                     break
-                row[cur], row[t] = op, -1
                 lo = t + 1
         for r in range(self.p):
             self._place_ws(r)
@@ -303,36 +301,46 @@ class SlotSchedule:
         pend[len(row)], live[len(row)] = q, lv
         return pend, live
 
-    def _rewalk(self, r: int, state: tuple[list[int], list[int]], t: int, cur: int, cap: int) -> bool:
-        """Re-derive W's from slot t after a move into t (from cur); keep and return True if the live
-        chunks stay within `cap`, else leave `state` untouched and return False."""
+    def _try_move(
+        self, r: int, state: tuple[list[int], list[int]], op: int, t: int, cur: int, cap: int
+    ) -> bool:
+        """Move `op` from slot cur to the free slot t if, with W's re-derived from t on, the live chunks stay
+        within `cap`; keep `state` (the walk) in step either way."""
         row = self.occ[r]
+        row[cur], row[t] = -1, op
+        failed = self._rewalk(row, state, t, cur, cap)
+        if failed < 0:
+            return True
+        row[cur], row[t] = op, -1
+        self._rewalk(row, state, t, failed, cap + len(row))  # repair the walk up to where it stopped
+        return False
+
+    @staticmethod
+    def _rewalk(row: list[int], state: tuple[list[int], list[int]], t: int, cur: int, cap: int) -> int:
+        """Re-derive the walk from slot t in place until it rejoins the stored one past slot cur. Return -1,
+        or the slot at which the live chunks would exceed `cap` (the walk is then written up to there)."""
         pend, live = state
         q, lv = pend[t], live[t]
-        new: list[tuple[int, int]] = []
-        u = t
         end = len(row)
+        u = t
         while u < end:
             if u > cur and q == pend[u] and lv == live[u]:
-                break
-            new.append((q, lv))
+                return -1
+            pend[u], live[u] = q, lv
             op = row[u]
             if op >= 0:
                 if op % 3 == _F:
                     lv += 1
                     if lv > cap:
-                        return False
+                        return u
                 else:
                     q += 1
             elif q:
                 q -= 1
                 lv -= 1
             u += 1
-        for i, (a, b) in enumerate(new):
-            pend[t + i], live[t + i] = a, b
-        if u == end:
-            pend[end], live[end] = q, lv
-        return True
+        pend[end], live[end] = q, lv
+        return -1
 
     # -- result ---------------------------------------------------------------------------------------------
 
@@ -352,6 +360,16 @@ class SlotSchedule:
         return max(max(self._profile(r)) for r in range(self.p))
 
 
+def estimated_peak(p: int, block: Block) -> int:
+    """Live chunks of the block's steady state from the activations' lifespans (F to the end of its W,
+    taken right after B), within one of `block_peak`; cheap enough to rank a whole catalog."""
+    fo, bo = offsets(p, block)
+    n = 2 * p
+    return max(
+        -(-(bo[r] - fo[r] + 2) // PERIOD) - (-(bo[n - 1 - r] - fo[n - 1 - r] + 2) // PERIOD) for r in range(p)
+    )
+
+
 def block_peak(p: int, m: int, block: Block) -> int:
     """Live chunk activations the repeated block needs on its busiest rank."""
     return SlotSchedule(p, m, *offsets(p, block), tighten=False).peak()
@@ -359,14 +377,15 @@ def block_peak(p: int, m: int, block: Block) -> int:
 
 def squeezed_orders(
     p: int, m: int, block: Block, cap: int, both: bool = True
-) -> list[tuple[str, list[list[Node]]]]:
-    """Orders for `block` repeated m times and squeezed under `cap` live chunks: the derived-W squeeze
-    alone, and the explicit squeeze followed by the derived one (`both=False`: only the block's preferred
-    one). Empty if the block itself needs more than `cap`."""
+) -> tuple[int, list[tuple[str, list[list[Node]]]]]:
+    """(peak of the repeated block, orders): the block repeated m times and squeezed under `cap` live
+    chunks — the derived-W squeeze alone, and the explicit squeeze followed by the derived one (`both=False`:
+    only the block's preferred one). No orders if the block itself needs more than `cap`."""
     offs = offsets(p, block)
     base = SlotSchedule(p, m, *offs)
-    if base.peak() > cap:
-        return []
+    peak = base.peak()
+    if peak > cap:
+        return peak, []
     out = []
     variants = ("derived", "explicit") if both else (block.squeeze,)
     for i, variant in enumerate(variants):
@@ -375,4 +394,4 @@ def squeezed_orders(
             sched.squeeze_explicit(cap)
         sched.squeeze_derived(cap)
         out.append((f"{block.name}/{variant}", sched.order()))
-    return out
+    return peak, out
