@@ -12,14 +12,14 @@ rest. An F that brings a new microbatch onto a rank whose route returns to it la
 left for that return; this reservation is what keeps a capped V schedule from filling a rank with chunk-0
 activations and deadlocking.
 
-The times the engine plans with are those `schedule.timing.node_times` computes for the emitted order (same
-model: asynchronous sends, `comm` latency across ranks), so the plan's spans are the simulated ones.
+The engine plans with the simulator's model (asynchronous sends, `comm` latency across ranks). Its times
+are one feasible timing of the order it emits; the simulator's as-soon-as-possible timing of that order is
+the same, or earlier where a policy chose to wait. Generators time candidates with `node_times` anyway.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from primuspp.algorithms.portfolio import memory_units
@@ -35,14 +35,13 @@ _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
 class Policy:
     """Tie-break rules of one greedy pass.
 
-    `backward_first`: a ready B runs before a ready F. `fill`: what an idle rank does with pending W's —
+    A ready B runs before a ready F unless `alternate`. `fill`: what an idle rank does with pending W's —
     "eager" runs one whenever nothing else is ready, "fit" only when it ends before the next input already
-    known to be on its way, "lazy" only when memory or the end of the work forces it. `deep_first`: among a
-    rank's stages, prefer the one later on the route (V: chunk 1), else the older microbatch.
+    known to be on its way (memory pressure and the end of the work force one either way). `deep_first`:
+    among a rank's stages, prefer the one later on the route (V: chunk 1), else the older microbatch.
     """
 
     name: str
-    backward_first: bool = True
     fill: str = "eager"
     deep_first: bool = True
     #: a rank r keeps at most `w_lag * r` W's pending (ZB-H1 keeps r); beyond that W runs before anything
@@ -52,26 +51,17 @@ class Policy:
     #: wait for a preferred F/B that arrives within this fraction of its own duration rather than run a
     #: less preferred one now (absorbs small comm latencies that would break the rhythm)
     patience: float = 0.0
-    #: optional (placement, m) -> (F offsets, B offsets, W offsets per stage, period): node priority is
-    #: offset + period * (its index among the stage's microbatches); lowest ready first, W included
-    priorities: Callable[[Placement, int], tuple] | None = None
 
 
 POLICIES = (
     Policy("b-eager-deep"),
+    Policy("b-eager-old", deep_first=False),
     Policy("alt-eager", alternate=True),
     Policy("alt-fit", fill="fit", alternate=True),
     Policy("alt-lag", fill="fit", w_lag=1.0, alternate=True),
-    Policy("alt-lag-eager", w_lag=1.0, alternate=True),
-    Policy("alt-lag-lazy", fill="lazy", w_lag=1.0, alternate=True),
     Policy("alt-fit-wait", fill="fit", alternate=True, patience=0.5),
     Policy("alt-lag-wait", fill="fit", w_lag=1.0, alternate=True, patience=0.5),
     Policy("b-fit-wait", fill="fit", patience=0.5),
-    Policy("b-fit-deep", fill="fit"),
-    Policy("b-lazy-deep", fill="lazy"),
-    Policy("b-eager-old", deep_first=False),
-    Policy("f-eager-deep", backward_first=False),
-    Policy("b-fit-old", fill="fit", deep_first=False),
 )
 
 
@@ -145,13 +135,10 @@ def schedule(
     order: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
     heap = [(0.0, r) for r in range(p)]
     fill, lag, patience = policy.fill, policy.w_lag, policy.patience
-    prio = policy.priorities(placement, m) if policy.priorities else None
-    deep = [0] * n_stages
-    if prio is None:
-        for r in range(p):
-            for rank_i, s in enumerate(rank_stages[r]):
-                deep[s] = rank_i if policy.deep_first else 0
-        cls = (1, 0, 2) if policy.backward_first else (0, 1, 2)
+    deep = [0] * n_stages  # tie-break among a rank's stages: 0 = deepest (or all equal: oldest first)
+    for r in range(p):
+        for rank_i, s in enumerate(rank_stages[r]):
+            deep[s] = rank_i if policy.deep_first else 0
     inf = float("inf")
     last_kind = [_B] * p
     alternate = policy.alternate
@@ -162,7 +149,7 @@ def schedule(
             continue
         if t < free[r]:
             t = free[r]
-        best = None  # (priority, kind, stage, mb)
+        best = None  # (priority, kind, stage, mb, ready time)
         best_w = None
         next_known = inf
         blocked_by_memory = False
@@ -173,7 +160,7 @@ def schedule(
             i = nw[s]
             if i < nb[s]:
                 mb = stage_mbs[s][i]
-                pr = prio[_W][s] + prio[3] * i if prio else (cls[_W], i, deep[s])
+                pr = (i, deep[s])
                 if best_w is None or pr < best_w[0]:
                     best_w = (pr, _W, s, mb, 0.0)
             i = nb[s]
@@ -190,12 +177,7 @@ def schedule(
                     ready = -1.0 if e < 0 else max(f_end[key], e + (comm if srank[q] != r else 0.0))
                 if ready >= 0:
                     if ready <= t + eps + patience * dur[_B][s]:
-                        if prio:
-                            pr = prio[_B][s] + prio[3] * i
-                        elif alternate:
-                            pr = (0 if last_kind[r] != _B else 1, i, deep[s])
-                        else:
-                            pr = (cls[_B], i, deep[s])
+                        pr = (0 if not alternate or last_kind[r] != _B else 1, i, deep[s])
                         if best is None or pr < best[0]:
                             best = (pr, _B, s, mb, ready)
                     elif ready < next_known:
@@ -214,12 +196,7 @@ def schedule(
                     if mem[r] + need > cap_eps:
                         blocked_by_memory = True
                     elif ready <= t + eps + patience * dur[_F][s]:
-                        if prio:
-                            pr = prio[_F][s] + prio[3] * i
-                        elif alternate:
-                            pr = (0 if last_kind[r] == _B else 1, i, deep[s])
-                        else:
-                            pr = (cls[_F], i, deep[s])
+                        pr = (0 if alternate and last_kind[r] == _B else 1, i, deep[s])
                         if best is None or pr < best[0]:
                             best = (pr, _F, s, mb, ready)
                     elif ready < next_known:
@@ -227,9 +204,6 @@ def schedule(
         if best_w is not None:
             if lag is not None and pending > lag * r:
                 best = best_w
-            elif prio is not None:
-                if best is None or best_w[0] < best[0]:
-                    best = best_w
             elif best is None:
                 wd = dur[_W][best_w[2]]
                 if (

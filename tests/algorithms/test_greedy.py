@@ -35,8 +35,8 @@ def test_valid_capped_and_timed_like_the_simulator(kind, pp, m, cap, policy, fwd
     peak = order_peak(plan.order, memory_units(placement, costs.activation), b_free)
     assert peak <= cap + 1e-9 and abs(peak - plan.peak) < 1e-9
     # the plan is one feasible timing of its order; the simulator's as-soon-as-possible timing is never later
-    # (equal unless a policy idled on purpose: lazy W's, patience)
+    # (equal unless a policy idled on purpose: patience)
     timed = score(placement, m, plan.order, costs, b_free)
     assert timed.makespan <= plan.makespan * (1 + 1e-9)
-    if policy.fill != "lazy" and policy.patience == 0:
+    if policy.patience == 0:
         assert abs(timed.makespan - plan.makespan) <= 1e-9 * max(1.0, plan.makespan)
