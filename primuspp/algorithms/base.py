@@ -23,13 +23,33 @@ class Param:
     choices: tuple[Any, ...] = ()
 
 
+def boolean(value: Any) -> bool:
+    """A Param type for flags given as YAML/CLI text or as booleans (`bool("false")` would be True)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+boolean.__name__ = "bool"
+
+
 @dataclass(frozen=True)
 class GenerationRequest:
+    """What a generator gets. `report` is filled by generators that have results to state beside the
+    order (a solver's bound and gap, the policy that won); `build_schedule` keeps it in the table's params
+    under the key "report"."""
+
     pp: int
     vpp: int
     micro_batches: int
     costs: CostModel
     params: dict[str, Any] = field(default_factory=dict)
+    report: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from primuspp.algorithms import gpipe, interleaved, one_f_one_b, zero_bubble
+from primuspp.algorithms import (
+    dualpipe,
+    gpipe,
+    heuristic,
+    interleaved,
+    one_f_one_b,
+    optimal,
+    v_family,
+    zero_bubble,
+    zero_bubble_h2,
+)
 from primuspp.algorithms.base import Algorithm, GenerationRequest
 from primuspp.errors import ScheduleError, ValidationError
 from primuspp.schedule.costs import CostModel
@@ -29,8 +39,10 @@ def register(algorithm: Algorithm) -> None:
     ALGORITHMS[algorithm.name] = algorithm
 
 
-for _module in (gpipe, one_f_one_b, interleaved, zero_bubble):
+for _module in (gpipe, one_f_one_b, interleaved, zero_bubble, zero_bubble_h2, heuristic, optimal):
     register(_module.ALGORITHM)
+for _algorithm in (*v_family.ALGORITHMS, *dualpipe.ALGORITHMS):
+    register(_algorithm)
 
 
 def algorithm_names() -> list[str]:
@@ -78,9 +90,11 @@ def build_schedule(
         raise ScheduleError(reason, key="micro_batches")
     costs = costs or CostModel()
     placement = make_placement(algo.placement, pp, vpp)
-    order = algo.generate(GenerationRequest(pp, vpp, micro_batches, costs, resolved))
+    request = GenerationRequest(pp, vpp, micro_batches, costs, resolved)
+    order = algo.generate(request)
     ranks = lower_comms(placement, micro_batches, order)
-    table = ScheduleTable(placement, micro_batches, ranks, algo.name, resolved)
+    info = {**resolved, "report": request.report} if request.report else resolved
+    table = ScheduleTable(placement, micro_batches, ranks, algo.name, info)
     try:
         validate(table)
     except ValidationError as err:  # a generator bug, not a user error: say so

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from primuspp.algorithms.registry import ALGORITHMS
+
 
 @dataclass(frozen=True)
 class Ranking:
@@ -13,12 +15,18 @@ class Ranking:
     reason: str
 
 
+def _budget_driven(summary: dict[str, Any]) -> bool:
+    """Ties go to schedules that do not depend on the memory budget (zbv over v-auto at zbv's budget)."""
+    algo = ALGORITHMS.get(str(summary.get("algorithm")))
+    return bool(algo and algo.budget_param and algo.budget_param in summary.get("params", {}))
+
+
 def rank_results(summaries: list[dict[str, Any]], mem_limit: float | None = None) -> Ranking:
     rows = []
     for s in summaries:
         fits = mem_limit is None or s["peak_memory"] <= mem_limit + 1e-9
         rows.append({**s, "fits": fits})
-    rows.sort(key=lambda s: (not s["fits"], s["step_time"], s["peak_memory"], s["name"]))
+    rows.sort(key=lambda s: (not s["fits"], s["step_time"], s["peak_memory"], _budget_driven(s), s["name"]))
     fitting = [s for s in rows if s["fits"]]
     if not fitting:
         lowest = min(rows, key=lambda s: s["peak_memory"]) if rows else None

@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+from primuspp.algorithms.optimal import solver_available
+from primuspp.algorithms.registry import ALGORITHMS
 from primuspp.commands.app import main
 
 
@@ -102,7 +104,7 @@ def test_dump_several_tables_to_a_directory(capsys, tmp_path):
 def test_compare_recommends_under_a_limit(capsys, tmp_path):
     code, out, _ = run_cli(capsys, "compare", "--mem-limit", "8", "--json")
     doc = json.loads(out)
-    assert code == 0 and doc["recommendation"] == "zero-bubble"
+    assert code == 0 and doc["recommendation"] == "zbv"
     fits = {r["name"]: r["fits"] for r in doc["results"]}
     assert fits["1f1b-interleaved"] is False and fits["gpipe"] is False
     assert fits["1f1b-interleaved-v4"] is False  # p + (p-1)/v = 9.75
@@ -114,9 +116,59 @@ def test_compare_recommends_under_a_limit(capsys, tmp_path):
 def test_algorithms_json(capsys):
     code, out, _ = run_cli(capsys, "algorithms", "--json")
     algos = {a["name"]: a for a in json.loads(out)["algorithms"]}
-    assert code == 0 and {"gpipe", "1f1b", "1f1b-interleaved", "zero-bubble"} <= set(algos)
-    assert set(algos["1f1b"]) >= {"name", "aliases", "placement", "vpp", "constraints", "memory"}
-    assert "zb1p" in algos["zero-bubble"]["aliases"]
+    assert code == 0 and set(algos) == set(ALGORITHMS)
+    for record in algos.values():
+        assert set(record) >= {"name", "aliases", "placement", "vpp", "constraints", "memory"}
+        assert record["constraints"] and record["memory"]
+    assert (
+        "zb1p" in algos["zero-bubble"]["aliases"] and "zb-auto" in algos["zero-bubble-heuristic"]["aliases"]
+    )
+    assert algos["dualpipe"]["placement"] == "bidirectional" and algos["zbv"]["vpp"] == "2"
+    code, out, _ = run_cli(capsys, "algorithms")
+    assert code == 0 and all(name[:8] in out for name in ALGORITHMS)
+
+
+def test_primus_config_runs_every_scheduler(capsys, tmp_path, primus_samples):
+    code, out, err = run_cli(
+        capsys,
+        "simulate",
+        "--config",
+        str(primus_samples / "pp_simulation.yaml"),
+        "--json",
+        "--out",
+        str(tmp_path),
+    )
+    assert code == 0, err
+    results = {r["name"]: r for r in json.loads(out)["results"]}
+    assert (
+        results["zbv-formatted"]["step_time"] == 99_500
+        and results["zbv-formatted"]["steady_bubble_rate"] == 0
+    )
+    assert results["v-half"]["peak_memory"] == 5 and results["v-min"]["peak_memory"] == 4
+    assert results["zb-heuristic-mem10"]["params"]["max_mem"] == 10
+    assert results["zb-heuristic-mem10"]["peak_memory"] <= 10
+
+
+def test_mem_limit_reaches_memory_aware_algorithms(capsys, tmp_path):
+    args = ["simulate", "--algo", "v-auto", "--algo", "zb-auto", "--pp", "4", "--mb", "8"]
+    code, out, _ = run_cli(capsys, *args, "--mem-limit", "3", "--json", "--out", str(tmp_path))
+    assert code == 0
+    for res in json.loads(out)["results"]:
+        assert res["params"]["max_mem"] == 3 and res["peak_memory"] <= 3
+
+
+@pytest.mark.skipif(not solver_available(), reason="highspy not installed")
+def test_json_stdout_stays_clean_with_the_solver(tmp_path):
+    args = ["simulate", "--algo", "zb-optimal", "--pp", "3", "--mb", "6", "--mem-limit", "2", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "primuspp.commands", *args, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (res,) = json.loads(proc.stdout)["results"]
+    assert res["params"]["report"]["gap"] == 0
 
 
 BAD_INPUT = [

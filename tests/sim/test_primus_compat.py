@@ -12,6 +12,8 @@ CASES = [
     ("basic_1f1b", "1f1b", None),
     ("zerobubble", "zero-bubble", None),
     ("interleaved_1f1b", "1f1b-interleaved", 2),
+    ("zbv-formatted", "zbv", None),
+    ("v-half", "v-half", None),
 ]
 
 
@@ -24,3 +26,22 @@ def test_rank_totals_and_memory_match_primus(primus_samples, sample, algo, vpp):
         )["0"]
         assert ours.per_rank[r].total == theirs["total"]
         assert ours.per_rank[r].peak_memory == theirs["memory"]
+
+
+def _primus(primus_samples, sample):
+    return [
+        json.loads((primus_samples / "simulator_output_p8_m32" / sample / f"pp_rank_{r}.json").read_text())[
+            "0"
+        ]
+        for r in range(8)
+    ]
+
+
+@pytest.mark.parametrize("sample,algo", [("v-min", "v-min"), ("zb-heuristic-mem8", "zero-bubble-heuristic")])
+def test_at_least_as_good_as_primus(primus_samples, sample, algo):
+    """Never a later finish on any rank's critical path, within the same memory."""
+    theirs = _primus(primus_samples, sample)
+    params = {"max_mem": 8} if algo == "zero-bubble-heuristic" else {}
+    ours = simulate(build_schedule(algo, 8, None, 32, **params), CostModel(1000, 1000, 1000)).metrics
+    assert ours.step_time <= max(t["total"] for t in theirs)
+    assert ours.peak_memory <= max(t["memory"] for t in theirs)

@@ -31,6 +31,15 @@ def test_generous_limit_picks_the_fastest_overall():
     assert ranking.best == min(ranking.rows, key=lambda r: r["step_time"])["name"]
 
 
+def test_limit_below_zbv_memory_does_not_pick_zbv():
+    ranking, _ = _rank(8, 32, 6)
+    assert ranking.best not in ("zbv", None)
+    best = next(r for r in ranking.rows if r["name"] == ranking.best)
+    assert best["peak_memory"] <= 6
+    assert best["step_time"] < next(r for r in ranking.rows if r["name"] == "v-half")["step_time"]
+    assert _rank(8, 32, 8)[0].best == "zbv"  # ties with v-auto at its budget go to the fixed schedule
+
+
 def test_nothing_fits():
     ranking, _ = _rank(8, 32, 0.25)
     assert ranking.best is None and "nothing fits" in ranking.reason

@@ -1,0 +1,154 @@
+"""DualPipe (DeepSeek-V3) and DualPipe-V: forwards of one microbatch overlapped with backwards of another.
+
+DualPipe runs two pipelines over the same ranks in opposite directions (`bidirectional` placement: even
+microbatches go down ranks 0..p-1, odd ones come up p-1..0, each rank holds a stage of both model copies).
+DualPipe-V folds the same idea onto the V placement (one model copy, two chunks per rank). On each rank,
+"phase 0" is the stage it meets early on its route (DualPipe: the direction in which it sits in the first
+half; V: chunk 0) and "phase 1" the other. With H pipeline halves (DualPipe: p/2; V: p), h = the rank's
+distance from the nearer end (min(r, p-1-r); V: r) and M microbatches per phase (m/2; V: m), every rank
+runs the same eight steps:
+
+1. 2(H-h-1) forwards of phase 0;
+2. h+1 pairs: forward phase 0, forward phase 1;
+3. H-h-1 times: B of phase 1 (weight grad deferred), its W, forward phase 1;
+4. M-2H+h+1 times: FB(forward phase 0 + full backward phase 1), FB(forward phase 1 + full backward
+   phase 0) — the rank nearest the turn runs its first pair unfused, so its forward leaves early;
+5. H-h-1 times: full backward phase 1, FB(forward phase 1 + full backward phase 0);
+6. h+1 pairs: backward phase 1, backward phase 0 — from the middle of the step on, as B with W deferred;
+7. H-h-1 times: a deferred W, B of phase 0 (W deferred);
+8. h+1 deferred W's.
+
+Deferred W's run first-in-first-out. An FB node costs fb_overlap x (F + B + W) in the simulator. The
+schedule needs at least 2H microbatches per phase arrangement (m >= 2p) and, for DualPipe, even p and m.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
+from primuspp.schedule.nodes import Node, NodeKind, fused
+
+_F, _B, _W, _BW = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW
+
+
+def rank_order(
+    H: int, h: int, M: int, phases: tuple[tuple[int, list[int]], tuple[int, list[int]]]
+) -> list[Node]:
+    """The eight steps for one rank; `phases[i]` = (stage, microbatches in order) of phase i."""
+    out: list[Node] = []
+    nf, nb = [0, 0], [0, 0]
+    deferred: deque[Node] = deque()
+
+    def forward(ph: int) -> Node:
+        stage, mbs = phases[ph]
+        node = Node(_F, mbs[nf[ph]], stage)
+        nf[ph] += 1
+        return node
+
+    def backward(ph: int, split: bool) -> Node:
+        stage, mbs = phases[ph]
+        mb = mbs[nb[ph]]
+        nb[ph] += 1
+        if split:
+            deferred.append(Node(_W, mb, stage))
+            return Node(_B, mb, stage)
+        return Node(_BW, mb, stage)
+
+    def weight() -> None:
+        out.append(deferred.popleft())
+
+    for _ in range(2 * (H - h - 1)):
+        out.append(forward(0))
+    for _ in range(h + 1):
+        out.append(forward(0))
+        out.append(forward(1))
+    for _ in range(H - h - 1):
+        out.append(backward(1, split=True))
+        weight()
+        out.append(forward(1))
+    for i in range(M - 2 * H + h + 1):
+        if i == 0 and h == H - 1:  # nearest the turn: the forward goes out on its own
+            out.append(forward(0))
+            out.append(backward(1, split=False))
+        else:
+            out.append(fused(forward(0), backward(1, split=False)))
+        out.append(fused(forward(1), backward(0, split=False)))
+    for _ in range(H - h - 1):
+        out.append(backward(1, split=False))
+        out.append(fused(forward(1), backward(0, split=False)))
+    split = False
+    for i in range(h + 1):
+        if i == (h + 1) // 2 and h % 2 == 1:
+            split = True
+        out.append(backward(1, split))
+        if i == (h + 1) // 2 and h % 2 == 0:
+            split = True
+        out.append(backward(0, split))
+    for _ in range(H - h - 1):
+        weight()
+        out.append(backward(0, split=True))
+    while deferred:
+        weight()
+    return out
+
+
+def generate_dualpipe(req: GenerationRequest) -> ComputeOrder:
+    p, m = req.pp, req.micro_batches
+    H, M = p // 2, m // 2
+    down, up = list(range(0, m, 2)), list(range(1, m, 2))
+    order = []
+    for r in range(p):
+        route0, route1 = (r, down), (2 * p - 1 - r, up)
+        phases = (route0, route1) if r < H else (route1, route0)
+        order.append(rank_order(H, min(r, p - 1 - r), M, phases))
+    return order
+
+
+def generate_dualpipe_v(req: GenerationRequest) -> ComputeOrder:
+    p, m = req.pp, req.micro_batches
+    mbs = list(range(m))
+    return [rank_order(p, r, m, ((r, mbs), (2 * p - 1 - r, mbs))) for r in range(p)]
+
+
+def refuse_dualpipe(p: int, v: int, m: int, params: dict) -> str | None:
+    if p % 2:
+        return f"dualpipe needs an even pp (got pp={p}): the two directions split the ranks in halves"
+    if m % 2 or m < 2 * p:
+        return f"dualpipe needs micro_batches even and >= 2*pp = {2 * p} (got {m})"
+    return None
+
+
+def refuse_dualpipe_v(p: int, v: int, m: int, params: dict) -> str | None:
+    if m < 2 * p:
+        return f"dualpipe-v needs micro_batches >= 2*pp = {2 * p} (got {m})"
+    return None
+
+
+DUALPIPE = Algorithm(
+    name="dualpipe",
+    aliases=("dual-pipe",),
+    placement="bidirectional",
+    summary="DeepSeek DualPipe: two directions, forward/backward overlap (FB), 2x parameters",
+    memory="p + 1 (and 2x parameters)",
+    constraints="even p >= 2, m even and >= 2p",
+    vpp_default=2,
+    vpp_rule="2",
+    vpp_ok=lambda v: v == 2,
+    generate=generate_dualpipe,
+    refuse=refuse_dualpipe,
+)
+DUALPIPE_V = Algorithm(
+    name="dualpipe-v",
+    aliases=("dualpipev", "dual-pipe-v"),
+    placement="v",
+    summary="DualPipe folded onto the V placement: one model copy, FB overlap",
+    memory="p + 1 chunks",
+    constraints="v = 2, any p >= 1, m >= 2p",
+    vpp_default=2,
+    vpp_rule="2",
+    vpp_ok=lambda v: v == 2,
+    generate=generate_dualpipe_v,
+    refuse=refuse_dualpipe_v,
+)
+ALGORITHMS = (DUALPIPE, DUALPIPE_V)

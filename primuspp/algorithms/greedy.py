@@ -1,0 +1,261 @@
+"""Event-driven list scheduling under a per-rank activation cap.
+
+The engine behind the memory-aware generators (`zero-bubble-heuristic`, `zb-h2`, the V family). Time moves
+forward through one heap of decision events; a rank that becomes free picks one node among those whose
+inputs have arrived, by a `Policy`, and a rank with nothing ready waits until a producer wakes it. Each rank
+runs the forwards of a stage in microbatch order, its B's in the same order and its W's first-in-first-out,
+so a decision looks at a handful of candidates, never at the whole table.
+
+Memory is counted in microbatch units per rank (1 = one microbatch's activations for a whole rank; a V
+chunk holds half): an F allocates its stage's share at its start, B frees `b_free_fraction` of it, W the
+rest. An F that brings a new microbatch onto a rank whose route returns to it later (the V turn) needs room
+left for that return; this reservation is what keeps a capped V schedule from filling a rank with chunk-0
+activations and deadlocking.
+
+The engine plans with the simulator's model (asynchronous sends, `comm` latency across ranks). Its times
+are one feasible timing of the order it emits; the simulator's as-soon-as-possible timing of that order is
+the same, or earlier where a policy chose to wait. Generators time candidates with `node_times` anyway.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+from primuspp.algorithms.portfolio import memory_units
+from primuspp.schedule.costs import StageCosts
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import Placement
+
+_F, _B, _W = 0, 1, 2
+_KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Tie-break rules of one greedy pass.
+
+    A ready B runs before a ready F unless `alternate`. `fill`: what an idle rank does with pending W's —
+    "eager" runs one whenever nothing else is ready, "fit" only when it ends before the next input already
+    known to be on its way (memory pressure and the end of the work force one either way). `deep_first`:
+    among a rank's stages, prefer the one later on the route (V: chunk 1), else the older microbatch.
+    """
+
+    name: str
+    fill: str = "eager"
+    deep_first: bool = True
+    #: a rank r keeps at most `w_lag * r` W's pending (ZB-H1 keeps r); beyond that W runs before anything
+    w_lag: float | None = None
+    #: after a B prefer an F and after an F a B (the 1F1B rhythm), whatever `backward_first` says
+    alternate: bool = False
+    #: wait for a preferred F/B that arrives within this fraction of its own duration rather than run a
+    #: less preferred one now (absorbs small comm latencies that would break the rhythm)
+    patience: float = 0.0
+
+
+POLICIES = (
+    Policy("b-eager-deep"),
+    Policy("b-eager-old", deep_first=False),
+    Policy("alt-eager", alternate=True),
+    Policy("alt-fit", fill="fit", alternate=True),
+    Policy("alt-lag", fill="fit", w_lag=1.0, alternate=True),
+    Policy("alt-fit-wait", fill="fit", alternate=True, patience=0.5),
+    Policy("alt-lag-wait", fill="fit", w_lag=1.0, alternate=True, patience=0.5),
+    Policy("b-fit-wait", fill="fit", patience=0.5),
+)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A greedy result: the compute order and its planned figures."""
+
+    policy: str
+    order: list[list[Node]]
+    makespan: float
+    max_span: float
+    peak: float
+
+
+def schedule(
+    placement: Placement,
+    m: int,
+    costs: StageCosts,
+    cap: float,
+    policy: Policy,
+) -> Plan:
+    """One greedy pass. `cap` is the per-rank activation budget in microbatch units (>= 1)."""
+    n_stages, p = placement.num_stages, placement.pp
+    srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
+    dur = (costs.forward, costs.backward, costs.wgrad)
+    comm = costs.comm
+    unit = memory_units(placement, costs.activation)
+    bfree = costs.b_free_fraction
+    scale = max(max(dur[0]), max(dur[1]), max(dur[2]), comm, 1e-300)
+    eps = 1e-9 * scale
+    cap_eps = cap + 1e-9
+
+    # per stage: the microbatches visiting it, in order, and the reservation an opening F needs
+    route_of = [0] * n_stages
+    for k, route in enumerate(placement.routes):
+        for s in route:
+            route_of[s] = k
+    n_routes = len(placement.routes)
+    stage_mbs = [list(range(route_of[s], m, n_routes)) for s in range(n_stages)]
+    reserve = [0.0] * n_stages  # activation still needed on this rank by a microbatch this F opens
+    opens = [False] * n_stages
+    for route in placement.routes:
+        seen: set[int] = set()
+        for i, s in enumerate(route):
+            r = srank[s]
+            if r not in seen:
+                seen.add(r)
+                opens[s] = True
+                later = [unit[q] for q in route[i + 1 :] if srank[q] == r]
+                reserve[s] = max(later, default=0.0)
+    # stages of each rank, deepest (latest on its route) first
+    rank_stages: list[list[int]] = [[] for _ in range(p)]
+    for route in placement.routes:
+        for s in reversed(route):
+            rank_stages[srank[s]].append(s)
+    if n_routes > 1:
+        for r in range(p):
+            rank_stages[r].sort(key=lambda s: -placement.routes[route_of[s]].index(s))
+
+    f_end = [-1.0] * (m * n_stages)
+    g_end = [-1.0] * (m * n_stages)
+    nf = [0] * n_stages
+    nb = [0] * n_stages
+    nw = [0] * n_stages
+    n_of = [len(stage_mbs[s]) for s in range(n_stages)]
+    mem = [0.0] * p
+    peak = 0.0
+    free = [0.0] * p
+    first = [-1.0] * p
+    left = [sum(3 * n_of[s] for s in rank_stages[r]) for r in range(p)]
+    order: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
+    heap = [(0.0, r) for r in range(p)]
+    fill, lag, patience = policy.fill, policy.w_lag, policy.patience
+    deep = [0] * n_stages  # tie-break among a rank's stages: 0 = deepest (or all equal: oldest first)
+    for r in range(p):
+        for rank_i, s in enumerate(rank_stages[r]):
+            deep[s] = rank_i if policy.deep_first else 0
+    inf = float("inf")
+    last_kind = [_B] * p
+    alternate = policy.alternate
+
+    while heap:
+        t, r = heapq.heappop(heap)
+        if t < free[r] - eps or not left[r]:
+            continue
+        if t < free[r]:
+            t = free[r]
+        best = None  # (priority, kind, stage, mb, ready time)
+        best_w = None
+        next_known = inf
+        blocked_by_memory = False
+        more_fb = False
+        pending = 0
+        for s in rank_stages[r]:
+            pending += nb[s] - nw[s]
+            i = nw[s]
+            if i < nb[s]:
+                mb = stage_mbs[s][i]
+                pr = (i, deep[s])
+                if best_w is None or pr < best_w[0]:
+                    best_w = (pr, _W, s, mb, 0.0)
+            i = nb[s]
+            if i < n_of[s]:
+                more_fb = True
+            if i < nf[s]:
+                mb = stage_mbs[s][i]
+                key = mb * n_stages + s
+                q = nxt[s]
+                if q < 0:
+                    ready = f_end[key]
+                else:
+                    e = g_end[mb * n_stages + q]
+                    ready = -1.0 if e < 0 else max(f_end[key], e + (comm if srank[q] != r else 0.0))
+                if ready >= 0:
+                    if ready <= t + eps + patience * dur[_B][s]:
+                        pr = (0 if not alternate or last_kind[r] != _B else 1, i, deep[s])
+                        if best is None or pr < best[0]:
+                            best = (pr, _B, s, mb, ready)
+                    elif ready < next_known:
+                        next_known = ready
+            i = nf[s]
+            if i < n_of[s]:
+                mb = stage_mbs[s][i]
+                q = prv[s]
+                if q < 0:
+                    ready = 0.0
+                else:
+                    e = f_end[mb * n_stages + q]
+                    ready = -1.0 if e < 0 else e + (comm if srank[q] != r else 0.0)
+                if ready >= 0:
+                    need = unit[s] + (reserve[s] if opens[s] else 0.0)
+                    if mem[r] + need > cap_eps:
+                        blocked_by_memory = True
+                    elif ready <= t + eps + patience * dur[_F][s]:
+                        pr = (0 if alternate and last_kind[r] == _B else 1, i, deep[s])
+                        if best is None or pr < best[0]:
+                            best = (pr, _F, s, mb, ready)
+                    elif ready < next_known:
+                        next_known = ready
+        if best_w is not None:
+            if lag is not None and pending > lag * r:
+                best = best_w
+            elif best is None:
+                wd = dur[_W][best_w[2]]
+                if (
+                    blocked_by_memory
+                    or not more_fb
+                    or fill == "eager"
+                    or (fill == "fit" and t + wd <= next_known + eps)
+                ):
+                    best = best_w
+        if best is None:
+            if next_known < inf:
+                heapq.heappush(heap, (next_known, r))
+            continue
+        _, kind, s, mb, ready = best
+        if ready > t + eps:  # worth waiting for: it arrives within the policy's patience
+            heapq.heappush(heap, (ready, r))
+            continue
+        key = mb * n_stages + s
+        end = t + dur[kind][s]
+        if first[r] < 0:
+            first[r] = t
+        if kind == _F:
+            nf[s] += 1
+            f_end[key] = end
+            mem[r] += unit[s]
+            if mem[r] > peak:
+                peak = mem[r]
+            q = nxt[s]
+            if q >= 0:
+                r2 = srank[q]
+                heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
+        elif kind == _B:
+            nb[s] += 1
+            g_end[key] = end
+            mem[r] -= unit[s] * bfree
+            q = prv[s]
+            if q >= 0:
+                r2 = srank[q]
+                heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
+        else:
+            nw[s] += 1
+            mem[r] -= unit[s] * (1.0 - bfree)
+        order[r].append((kind, mb, s))
+        if kind != _W:
+            last_kind[r] = kind
+        free[r] = end
+        left[r] -= 1
+        heapq.heappush(heap, (end, r))
+
+    stuck = [r for r in range(p) if left[r]]
+    if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
+        raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
+    spans = [free[r] - first[r] for r in range(p)]
+    nodes = [[Node(_KINDS[k], mb, s) for k, mb, s in seq] for seq in order]
+    return Plan(policy.name, nodes, max(free) - min(first), max(spans), peak)

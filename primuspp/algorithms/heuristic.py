@@ -1,0 +1,98 @@
+"""zero-bubble-heuristic [zb-auto]: greedy search over the cost model under a per-rank activation cap.
+
+Several tie-break policies of the capped list scheduler (`greedy`) each produce a schedule from the
+planning costs (per-stage F/B/W and comm; Primus' `cost_f`, `cost_b`, `cost_w`, `cost_comm` replace the
+cost model's when given). ZB-H1's and 1F1B's orders join as candidates whenever they fit the cap, so the
+result is never slower than either. The one with the shortest step time (then the shortest longest-rank
+span) wins; `report["candidate"]` names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from primuspp.algorithms import greedy, one_f_one_b, zero_bubble
+from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
+from primuspp.algorithms.portfolio import pick
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.placement import linear
+
+SMALL = 20_000  # compute nodes up to which every policy is tried
+LINEAR_POLICIES = tuple(
+    p
+    for p in greedy.POLICIES
+    if p.name
+    in ("alt-fit", "alt-fit-wait", "alt-eager", "alt-lag", "alt-lag-wait", "b-eager-deep", "b-fit-wait")
+)
+
+
+def planning_costs(costs: CostModel, params: dict) -> CostModel:
+    """The cost model with Primus' planning costs (cost_f, cost_b, cost_w, cost_comm) put in."""
+    overrides = {
+        field: params[key]
+        for key, field in (
+            ("cost_f", "forward"),
+            ("cost_b", "backward"),
+            ("cost_w", "wgrad"),
+            ("cost_comm", "comm"),
+        )
+        if params.get(key) is not None
+    }
+    if "comm" in overrides:
+        overrides["comm_bytes"] = 0.0
+    return replace(costs, **overrides) if overrides else costs
+
+
+def default_cap(p: int, params: dict) -> float:
+    value = params.get("max_mem")
+    return float(p) if value is None else float(value)
+
+
+def generate(req: GenerationRequest) -> ComputeOrder:
+    p, m = req.pp, req.micro_batches
+    placement = linear(p)
+    costs = planning_costs(req.costs, req.params).for_placement(placement)
+    cap = default_cap(p, req.params)
+    small = 3 * p * m <= SMALL
+    candidates: list[tuple[str, ComputeOrder]] = []
+    for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:
+        plan = greedy.schedule(placement, m, costs, cap, policy)
+        candidates.append((f"greedy/{policy.name}", plan.order))
+    candidates.append(("zero-bubble", zero_bubble.generate(req)))  # kept only if they fit the cap
+    candidates.append(("1f1b", one_f_one_b.generate(req)))
+    name, order, _ = pick(placement, m, candidates, costs, cap, "step")
+    req.report["candidate"] = name
+    return order
+
+
+def refuse(p: int, v: int, m: int, params: dict) -> str | None:
+    value = params.get("max_mem")
+    if value is not None and value < 1:
+        return (
+            f"zero-bubble-heuristic: max_mem={value:g} is below one microbatch per rank (needs max_mem >= 1)"
+        )
+    return None
+
+
+ALGORITHM = Algorithm(
+    name="zero-bubble-heuristic",
+    aliases=("zb-auto", "zb-heuristic", "zerobubble-heuristic"),
+    placement="linear",
+    summary="greedy search over the cost model under a per-rank activation cap (best of several policies)",
+    memory="max_mem (default p)",
+    constraints="any p >= 1, m >= 1, max_mem >= 1",
+    vpp_default=1,
+    vpp_rule="1",
+    vpp_ok=lambda v: v == 1,
+    generate=generate,
+    refuse=refuse,
+    params=(
+        Param("max_mem", float, None, "per-rank activation cap in microbatch units (default p, 1F1B's peak)"),
+        Param("cost_f", float, None, "planning forward time (default: the cost model's)"),
+        Param("cost_b", float, None, "planning input-grad time (default: the cost model's)"),
+        Param("cost_w", float, None, "planning weight-grad time (default: the cost model's)"),
+        Param("cost_comm", float, None, "planning p2p latency (default: the cost model's)"),
+    ),
+    uses_costs=True,
+    budget_param="max_mem",
+)

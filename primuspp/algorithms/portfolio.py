@@ -1,0 +1,141 @@
+"""Pick the best of several candidate compute orders under a cost model and a memory cap.
+
+Generators that try several constructions or tie-break policies hand their candidates here. Each is timed
+with `schedule.timing.node_times` (the simulator's own timing model, without importing the simulator) and
+its per-rank peak activation is counted from the order alone: on one rank nodes run one after another, so
+what is resident when an F starts depends on which nodes came before it, not on their durations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from primuspp.algorithms.base import ComputeOrder
+from primuspp.errors import ScheduleError
+from primuspp.schedule.costs import StageCosts
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import Placement
+from primuspp.schedule.timing import node_times
+
+_F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
+_OFFLOAD, _RELOAD = NodeKind.OFFLOAD, NodeKind.RELOAD
+
+
+@dataclass(frozen=True)
+class Score:
+    makespan: float
+    max_span: float
+    peak: float
+
+    def key(self, objective: str) -> tuple[float, float, float]:
+        """`span`: the papers' steady metric first (longest rank span), then step time; `step`: reverse.
+        Ties go to the lower peak (memory a budget allows but nothing gains from stays unused)."""
+        if objective == "span":
+            return (self.max_span, self.makespan, self.peak)
+        return (self.makespan, self.max_span, self.peak)
+
+
+def memory_units(placement: Placement, activation: Sequence[float]) -> list[float]:
+    """Each stage's activation in microbatch units of its rank: 1 = all the activations one microbatch
+    leaves on that rank (a V chunk of an evenly split model holds 0.5)."""
+    units = [0.0] * placement.num_stages
+    for route in placement.routes:
+        per_rank: dict[int, float] = {}
+        for s in route:
+            r = placement.stage_rank[s]
+            per_rank[r] = per_rank.get(r, 0.0) + activation[s]
+        for s in route:
+            total = per_rank[placement.stage_rank[s]]
+            units[s] = activation[s] / total if total > 0 else 0.0
+    return units
+
+
+def order_peak(order: Sequence[Sequence[Node]], units: Sequence[float], b_free: float) -> float:
+    """Highest activation (in `units`) any rank holds when one of its forwards starts."""
+    peak = 0.0
+    for seq in order:
+        level = 0.0
+        resident: dict[tuple[int, int], float] = {}
+        offloaded: dict[tuple[int, int], float] = {}
+        for node in seq:
+            kind = node.kind
+            if kind is _F or kind is _FB:
+                f = node.parts[0] if kind is _FB else node
+                level += units[f.stage]
+                peak = max(peak, level)
+                if kind is _FB:
+                    level -= _backward_frees(node.parts[1], units, b_free, resident)
+            elif kind is _B or kind is _BW:
+                level -= _backward_frees(node, units, b_free, resident)
+            elif kind is _W:
+                key = (node.microbatch, node.stage)
+                level -= resident.pop(key, units[node.stage] * (1.0 - b_free))
+            elif kind is _OFFLOAD:
+                key = (node.microbatch, node.stage)
+                amount = resident.get(key, units[node.stage])
+                offloaded[key] = amount
+                resident[key] = 0.0
+                level -= amount
+            elif kind is _RELOAD:
+                key = (node.microbatch, node.stage)
+                amount = offloaded.pop(key, 0.0)
+                resident[key] = amount
+                level += amount
+                peak = max(peak, level)
+    return peak
+
+
+def _backward_frees(node: Node, units: Sequence[float], b_free: float, resident: dict) -> float:
+    key = (node.microbatch, node.stage)
+    full = resident.get(key, units[node.stage])
+    freed = full if node.kind is _BW else units[node.stage] * b_free
+    resident[key] = full - freed
+    return freed
+
+
+def score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, b_free: float) -> Score:
+    timing = node_times(placement, m, order, costs)
+    first, last = float("inf"), float("-inf")
+    max_span = 0.0
+    for r, seq in enumerate(order):
+        lo = hi = None
+        for node, start, end in zip(seq, timing.starts[r], timing.ends[r], strict=True):
+            if node.kind.is_compute:
+                if lo is None:
+                    lo = start
+                hi = end
+        if lo is not None:
+            first, last = min(first, lo), max(last, hi)
+            max_span = max(max_span, hi - lo)
+    units = memory_units(placement, costs.activation)
+    return Score(last - first if last > first else 0.0, max_span, order_peak(order, units, b_free))
+
+
+def pick(
+    placement: Placement,
+    m: int,
+    candidates: Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]],
+    costs: StageCosts,
+    cap: float | None,
+    objective: str = "span",
+) -> tuple[str, ComputeOrder, Score]:
+    """The best candidate whose peak fits `cap` (None: no cap); earlier candidates win exact ties. A candidate
+    may carry its Score already (a greedy plan knows its own); the others are timed here."""
+    best: tuple[str, ComputeOrder, Score] | None = None
+    if len(candidates) == 1 and len(candidates[0]) == 2:  # nothing to compare: check the cap, skip timing
+        name, order = candidates[0]
+        peak = order_peak(order, memory_units(placement, costs.activation), costs.b_free_fraction)
+        if cap is None or peak <= cap + 1e-9:
+            return name, order, Score(float("nan"), float("nan"), peak)
+        candidates = []
+    for cand in candidates:
+        name, order = cand[0], cand[1]
+        sc = cand[2] if len(cand) == 3 else score(placement, m, order, costs, costs.b_free_fraction)
+        if cap is not None and sc.peak > cap + 1e-9:
+            continue
+        if best is None or sc.key(objective) < best[2].key(objective):
+            best = (name, order, sc)
+    if best is None:  # every generator includes a candidate that fits any admissible cap
+        raise ScheduleError(f"no candidate schedule fits an activation cap of {cap:g}", key="max_mem")
+    return best

@@ -1,0 +1,169 @@
+"""The V family: zbv, v-half, v-min and v-auto (V placement, v = 2, B/W split).
+
+All four build candidates the same way — building blocks repeated and squeezed (`vshape`), plus, on small
+instances, the capped greedy (`greedy`) — and keep the one with the shortest longest-rank span (the
+zero-bubble papers' metric), then the shortest step time, among those within the memory budget. They
+differ in the budget and the blocks they start from:
+
+- zbv: budget p (1F1B's), the wide blocks; zero bubble when F = B = W.
+- v-half: budget floor((p+2)/2), the block with doubled F0/B1 spacing.
+- v-min: budget floor((p+4)/3), the tight block.
+- v-auto: any budget >= 1 (`max_mem`, default p), the blocks that fit it, widest first.
+
+With `offload=true` each chunk-0 activation moves to host right after its forward (OFFLOAD) and back just
+before its backward (RELOAD); the simulator's memory follows.
+"""
+
+from __future__ import annotations
+
+import math
+
+from primuspp.algorithms import greedy, vshape
+from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
+from primuspp.algorithms.portfolio import memory_units, pick
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import v_shape
+
+#: up to this many compute nodes both squeezes and the greedy policies are tried; beyond, only the block's
+#: preferred squeeze (keeps p=64, m=512 near a second)
+SMALL = 12_000
+GREEDY_POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "b-eager-deep", "b-eager-old"))
+AUTO_BLOCKS = (
+    vshape.MIN,
+    vshape.Block("min-b0", 1, 1, 1, 2),
+    vshape.Block("half-f1", 1, 2, 1, 1),
+    vshape.HALF,
+    vshape.Block("half-b1", 1, 1, 2, 1),
+    vshape.Block("half-f13", 1, 3, 1, 1),
+    vshape.Block("half-f2b2", 1, 2, 2, 1),
+    vshape.Block("wide-b1", 1, 1, 3, 1),
+    vshape.Block("wide-b13", 1, 1, 3, 3),
+    vshape.ZB_TIGHT,
+    vshape.ZB,
+)
+
+
+def v_orders(
+    p: int, m: int, cap: float, blocks: tuple[vshape.Block, ...], costs, report: dict, widest: int = 1
+) -> ComputeOrder:
+    """Best V order within `cap` (microbatch units per rank): the `widest` blocks of `blocks` that fit,
+    squeezed; on small instances both squeezes of each and the greedy policies too."""
+    placement = v_shape(p)
+    stage_costs = costs.for_placement(placement)
+    chunks = math.floor(cap * 2 + 1e-9)
+    small = 6 * p * m <= SMALL
+    widest = widest if small else 1
+    ranked = sorted(
+        ((vshape.estimated_peak(p, b), i) for i, b in enumerate(blocks)), key=lambda x: (-x[0], x[1])
+    )
+    candidates: list[tuple[str, ComputeOrder]] = []
+    found = 0
+    for estimate, i in ranked:  # the widest blocks that fit: by estimate first, then by building them
+        if found == widest:
+            break
+        if estimate > chunks + 1:
+            continue
+        peak, orders = vshape.squeezed_orders(p, m, blocks[i], chunks, both=small)
+        if not orders:
+            continue
+        found += 1
+        candidates.extend(orders)
+        if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
+            candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
+    if small or not candidates:
+        for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
+            plan = greedy.schedule(placement, m, stage_costs, cap, policy)
+            candidates.append((f"greedy/{policy.name}", plan.order))
+    units = memory_units(placement, stage_costs.activation)
+    uniform = all(abs(u - 0.5) < 1e-12 for u in units)  # then `chunks` live chunks is exactly the cap
+    name, order, _ = pick(placement, m, candidates, stage_costs, None if uniform else cap, "span")
+    report["candidate"] = name
+    return order
+
+
+def with_offload(order: ComputeOrder, p: int) -> ComputeOrder:
+    """OFFLOAD each chunk-0 activation (stages < p) after its F; RELOAD it just before its B."""
+    out = []
+    for seq in order:
+        new: list[Node] = []
+        for node in seq:
+            if node.stage < p and node.kind is NodeKind.B:
+                new.append(Node(NodeKind.RELOAD, node.microbatch, node.stage))
+            new.append(node)
+            if node.stage < p and node.kind is NodeKind.F:
+                new.append(Node(NodeKind.OFFLOAD, node.microbatch, node.stage))
+        out.append(new)
+    return out
+
+
+def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1):
+    def generate(req: GenerationRequest) -> ComputeOrder:
+        p, m = req.pp, req.micro_batches
+        cap = budget(p, req.params)
+        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest)
+        return with_offload(order, p) if req.params.get("offload") else order
+
+    return generate
+
+
+def _auto_budget(p: int, params: dict) -> float:
+    value = params.get("max_mem")
+    return float(p) if value is None else float(value)
+
+
+def _refuse_auto(p: int, v: int, m: int, params: dict) -> str | None:
+    value = params.get("max_mem")
+    if value is not None and value < 1:
+        return f"v-auto: max_mem={value:g} is below one microbatch per rank (a V schedule needs max_mem >= 1)"
+    return None
+
+
+OFFLOAD = Param("offload", boolean, False, "move chunk-0 activations to host between their F and B")
+_COMMON = dict(placement="v", vpp_default=2, vpp_rule="2", vpp_ok=lambda v: v == 2, uses_costs=True)
+
+ZBV = Algorithm(
+    name="zbv",
+    aliases=("zbv-formatted", "zb-v"),
+    summary="zero-bubble V: two chunks per rank, B/W split, 1F1B's memory",
+    memory="p",
+    constraints="v = 2, any p >= 1, m >= 1",
+    generate=_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT)),
+    params=(OFFLOAD,),
+    **_COMMON,
+)
+V_HALF = Algorithm(
+    name="v-half",
+    aliases=("vhalf", "zbv-half"),
+    summary="V schedule at about half of 1F1B's activation memory",
+    memory="floor((p+2)/2)",
+    constraints="v = 2, any p >= 1, m >= 1",
+    generate=_generator(lambda p, params: float((p + 2) // 2), (vshape.HALF,)),
+    params=(OFFLOAD,),
+    **_COMMON,
+)
+V_MIN = Algorithm(
+    name="v-min",
+    aliases=("vmin", "zbv-min"),
+    summary="V schedule at about a third of 1F1B's activation memory",
+    memory="floor((p+4)/3)",
+    constraints="v = 2, any p >= 1, m >= 1",
+    generate=_generator(lambda p, params: float((p + 4) // 3), (vshape.MIN,)),
+    params=(OFFLOAD,),
+    **_COMMON,
+)
+V_AUTO = Algorithm(
+    name="v-auto",
+    aliases=("zbv-auto",),
+    summary="V schedule for any activation budget (max_mem, microbatches per rank)",
+    memory="max_mem (default p)",
+    constraints="v = 2, any p >= 1, m >= 1, max_mem >= 1",
+    generate=_generator(_auto_budget, AUTO_BLOCKS, widest=3),
+    refuse=_refuse_auto,
+    params=(
+        Param("max_mem", float, None, "per-rank activation budget in microbatch units (default p)"),
+        OFFLOAD,
+    ),
+    budget_param="max_mem",
+    **_COMMON,
+)
+ALGORITHMS = (ZBV, V_HALF, V_MIN, V_AUTO)

@@ -1,0 +1,397 @@
+"""V-shape schedules from a repeating building block, squeezed under a memory cap.
+
+The construction follows the building-block view of "Pipeline Parallelism with Controllable Memory"
+(Qi et al., 2024). Time is cut into unit slots (one chunk's F, B or W each); every microbatch repeats the
+same block, shifted by 6 slots (the six ops one microbatch costs a rank: F, B, W of two chunks). A block
+gives each rank the slot of its chunk-0 forward (F0), chunk-1 forward (F1) and the two input-grad passes
+(B1, B0); the spacing between neighbouring ranks along each of the four chains sets how long activations
+live, hence the memory: tight chains (every spacing 1) give about p/3 microbatches (v-min), doubled F0 and
+B1 spacings about p/2 (v-half), wider ones up to p (zbv).
+
+Repeating the block m times is a valid schedule at the block's memory, with idle slots during warm-up and
+cool-down. Two squeeze passes then move every op, in slot order, to the earliest free slot its inputs and
+the cap allow: first with W's placed explicitly, then with W's stripped and re-derived (each free slot runs
+the oldest pending W), so F and B may take the slots W's held. The per-rank order by slot is the result;
+its memory depends on the order only, so it holds under any cost model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primuspp.schedule.nodes import Node, NodeKind
+
+PERIOD = 6
+_F, _B, _W = 0, 1, 2
+_KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
+
+
+@dataclass(frozen=True)
+class Block:
+    """Spacings of the four chains (F0 down, F1 up, B1 down, B0 up) and the gaps at the two turns."""
+
+    name: str
+    f0: int
+    f1: int
+    b1: int
+    b0: int
+    f_turn: int = 1
+    b_turn: int = 1
+    #: the squeeze that does best for this block (tried alone on large instances): "derived" or "explicit"
+    squeeze: str = "derived"
+
+
+#: the named blocks; `offsets` shifts the backward phase until no two ops of a rank share a slot mod 6
+MIN = Block("min", 1, 1, 1, 1)
+HALF = Block("half", 2, 1, 2, 1, 1, 2)
+ZB = Block("zb", 4, 2, 4, 2, 3, 3, "explicit")
+ZB_TIGHT = Block("zb-tight", 1, 1, 4, 2, squeeze="explicit")
+CATALOG = (
+    MIN,
+    Block("min-b2", 1, 1, 2, 1),
+    Block("min-f2", 2, 1, 1, 1),
+    HALF,
+    Block("half-b3", 1, 1, 3, 1),
+    Block("half-f3", 3, 1, 2, 1, 1, 2),
+    Block("wide-3", 1, 1, 3, 3),
+    Block("wide-33", 3, 3, 3, 3),
+    ZB_TIGHT,
+    ZB,
+)
+
+
+def offsets(p: int, block: Block) -> tuple[list[int], list[int]]:
+    """Slot of F and of B of microbatch 0 on every stage (V placement: stage i and 2p-1-i on rank i).
+
+    Two ops of one rank must not share a slot modulo 6. The first of a few shifts of the backward phase
+    (and widenings of the backward turn) that avoids every collision is taken; failing that, each op slides
+    to the next slot its rank has free modulo 6, which always succeeds but bends the chains."""
+    n = 2 * p
+    for extra in range(3):
+        for delta in range(PERIOD):
+            fo, bo = _chains(p, block, delta, extra, slide=False)
+            if all(
+                len({fo[i] % PERIOD, fo[n - 1 - i] % PERIOD, bo[i] % PERIOD, bo[n - 1 - i] % PERIOD}) == 4
+                for i in range(p)
+            ):
+                return fo, bo
+    return _chains(p, block, 0, 0, slide=True)
+
+
+def _chains(p: int, block: Block, delta: int, extra: int, slide: bool) -> tuple[list[int], list[int]]:
+    n = 2 * p
+    fo, bo = [0] * n, [0] * n
+    used: list[set[int]] = [set() for _ in range(p)]
+
+    def put(rank: int, t: int) -> int:
+        if slide:
+            while t % PERIOD in used[rank]:
+                t += 1
+            used[rank].add(t % PERIOD)
+        return t
+
+    fo[0] = put(0, 0)
+    for i in range(1, p):
+        fo[i] = put(i, fo[i - 1] + block.f0)
+    fo[p] = put(p - 1, fo[p - 1] + block.f_turn)
+    for s in range(p + 1, n):
+        fo[s] = put(n - 1 - s, fo[s - 1] + block.f1)
+    bo[n - 1] = put(0, fo[n - 1] + 1 + delta)
+    for s in range(n - 2, p - 1, -1):
+        bo[s] = put(n - 1 - s, bo[s + 1] + block.b1)
+    bo[p - 1] = put(p - 1, bo[p] + block.b_turn + extra)
+    for s in range(p - 2, -1, -1):
+        bo[s] = put(s, bo[s + 1] + block.b0)
+    return fo, bo
+
+
+class SlotSchedule:
+    """Ops of a V schedule on unit slots. An op id is (mb * stages + stage) * 3 + kind; `occ[r][t]` is the
+    op rank r runs in slot t (-1: free), `slot[op]` the inverse."""
+
+    def __init__(self, p: int, m: int, fo: list[int], bo: list[int], tighten: bool = True) -> None:
+        self.p, self.m, self.n = p, m, 2 * p
+        n = self.n
+        self.rank = rank = [min(s, n - 1 - s) for s in range(n)]
+        self.slot = slot = [-1] * (3 * n * m)
+        base = min(fo)
+        width = max(bo) - base + PERIOD * m + 3 * m + 2
+        self.occ = occ = [[-1] * width for _ in range(p)]
+        for k in range(m):
+            shift = PERIOD * k - base
+            for s in range(n):
+                row = occ[rank[s]]
+                op = (k * n + s) * 3
+                t = fo[s] + shift
+                row[t], slot[op] = op, t
+                t = bo[s] + shift
+                row[t], slot[op + _B] = op + _B, t
+        for r in range(p):
+            self._place_ws(r)
+        if tighten:
+            self._tighten()
+
+    def copy(self) -> SlotSchedule:
+        other = object.__new__(SlotSchedule)
+        other.p, other.m, other.n, other.rank = self.p, self.m, self.n, self.rank
+        other.slot = list(self.slot)
+        other.occ = [list(row) for row in self.occ]
+        return other
+
+    # -- helpers ----------------------------------------------------------------------------------------
+
+    def _rank_of(self, op: int) -> int:
+        return self.rank[(op // 3) % self.n]
+
+    def _place_ws(self, r: int) -> None:
+        """Fill free slots with the W's of completed B's, oldest first (the W's then hold those slots)."""
+        row, slot = self.occ[r], self.slot
+        queue: list[int] = []
+        head = 0
+        for t, op in enumerate(row):
+            if op >= 0:
+                if op % 3 == _B:
+                    queue.append(op + 1)
+            elif head < len(queue):
+                w = queue[head]
+                row[t], slot[w] = w, t
+                head += 1
+
+    def _tighten(self) -> None:
+        """Start every op as soon as its inputs and its rank allow, keeping each rank's order (memory, an
+        order property, is unchanged). The raw repetition is loose everywhere; this leaves the squeeze
+        only the holes an op can jump into. Slots are visited in time order, so inputs come first."""
+        p, occ, slot = self.p, self.occ, self.slot
+        width = len(occ[0])
+        new_occ = [[-1] * width for _ in range(p)]
+        ready = [0] * p
+        for t in range(width):
+            for r in range(p):
+                op = occ[r][t]
+                if op < 0:
+                    continue
+                u = max(ready[r], self._earliest(op))
+                slot[op] = u
+                new_occ[r][u] = op
+                ready[r] = u + 1
+        self.occ = new_occ
+
+    def _ops_by_slot(self, kinds: tuple[int, ...]) -> list[int]:
+        """Ops of the given kinds ordered by slot, then rank."""
+        out = []
+        occ = self.occ
+        for t in range(len(occ[0])):
+            for row in occ:
+                op = row[t]
+                if op >= 0 and op % 3 in kinds:
+                    out.append(op)
+        return out
+
+    def _earliest(self, op: int) -> int:
+        """First slot at which `op` may start, given where its inputs are now."""
+        n, slot = self.n, self.slot
+        kind, key = op % 3, op // 3
+        s = key % n
+        if kind == _F:
+            return slot[(key - 1) * 3 + _F] + 1 if s > 0 else 0
+        if kind == _W:
+            return slot[key * 3 + _B] + 1
+        e = slot[key * 3 + _F] + 1
+        if s < n - 1:
+            e = max(e, slot[(key + 1) * 3 + _B] + 1)
+        return e
+
+    # -- squeeze with explicit W's ------------------------------------------------------------------------
+
+    def squeeze_explicit(self, cap: int) -> None:
+        """Move each op (in slot order) to the earliest free slot allowed by its inputs and by `cap` live
+        chunk activations; W's are ops like the others."""
+        mem = [self._profile(r) for r in range(self.p)]
+        slot, occ, earliest = self.slot, self.occ, self._earliest
+        for op in self._ops_by_slot((_F, _B, _W)):
+            cur, e = slot[op], earliest(op)
+            if e >= cur:
+                continue
+            r = self._rank_of(op)
+            row, prof = occ[r], mem[r]
+            kind = op % 3
+            lo = e
+            if kind == _F:  # the activation now lives from the new slot on: the cap must hold there
+                lo = cur
+                while lo > e and prof[lo - 1] < cap:
+                    lo -= 1
+                if lo == cur:
+                    continue
+            try:
+                t = row.index(-1, lo, cur)
+            except ValueError:
+                continue
+            row[cur], row[t], slot[op] = -1, op, t
+            if kind == _F:
+                prof[t:cur] = [x + 1 for x in prof[t:cur]]
+            elif kind == _W:
+                prof[t + 1 : cur + 1] = [x - 1 for x in prof[t + 1 : cur + 1]]
+
+    def _profile(self, r: int) -> list[int]:
+        """Live chunk activations during each slot: F counts from its slot, W until the end of its slot."""
+        row = self.occ[r]
+        prof = [0] * (len(row) + 1)
+        level = 0
+        for t, op in enumerate(row):
+            if op >= 0 and op % 3 == _F:
+                level += 1
+            prof[t] = level
+            if op >= 0 and op % 3 == _W:
+                level -= 1
+        prof[len(row)] = level
+        return prof
+
+    # -- squeeze with derived W's -------------------------------------------------------------------------
+
+    def squeeze_derived(self, cap: int) -> None:
+        """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
+        W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's."""
+        for r in range(self.p):
+            row = self.occ[r]
+            for t, op in enumerate(row):
+                if op >= 0 and op % 3 == _W:
+                    row[t] = -1
+                    self.slot[op] = -1
+        states = [self._walk(r) for r in range(self.p)]
+        slot, earliest = self.slot, self._earliest
+        for op in self._ops_by_slot((_F, _B)):
+            cur, e = slot[op], earliest(op)
+            if e >= cur:
+                continue
+            r = self._rank_of(op)
+            row = self.occ[r]
+            lo = e
+            if op % 3 == _F:  # necessary: one more live activation on [t, cur] (derived W's only move later)
+                live = states[r][1]
+                lo = cur + 1
+                while lo > e and live[lo - 1] < cap:
+                    lo -= 1
+            while lo < cur:
+                try:
+                    t = row.index(-1, lo, cur)
+                except ValueError:
+                    break
+                if self._try_move(r, states[r], op, t, cur, cap):
+                    slot[op] = t
+                    break
+                lo = t + 1
+        for r in range(self.p):
+            self._place_ws(r)
+
+    def _walk(self, r: int) -> tuple[list[int], list[int]]:
+        """(pending B's, live chunks) before each slot, W's derived."""
+        row = self.occ[r]
+        pend, live = [0] * (len(row) + 1), [0] * (len(row) + 1)
+        q = lv = 0
+        for t, op in enumerate(row):
+            pend[t], live[t] = q, lv
+            if op >= 0:
+                if op % 3 == _F:
+                    lv += 1
+                else:
+                    q += 1
+            elif q:
+                q -= 1
+                lv -= 1
+        pend[len(row)], live[len(row)] = q, lv
+        return pend, live
+
+    def _try_move(
+        self, r: int, state: tuple[list[int], list[int]], op: int, t: int, cur: int, cap: int
+    ) -> bool:
+        """Move `op` from slot cur to the free slot t if, with W's re-derived from t on, the live chunks stay
+        within `cap`; keep `state` (the walk) in step either way."""
+        row = self.occ[r]
+        row[cur], row[t] = -1, op
+        failed = self._rewalk(row, state, t, cur, cap)
+        if failed < 0:
+            return True
+        row[cur], row[t] = op, -1
+        self._rewalk(row, state, t, failed, cap + len(row))  # repair the walk up to where it stopped
+        return False
+
+    @staticmethod
+    def _rewalk(row: list[int], state: tuple[list[int], list[int]], t: int, cur: int, cap: int) -> int:
+        """Re-derive the walk from slot t in place until it rejoins the stored one past slot cur. Return -1,
+        or the slot at which the live chunks would exceed `cap` (the walk is then written up to there)."""
+        pend, live = state
+        q, lv = pend[t], live[t]
+        end = len(row)
+        u = t
+        while u < end:
+            if u > cur and q == pend[u] and lv == live[u]:
+                return -1
+            pend[u], live[u] = q, lv
+            op = row[u]
+            if op >= 0:
+                if op % 3 == _F:
+                    lv += 1
+                    if lv > cap:
+                        return u
+                else:
+                    q += 1
+            elif q:
+                q -= 1
+                lv -= 1
+            u += 1
+        pend[end], live[end] = q, lv
+        return -1
+
+    # -- result ---------------------------------------------------------------------------------------------
+
+    def order(self) -> list[list[Node]]:
+        n = self.n
+        out = []
+        for row in self.occ:
+            seq = []
+            for op in row:
+                if op >= 0:
+                    key = op // 3
+                    seq.append(Node(_KINDS[op % 3], key // n, key % n))
+            out.append(seq)
+        return out
+
+    def peak(self) -> int:
+        return max(max(self._profile(r)) for r in range(self.p))
+
+
+def estimated_peak(p: int, block: Block) -> int:
+    """Live chunks of the block's steady state from the activations' lifespans (F to the end of its W,
+    taken right after B), within one of `block_peak`; cheap enough to rank a whole catalog."""
+    fo, bo = offsets(p, block)
+    n = 2 * p
+    return max(
+        -(-(bo[r] - fo[r] + 2) // PERIOD) - (-(bo[n - 1 - r] - fo[n - 1 - r] + 2) // PERIOD) for r in range(p)
+    )
+
+
+def block_peak(p: int, m: int, block: Block) -> int:
+    """Live chunk activations the repeated block needs on its busiest rank."""
+    return SlotSchedule(p, m, *offsets(p, block), tighten=False).peak()
+
+
+def squeezed_orders(
+    p: int, m: int, block: Block, cap: int, both: bool = True
+) -> tuple[int, list[tuple[str, list[list[Node]]]]]:
+    """(peak of the repeated block, orders): the block repeated m times and squeezed under `cap` live
+    chunks — the derived-W squeeze alone, and the explicit squeeze followed by the derived one (`both=False`:
+    only the block's preferred one). No orders if the block itself needs more than `cap`."""
+    offs = offsets(p, block)
+    base = SlotSchedule(p, m, *offs)
+    peak = base.peak()
+    if peak > cap:
+        return peak, []
+    out = []
+    variants = ("derived", "explicit") if both else (block.squeeze,)
+    for i, variant in enumerate(variants):
+        sched = base.copy() if i < len(variants) - 1 else base
+        if variant == "explicit":
+            sched.squeeze_explicit(cap)
+        sched.squeeze_derived(cap)
+        out.append((f"{block.name}/{variant}", sched.order()))
+    return peak, out

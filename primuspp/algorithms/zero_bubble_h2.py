@@ -1,0 +1,47 @@
+"""ZB-H2: zero bubble in the steady metric at 2p-1 microbatches of activations on the first rank.
+
+The capped list scheduler (`greedy`) at 2p-1: with that much room rank r keeps forwarding through the
+warm-up (up to 2(p-r)-1 forwards before its first B), keeps the 1F1B rhythm in the steady phase, and fills
+every wait with pending W's, so the tail is W's. With F = B = W and m >= 2p every rank runs without a gap
+from its first forward to its last W. A few tie-break policies are tried; the shortest longest-rank span,
+then the shortest step time, wins.
+"""
+
+from __future__ import annotations
+
+from primuspp.algorithms import greedy
+from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
+from primuspp.algorithms.portfolio import pick
+from primuspp.schedule.placement import linear
+
+SMALL = 20_000
+POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "alt-eager", "b-eager-deep"))
+
+
+def generate(req: GenerationRequest) -> ComputeOrder:
+    p, m = req.pp, req.micro_batches
+    placement = linear(p)
+    costs = req.costs.for_placement(placement)
+    cap = float(2 * p - 1)
+    candidates = []
+    for policy in POLICIES if 3 * p * m <= SMALL else POLICIES[:1]:
+        plan = greedy.schedule(placement, m, costs, cap, policy)
+        candidates.append((policy.name, plan.order))
+    name, order, _ = pick(placement, m, candidates, costs, cap, "span")
+    req.report["candidate"] = name
+    return order
+
+
+ALGORITHM = Algorithm(
+    name="zb-h2",
+    aliases=("zb2p", "zbh2", "zero-bubble-h2"),
+    placement="linear",
+    summary="ZB-H2: extra warm-up forwards, W fills the waits and the tail; zero bubble at 2p-1 memory",
+    memory="2p - 1",
+    constraints="any p >= 1, m >= 1",
+    vpp_default=1,
+    vpp_rule="1",
+    vpp_ok=lambda v: v == 1,
+    generate=generate,
+    uses_costs=True,
+)
