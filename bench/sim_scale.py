@@ -45,11 +45,13 @@ def main() -> None:
     for name in args.algo or [a for a in ALGORITHMS if a not in SKIP]:
         algo = ALGORITHMS[name]
         try:
-            gen_s, sched = best_of(args.repeat, lambda: build_schedule(name, args.pp, None, args.mb, costs))
+            gen_s, sched = best_of(
+                args.repeat, lambda name=name: build_schedule(name, args.pp, None, args.mb, costs)
+            )
         except ScheduleError as err:
             table.add_row(name, "-", "-", "refused", str(err), "", "")
             continue
-        sim_s, result = best_of(args.repeat, lambda: simulate(sched, costs))
+        sim_s, result = best_of(args.repeat, lambda sched=sched: simulate(sched, costs))
         table.add_row(
             name,
             str(algo.vpp_default),
