@@ -1,10 +1,10 @@
 """Activation accounting with `torch.autograd.graph.saved_tensors_hooks`, and OFFLOAD/RELOAD.
 
 Every tensor autograd saves during a forward the runner wraps is packed into a `_Saved` handle; the meter
-counts the bytes of each distinct storage while at least one handle on the device refers to it (views and
-tensors saved twice count once). A handle dies when autograd frees the saved variable (after the backward
-that used it), or when the weight-grad store that holds it has run. Parameters (and anything else passed as
-`exclude`) are not activations and are not counted.
+counts the bytes of each distinct storage while at least one handle refers to it (views and tensors saved
+twice count once), on the device or on the host. A handle dies when autograd frees the saved variable
+(after the backward that used it), or when the weight-grad store that holds it has run. Parameters (and
+anything else passed as `exclude`) are not activations and are not counted.
 
 OFFLOAD moves a (microbatch, stage)'s saved tensors to the host, RELOAD brings them back:
 - `copy` mode (default on CUDA): real copies, `to("cpu")` into pinned memory, back with `non_blocking`;
@@ -62,7 +62,8 @@ class ActivationMeter:
 
     def __init__(self, exclude: Iterable[torch.Tensor] = (), offload_mode: str | None = None) -> None:
         self._exclude = {t.untyped_storage().data_ptr() for t in exclude}
-        self._entries: dict[int, list[int]] = {}  # storage ptr -> [nbytes, device-resident handles]
+        self._entries: dict[int, list[int]] = {}  # device storage ptr -> [nbytes, handles]
+        self._host_entries: dict[int, list[int]] = {}  # the same for storages counted on the host
         self._lock = threading.Lock()
         self.current = 0
         self.peak = 0
@@ -109,33 +110,37 @@ class ActivationMeter:
         """Count `tensors` while the returned handles are alive (the weight-grad store keeps them)."""
         return [h for t in tensors if (h := self._track(t)) is not None]
 
-    # -- counting (an entry exists while device-resident handles refer to the storage) -----------------
+    # -- counting: an entry exists while handles refer to the storage (device and host apart) ---------
 
-    def _acquire(self, key: int, nbytes: int) -> None:
+    def _acquire(self, key: int, nbytes: int, host: bool = False) -> None:
+        entries = self._host_entries if host else self._entries
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                self._entries[key] = [nbytes, 1]
+            entry = entries.get(key)
+            if entry is not None:
+                entry[1] += 1
+                return
+            entries[key] = [nbytes, 1]
+            if host:
+                self.host_current += nbytes
+            else:
                 self.current += nbytes
                 if self.current > self.peak:
                     self.peak = self.current
-            else:
-                entry[1] += 1
 
-    def _release(self, key: int) -> None:
+    def _release(self, key: int, host: bool = False) -> None:
+        entries = self._host_entries if host else self._entries
         with self._lock:
-            entry = self._entries[key]
+            entry = entries[key]
             entry[1] -= 1
             if entry[1] == 0:
-                self.current -= entry[0]
-                del self._entries[key]
+                del entries[key]
+                if host:
+                    self.host_current -= entry[0]
+                else:
+                    self.current -= entry[0]
 
     def _drop(self, handle: _Saved) -> None:
-        if handle.host:
-            with self._lock:
-                self.host_current -= handle.nbytes
-        else:
-            self._release(handle.key)
+        self._release(handle.key, handle.host)
 
     # -- OFFLOAD / RELOAD ---------------------------------------------------------------------------------
 
@@ -145,38 +150,40 @@ class ActivationMeter:
     def offload(self, record: SavedRecord, device: torch.device) -> None:
         """Move the record's saved tensors to the host (or, in `account` mode, only count them there)."""
         copy = self._mode(device) == "copy"
-        for handle in record.live():
-            if handle.host:
-                continue
-            if copy:
-                tensor = handle.tensor.detach()
-                if tensor.device.type == "cpu":
-                    host = tensor.clone()
-                else:
-                    host = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=True)
-                    host.copy_(tensor, non_blocking=True)
-                handle.tensor = host
-            self._release(handle.key)
-            handle.host = True
-            with self._lock:
-                self.host_current += handle.nbytes
+        with torch.no_grad():
+            for handle in record.live():
+                if handle.host:
+                    continue
+                self._release(handle.key)
+                if copy:
+                    tensor = handle.tensor.detach()
+                    if tensor.device.type == "cpu":
+                        host = tensor.clone()
+                    else:
+                        host = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu", pin_memory=True)
+                        host.copy_(tensor, non_blocking=True)
+                    handle.tensor = host
+                    storage = host.untyped_storage()
+                    handle.key, handle.nbytes = storage.data_ptr(), storage.nbytes()
+                handle.host = True
+                self._acquire(handle.key, handle.nbytes, host=True)
         record.offloaded = True
 
     def reload(self, record: SavedRecord, device: torch.device) -> None:
         """Bring the record's saved tensors back to `device`."""
         copy = self._mode(device) == "copy"
-        for handle in record.live():
-            if not handle.host:
-                continue
-            with self._lock:
-                self.host_current -= handle.nbytes
-            if copy:
-                tensor = handle.tensor.detach().to(device, non_blocking=True)
-                if tensor is handle.tensor:  # CPU run: a distinct copy, as a device would get
-                    tensor = tensor.clone()
-                handle.tensor = tensor
-                storage = tensor.untyped_storage()
-                handle.key, handle.nbytes = storage.data_ptr(), storage.nbytes()
-            handle.host = False
-            self._acquire(handle.key, handle.nbytes)
+        with torch.no_grad():
+            for handle in record.live():
+                if not handle.host:
+                    continue
+                self._release(handle.key, host=True)
+                if copy:
+                    tensor = handle.tensor.to(device, non_blocking=True)
+                    if tensor is handle.tensor:  # CPU run: a distinct copy, as a device would get
+                        tensor = tensor.clone()
+                    handle.tensor = tensor
+                    storage = tensor.untyped_storage()
+                    handle.key, handle.nbytes = storage.data_ptr(), storage.nbytes()
+                handle.host = False
+                self._acquire(handle.key, handle.nbytes)
         record.offloaded = False
