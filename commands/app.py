@@ -11,6 +11,7 @@ from primuspp.commands.compare import compare
 from primuspp.commands.console import err
 from primuspp.commands.dump import dump
 from primuspp.commands.simulate import simulate
+from primuspp.commands.train import train
 from typer.exceptions import Abort, TyperException
 
 from primuspp import __version__
@@ -27,6 +28,7 @@ app.command()(simulate)
 app.command()(dump)
 app.command()(compare)
 app.command()(algorithms)
+app.command()(train)
 
 
 def _version(value: bool) -> None:
