@@ -14,7 +14,7 @@ import pytest
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.backends.torch.gpt import GPTConfig, gpt_layers
-from primuspp.backends.torch.train import TrainSpec, reference_run
+from primuspp.backends.torch.train import TrainSpec, reference_run, train_worker
 from primuspp.backends.torch.verify import compare
 from primuspp.errors import ScheduleError
 from primuspp.runtime.launch import LaunchError, launch
@@ -22,7 +22,7 @@ from primuspp.schedule.formats import to_json
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
-from tests.runtime.workers import run_jobs
+from tests.runtime.workers import run_jobs, shape_only_worker
 from tests.schedule.random_orders import random_order
 
 TOL = 1e-6
@@ -95,17 +95,29 @@ def _jobs(p: int, tmp: Path) -> dict[str, TrainSpec]:
     return {**algorithm_jobs(p), **random_jobs(p), **file_job(p, tmp), **memory_job(p)}
 
 
+def shape_only_jobs(p: int) -> dict[str, ScheduleTable]:
+    """Tables for the compute-free executor: every random placement, more microbatches, FB included."""
+    jobs = {}
+    for kind, v in (("linear", 1), ("loop", 3), ("v", 2), ("bidirectional", 2)):
+        pl = make_placement(kind, p, v)
+        m = 2 * p + 3
+        order = random_order(pl, m, random.Random(7 * p), split=0.5, fuse=0.4, offload=0.2)
+        jobs[f"shape-only-{kind}-p{p}"] = ScheduleTable(pl, m, lower_comms(pl, m, order), f"random-{kind}")
+    return jobs
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """All jobs: one launch of 4 ranks and one of 2; name -> (spec, per-rank records, wall seconds)."""
+    """All jobs: one launch of 4 ranks and one of 2; name -> (spec or table, per-rank results)."""
     out = {}
     for p in (4, 2):
-        jobs = _jobs(p, tmp_path_factory.mktemp(f"p{p}"))
-        start = time.perf_counter()
-        results = launch(run_jobs, p, list(jobs.values()))
-        wall = time.perf_counter() - start
-        for i, (name, spec) in enumerate(jobs.items()):
-            out[name] = (spec, [per_rank[i] for per_rank in results], wall)
+        specs = _jobs(p, tmp_path_factory.mktemp(f"p{p}"))
+        tables = shape_only_jobs(p)
+        jobs = [(train_worker, spec) for spec in specs.values()]
+        jobs += [(shape_only_worker, table) for table in tables.values()]
+        results = launch(run_jobs, p, jobs)
+        for i, (name, what) in enumerate([*specs.items(), *tables.items()]):
+            out[name] = (what, [per_rank[i] for per_rank in results])
     return out
 
 
@@ -119,12 +131,22 @@ def _job_names() -> list[str]:
 
 @pytest.mark.parametrize("name", _job_names())
 def test_gradients_match_one_process(runs, name):
-    spec, per_rank, _ = runs[name]
+    spec, per_rank = runs[name]
     report = compare(per_rank, reference_run(spec))
     assert not report.missing
     assert report.tensors == spec.steps * sum(1 for layer in gpt_layers(spec.gpt) for _ in layer.parameters())
     assert report.max_loss_rel <= TOL, report
     assert report.max_grad_rel <= TOL, report
+
+
+@pytest.mark.parametrize("name", [n for p in (4, 2) for n in shape_only_jobs(p)])
+def test_messages_reach_their_consumer(runs, name):
+    """A compute-free executor (the emulator's shape) on real p2p: every received tensor is the one its
+    consumer expects, on every rank, for every placement."""
+    table, per_rank = runs[name]
+    for rank, (errors, computed) in enumerate(per_rank):
+        assert errors == [], f"rank {rank}: {errors[:3]}"
+        assert computed == sum(1 for n in table.ranks[rank] if n.kind.is_compute)
 
 
 def test_every_algorithm_is_covered(runs):
@@ -135,7 +157,7 @@ def test_every_algorithm_is_covered(runs):
 @pytest.mark.parametrize("p", [4, 2])
 def test_1f1b_activation_pattern(runs, p):
     """Rank r holds p - r microbatches at its peak: p on rank 0, 1 on the last rank."""
-    _, per_rank, _ = runs[f"memory-1f1b-p{p}-m{2 * p}"]
+    _, per_rank = runs[f"memory-1f1b-p{p}-m{2 * p}"]
     for r, records in enumerate(per_rank):
         measured = records[0].measured
         one = measured.memory[1][1]  # after the first F: one microbatch's saved activations
@@ -147,7 +169,7 @@ def test_failing_rank_stops_everyone(tmp_path):
     spec = spec_for(build_schedule("1f1b", 4, 1, 8), fault=(2, "F3.2"))
     start = time.monotonic()
     with pytest.raises(LaunchError, match=r"rank 2 failed at F3\.2: RuntimeError: injected fault") as info:
-        launch(run_jobs, 4, [spec])
+        launch(train_worker, 4, spec)
     assert time.monotonic() - start < 30
     assert info.value.rank == 2
     assert multiprocessing.active_children() == []
