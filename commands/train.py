@@ -179,7 +179,8 @@ def _render(doc: dict, describe: str) -> None:
         out.print(
             "verify: max relative difference vs one process with the whole model: "
             f"loss {v['max_rel_loss_diff']:.2e}, gradients {v['max_rel_grad_diff']:.2e} "
-            f"({v['steps']} steps, {v['tensors']} gradient tensors; largest: {v['worst_tensor']})"
+            f"({v['steps']} steps, {v['tensors']} gradient tensors"
+            + (f"; largest: {v['worst_tensor']})" if v["max_rel_grad_diff"] > 0 else ")")
         )
     if doc.get("pp_data"):
         out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")

@@ -61,7 +61,7 @@ class ActivationMeter:
     """Bytes of saved activations alive on one rank: `current`, `peak`, `host_current`."""
 
     def __init__(self, exclude: Iterable[torch.Tensor] = (), offload_mode: str | None = None) -> None:
-        self._exclude = {t.untyped_storage().data_ptr() for t in exclude}
+        self.set_exclude(exclude)
         self._entries: dict[int, list[int]] = {}  # device storage ptr -> [nbytes, handles]
         self._host_entries: dict[int, list[int]] = {}  # the same for storages counted on the host
         self._lock = threading.Lock()
@@ -71,6 +71,10 @@ class ActivationMeter:
         if offload_mode not in (None, "copy", "account"):
             raise ValueError(f"offload_mode must be 'copy' or 'account', not {offload_mode!r}")
         self.offload_mode = offload_mode
+
+    def set_exclude(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Storages never counted (parameters): call again if they move (e.g. `module.to(device)`)."""
+        self._exclude = {t.untyped_storage().data_ptr() for t in tensors}
 
     def reset_peak(self) -> None:
         self.peak = self.current

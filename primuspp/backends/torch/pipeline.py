@@ -77,8 +77,7 @@ class TorchPipeline:
         self.executor = ModuleExecutor(self.stages, loss_fn, boundary, self.device)
         meter: ActivationMeter | bool = False
         if track_memory:
-            params = [p for m in self.stages.values() for p in m.parameters()]
-            meter = ActivationMeter(exclude=params, offload_mode=offload_mode)
+            meter = ActivationMeter(offload_mode=offload_mode)
         self.runner = ScheduleRunner(table, rank, self.executor, p2p=p2p, meter=meter, check=check)
         self._replicated = bool(replica_groups(table.placement))
 
@@ -88,6 +87,8 @@ class TorchPipeline:
                 f"the table runs {self.table.num_microbatches} microbatches, got {len(microbatches)}"
             )
         self.executor.begin_step(microbatches)
+        if self.runner.meter is not None:  # parameters are not activations (wherever they live now)
+            self.runner.meter.set_exclude(p for m in self.stages.values() for p in m.parameters())
         measured = self.runner.step(sync_start=sync_start)
         if self._replicated:
             params_of = {s: list(m.parameters()) for s, m in self.stages.items()}

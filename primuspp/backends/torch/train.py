@@ -94,6 +94,8 @@ def _parse_fault(text: str) -> tuple[str, int, int]:
 def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
     """Run `spec.steps` steps on rank `ctx.rank`; report ("step", i, partial loss, ms) after each."""
     stages = rank_stages(spec, ctx.rank)
+    for m in stages.values():  # before the pipeline: its activation meter excludes the parameters' storage
+        m.to(ctx.device)
     pipe = TorchPipeline(
         spec.table,
         ctx.rank,
@@ -107,8 +109,6 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
     )
     if spec.fault is not None and spec.fault[0] == ctx.rank:
         pipe.executor.fault = _parse_fault(spec.fault[1])
-    for m in stages.values():
-        m.to(ctx.device)
     pl = spec.table.placement
     primary = primary_stages(spec)
     records = []

@@ -65,6 +65,6 @@ def compare(per_rank: Sequence[Sequence[StepRecord]], reference: Sequence[Refere
                 continue
             tensors += 1
             d = relative_difference(got[key], want)
-            if d >= max_grad:
+            if d > max_grad or not worst:
                 max_grad, worst = d, f"part {key[0]} {key[1]} (step {i})"
     return VerifyReport(len(reference), tensors, max_loss, max_grad, worst, tuple(losses), tuple(missing))
