@@ -5,7 +5,12 @@
 4 ranks (gloo, one thread each), one Linear(8, 8) per stage, 16 microbatches of 1 row. For 1f1b and zbv,
 the same model runs under our runner and under torch's Schedule1F1B / ScheduleZBVZeroBubble, interleaved
 step by step in the same processes. A step is timed from a barrier to the slowest rank's end; the median
-over the steps is reported, and our/torch as a ratio (target ≤ 0.8).
+over the steps is reported, and our/torch as a ratio (target ≤ 0.8). Wall time here is p2p latency: a
+gloo message wakes two threads on the receiver, and on a busy machine a wake-up often waits for the next
+scheduler tick (~4 ms instead of ~0.08 ms), whichever implementation sent it. So the CPU time of each rank's
+main thread during the step (max over ranks, median over steps) is reported too: what each implementation
+itself costs, independent of that lottery.
+torch.distributed.pipelining needs numpy (its shape inference pickles objects through numpy).
 
 zbv: the registry's `zbv` if this build has it; otherwise the exact order torch's ScheduleZBVZeroBubble
 computes, converted into a table (F → F, I → B, W → W) and lowered by ours. Our stages use SplitLinear
@@ -115,20 +120,22 @@ def worker(ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict) -> dic
         for s in ours_mods:
             theirs_mods[s].load_state_dict(ours_mods[s].state_dict())
         ours, theirs = _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y)
-        times: dict[str, list[float]] = {"ours": [], "torch": []}
+        times: dict[str, list[float]] = {"ours": [], "torch": [], "ours cpu": [], "torch cpu": []}
+        pair = (("ours", ours), ("torch", theirs))
         for i in range(steps + 3):  # 3 warm-up steps
-            for impl, fn in (
-                (("ours", ours), ("torch", theirs)) if i % 2 else (("torch", theirs), ("ours", ours))
-            ):
+            for impl, fn in pair if i % 2 else pair[::-1]:
                 for mod in (*ours_mods.values(), *theirs_mods.values()):
                     mod.zero_grad(set_to_none=True)
                 dist.barrier()
+                cpu = time.thread_time()
                 start = time.perf_counter()
                 fn()
-                took = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+                wall = time.perf_counter() - start
+                took = torch.tensor([wall, time.thread_time() - cpu], dtype=torch.float64)
                 dist.all_reduce(took, op=dist.ReduceOp.MAX)
                 if i >= 3:
-                    times[impl].append(float(took))
+                    times[impl].append(float(took[0]))
+                    times[f"{impl} cpu"].append(float(took[1]))
         out[name] = {k: statistics.median(v) for k, v in times.items()}
     return out
 
@@ -149,11 +156,14 @@ def main() -> None:
         f"of 1 row, median of {args.steps} steps",
         title_justify="left",
     )
-    for col in ("schedule", "ours ms", "torch.distributed.pipelining ms", "ours / torch"):
+    cols = ("schedule", "ours ms", "torch ms", "ours / torch", "ours cpu ms", "torch cpu ms", "cpu ratio")
+    for col in cols:
         table.add_column(col, justify="right")
     for name in tables:
         o, t = res[name]["ours"], res[name]["torch"]
-        table.add_row(name, f"{o * 1e3:.2f}", f"{t * 1e3:.2f}", f"{o / t:.3f}")
+        oc, tc = res[name]["ours cpu"], res[name]["torch cpu"]
+        cells = (f"{o * 1e3:.2f}", f"{t * 1e3:.2f}", f"{o / t:.3f}", f"{oc * 1e3:.2f}", f"{tc * 1e3:.2f}")
+        table.add_row(name, *cells, f"{oc / tc:.3f}")
     Console().print(table)
     Console().print(f"zbv table: {zbv_source}")
 

@@ -25,7 +25,7 @@ from primuspp.runtime.memory import ActivationMeter, SavedRecord
 from primuspp.runtime.p2p import P2P, Request
 from primuspp.runtime.timing import clock_for
 from primuspp.runtime.wgrad import WeightGradStore
-from primuspp.schedule.nodes import Node, NodeKind, format_node
+from primuspp.schedule.nodes import Node, NodeKind, format_node, parse_node
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.validation import validate
 from primuspp.trace.timeline import Interval
@@ -93,22 +93,27 @@ class ScheduleRunner:
         if p2p is None and any(op == _BATCH for op, _, _ in self.program):
             raise ValueError(f"rank {rank}: the table has p2p nodes here but no P2P was given")
 
-    @staticmethod
-    def _compile(nodes: tuple[Node, ...]) -> list[tuple[int, Any, str]]:
+    def _compile(self, nodes: tuple[Node, ...]) -> list[tuple[int, Any, str]]:
         """(op, item, label) per step: comm nodes grouped into batches, each posted right before the next
-        compute node (or at the end); labels are formatted once, not per step."""
+        compute node (or at the end). Everything that does not change between steps is worked out here:
+        labels, dict keys, the boundary each message carries."""
+        prv = self.table.placement.prev_stage
         program: list[tuple[int, Any, str]] = []
-        batch: list[tuple[Node, str]] = []
+        batch: list[tuple] = []
 
         def flush() -> None:
-            label = "batch [" + " ".join(text for _, text in batch) + "]"
+            label = "batch [" + " ".join(op[-1] for op in batch) + "]"
             program.append((_BATCH, tuple(batch), label))
             batch.clear()
 
         for node in nodes:
             kind = node.kind
             if kind.is_comm:
-                batch.append((node, format_node(node)))
+                mb, s = node.microbatch, node.stage
+                fwd = kind is _SEND_F or kind is _RECV_F
+                # (is_send, forward direction, local key, peer, boundary (mb, stage), label)
+                boundary = (mb, s if kind is _SEND_F or kind is _RECV_B else prv[s])
+                batch.append((kind.is_send, fwd, (mb, s), node.peer, boundary, format_node(node)))
                 continue
             if kind.is_compute and batch:
                 flush()
@@ -116,6 +121,10 @@ class ScheduleRunner:
         if batch:
             flush()
         return program
+
+    @staticmethod
+    def _batch_node(op: tuple) -> Node:
+        return parse_node(op[-1])
 
     def step(self, sync_start: bool = True) -> RankStep:
         """Run one step. With `sync_start` the ranks meet at a barrier first (their clocks then agree)."""
@@ -191,35 +200,38 @@ class ScheduleRunner:
                 else:
                     out_b[key] = gin
 
-        def post(batch: tuple[tuple[Node, str], ...]) -> None:
+        boundary_spec, empty, mark = ex.boundary_spec, torch.empty, clock.mark
+
+        def post(batch: tuple[tuple, ...]) -> None:
             ops = []
             slots = []
-            for node, text in batch:
-                mb, s, peer, kind = node.microbatch, node.stage, node.peer, node.kind
-                if kind is _SEND_F or kind is _SEND_B:
-                    t = (out_f if kind is _SEND_F else out_b).pop((mb, s))
-                    spec = ex.boundary_spec(mb, s if kind is _SEND_F else prv[s])
-                    if tuple(t.shape) != tuple(spec.shape) or t.dtype != spec.dtype:
+            for is_send, fwd, key, peer, (smb, sstage), text in batch:
+                spec = boundary_spec(smb, sstage)
+                if is_send:
+                    t = (out_f if fwd else out_b).pop(key)
+                    if (
+                        t.shape != spec.shape and tuple(t.shape) != tuple(spec.shape)
+                    ) or t.dtype != spec.dtype:
                         raise RuntimeError(
                             f"{text}: tensor is {tuple(t.shape)} {t.dtype} but the executor's "
                             f"boundary_spec says {tuple(spec.shape)} {spec.dtype}"
                         )
-                    ops.append((True, t.detach().contiguous(), peer, text))
+                    if t.requires_grad:
+                        t = t.detach()
+                    if not t.is_contiguous():
+                        t = t.contiguous()
+                    ops.append((True, t, peer, text))
                     slots.append(None)
-                    sends.append(("F" if kind is _SEND_F else "B", mb, s, peer, clock.mark()))
+                    sends.append(("F" if fwd else "B", key[0], key[1], peer, mark()))
                 else:
-                    spec = ex.boundary_spec(mb, prv[s] if kind is _RECV_F else s)
-                    buf = torch.empty(spec.shape, dtype=spec.dtype, device=device)
-                    ops.append((False, buf, peer, text))
-                    slots.append((fwd_in if kind is _RECV_F else bwd_in, (mb, s)))
+                    ops.append((False, empty(spec.shape, dtype=spec.dtype, device=device), peer, text))
+                    slots.append((fwd_in if fwd else bwd_in, key))
             requests = p2p.post(ops)  # type: ignore[union-attr]
             for request, slot in zip(requests, slots, strict=True):
                 if slot is None:
                     pending_sends.append(request)
                 else:
                     slot[0][slot[1]] = request
-            if len(pending_sends) > 64:
-                pending_sends[:] = [r for r in pending_sends if not r.done()]
 
         if sync_start and p2p is not None:
             p2p.barrier()
@@ -274,7 +286,7 @@ class ScheduleRunner:
                         else:
                             meter.reload(cell.saved, device)
                 if observer is not None:
-                    observer(item if op != _BATCH else item[-1][0])
+                    observer(item if op != _BATCH else self._batch_node(item[-1]))
             label = "step end (waiting for sends)"
             for request in pending_sends:
                 request.wait()
