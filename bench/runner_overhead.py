@@ -164,7 +164,7 @@ def main() -> None:
         oc, tc = res[name]["ours cpu"], res[name]["torch cpu"]
         cells = (f"{o * 1e3:.2f}", f"{t * 1e3:.2f}", f"{o / t:.3f}", f"{oc * 1e3:.2f}", f"{tc * 1e3:.2f}")
         table.add_row(name, *cells, f"{oc / tc:.3f}")
-    Console().print(table)
+    Console(width=140).print(table)
     Console().print(f"zbv table: {zbv_source}")
 
 

@@ -130,7 +130,7 @@ def main() -> None:
             f"{(t['B'] + t['W']) / t['BW']:.3f}",
             f"{theirs:.3f}",
         )
-    Console().print(table)
+    Console(width=140).print(table)
 
 
 if __name__ == "__main__":

@@ -39,9 +39,6 @@ class Request:
             self._works = []
         return self.tensor
 
-    def done(self) -> bool:
-        return all(work.is_completed() for work in self._works)
-
 
 class P2P:
     """Posts comm batches over a process group. `ranks[r]` is the global rank of pipeline rank r (default:
