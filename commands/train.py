@@ -24,12 +24,20 @@ def train(
     algo: Annotated[
         str, typer.Option("--algo", "-a", help="Algorithm name or alias, or file:PATH (a dumped table).")
     ] = "1f1b",
-    pp: Annotated[int | None, typer.Option("--pp", help="Pipeline ranks p (one process each).")] = None,
+    pp: Annotated[
+        int | None,
+        typer.Option(
+            "--pp", help="Pipeline ranks p, one process each (default 4; file: tables carry theirs)."
+        ),
+    ] = None,
     vpp: Annotated[
         int | None, typer.Option("--vpp", help="Chunks per rank v (algorithms that allow it).")
     ] = None,
     mb: Annotated[
-        int | None, typer.Option("--mb", "--micro-batches", help="Microbatches per step m.")
+        int | None,
+        typer.Option(
+            "--mb", "--micro-batches", help="Microbatches per step m (default 8; file: tables carry theirs)."
+        ),
     ] = None,
     steps: Annotated[int, typer.Option("--steps", help="Training steps.")] = 3,
     backend: Annotated[Backend, typer.Option("--backend", help="Execution backend.")] = Backend.torch,
@@ -40,7 +48,12 @@ def train(
         ),
     ] = False,
     dump_pp_data: Annotated[
-        Path | None, typer.Option("--dump-pp-data", help="Write per-node timings (Primus pp_data) here.")
+        Path | None,
+        typer.Option(
+            "--dump-pp-data",
+            envvar="DUMP_PP_DIR",
+            help="Write per-node timings (Primus pp_data) here (default: $DUMP_PP_DIR if set).",
+        ),
     ] = None,
     layers: Annotated[
         int | None, typer.Option("--layers", help="Tiny GPT blocks (default: one per stage).")
