@@ -175,8 +175,12 @@ def _run_as_torchrun_worker(
 # -- launcher side --------------------------------------------------------------------------------------
 
 
-def _stop(procs: list[Any], grace: float = 3.0) -> None:
-    """SIGTERM every live process, SIGKILL what is left after `grace` seconds, reap all."""
+def _stop(procs: list[Any], grace: float = 3.0, finishing: float = 0.0) -> None:
+    """Give the processes `finishing` seconds to exit on their own, then SIGTERM every live one, SIGKILL
+    what is left after `grace` seconds, and reap all."""
+    deadline = time.monotonic() + finishing
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
     for p in procs:
         if p.is_alive():
             p.terminate()
@@ -204,6 +208,7 @@ def _spawn(
     init_method = f"file://{os.path.join(tmp, 'store')}"
     saved_env = os.environ.get("OMP_NUM_THREADS")
     procs = []
+    finished = False
     try:
         os.environ["OMP_NUM_THREADS"] = "1"  # read by the children's OpenMP at import
         for rank in range(world_size):
@@ -219,13 +224,15 @@ def _spawn(
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = saved_env
-        return _collect(procs, queue, world_size, on_report)
+        results = _collect(procs, queue, world_size, on_report)
+        finished = True
+        return results
     finally:
         if saved_env is None:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = saved_env
-        _stop(procs)
+        _stop(procs, finishing=10.0 if finished else 0.0)  # a failure stops the survivors at once
         queue.close()
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -134,7 +134,9 @@ class ActivationMeter:
     def _release(self, key: int, host: bool = False) -> None:
         entries = self._host_entries if host else self._entries
         with self._lock:
-            entry = entries[key]
+            entry = entries.get(key)
+            if entry is None:  # only at interpreter shutdown
+                return
             entry[1] -= 1
             if entry[1] == 0:
                 del entries[key]
