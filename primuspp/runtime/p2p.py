@@ -39,6 +39,10 @@ class Request:
             self._works = []
         return self.tensor
 
+    def done(self) -> bool:
+        """True once the transfer is known to be over (gloo only knows after `wait()`: False until then)."""
+        return all(work.is_completed() for work in self._works)
+
 
 class P2P:
     """Posts comm batches over a process group. `ranks[r]` is the global rank of pipeline rank r (default:

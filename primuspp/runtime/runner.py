@@ -232,6 +232,8 @@ class ScheduleRunner:
                     pending_sends.append(request)
                 else:
                     slot[0][slot[1]] = request
+            if len(pending_sends) > 32:  # release sent tensors whose transfer is over (NCCL reports it)
+                pending_sends[:] = [r for r in pending_sends if not r.done()]
 
         if sync_start and p2p is not None:
             p2p.barrier()
