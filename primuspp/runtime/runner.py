@@ -140,6 +140,7 @@ class ScheduleRunner:
         out_b: dict[tuple[int, int], torch.Tensor] = {}
         cells: dict[tuple[int, int], Cell] = {}
         pending_sends: list[Request] = []
+        prune_at = [32]
         marks: list[tuple[Node, object, object]] = []
         mem_marks: list[tuple[object, int]] = []
         sends: list[tuple[str, int, int, int, object]] = []
@@ -232,8 +233,9 @@ class ScheduleRunner:
                     pending_sends.append(request)
                 else:
                     slot[0][slot[1]] = request
-            if len(pending_sends) > 32:  # release sent tensors whose transfer is over (NCCL reports it)
+            if len(pending_sends) > prune_at[0]:  # release sent tensors whose transfer is over (NCCL)
                 pending_sends[:] = [r for r in pending_sends if not r.done()]
+                prune_at[0] = max(32, 2 * len(pending_sends))  # amortised: gloo only knows after wait()
 
         if sync_start and p2p is not None:
             p2p.barrier()
