@@ -14,6 +14,7 @@ from primuspp.commands.compare import compare
 from primuspp.commands.console import err
 from primuspp.commands.dump import dump
 from primuspp.commands.simulate import simulate
+from primuspp.commands.train import train
 from primuspp.commands.viz import viz
 from primuspp.errors import PrimusppError
 
@@ -30,6 +31,7 @@ app.command()(compare)
 app.command()(viz)
 app.command("visualize", help="Alias of `viz`.")(viz)
 app.command()(algorithms)
+app.command()(train)
 
 
 def _version(value: bool) -> None:

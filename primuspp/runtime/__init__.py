@@ -1,1 +1,6 @@
-"""Runtime: execute schedule tables with torch.distributed (runner, p2p, B/W split, timing)."""
+"""Runtime: execute schedule tables with torch.distributed (runner, p2p, B/W split, timing).
+
+The public pieces: `ScheduleRunner` (runner.py), the `Executor` protocol and `Cell`/`TensorSpec`
+(executor.py), `P2P` (p2p.py), `WeightGradStore` (wgrad.py), `ActivationMeter` (memory.py),
+`launch` (launch.py) and `step_timeline` (trace.py). See docs/runtime.md.
+"""

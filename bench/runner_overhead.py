@@ -1,0 +1,172 @@
+"""Runner overhead against torch.distributed.pipelining, where compute is negligible.
+
+    python bench/runner_overhead.py [--pp 4] [--mb 16] [--steps 30]
+
+4 ranks (gloo, one thread each), one Linear(8, 8) per stage, 16 microbatches of 1 row. For 1f1b and zbv,
+the same model runs under our runner and under torch's Schedule1F1B / ScheduleZBVZeroBubble, interleaved
+step by step in the same processes. A step is timed from a barrier to the slowest rank's end; the median
+over the steps is reported, and our/torch as a ratio (target ≤ 0.8). Wall time here is p2p latency: a
+gloo message wakes two threads on the receiver, and on a busy machine a wake-up often waits for the next
+scheduler tick (~4 ms instead of ~0.08 ms), whichever implementation sent it. So the CPU time of each rank's
+main thread during the step (max over ranks, median over steps) is reported too: what each implementation
+itself costs, independent of that lottery.
+torch.distributed.pipelining needs numpy (its shape inference pickles objects through numpy).
+
+zbv: the registry's `zbv` if this build has it; otherwise the exact order torch's ScheduleZBVZeroBubble
+computes, converted into a table (F → F, I → B, W → W) and lowered by ours. Our stages use SplitLinear
+(a real B/W split); torch's use nn.Linear (it splits by graph surgery).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+
+import torch
+import torch.distributed as dist
+from rich.console import Console
+from rich.table import Table
+from torch import nn
+
+from primuspp.algorithms.registry import ALGORITHMS, build_schedule
+from primuspp.backends.torch.layers import SplitLinear
+from primuspp.backends.torch.pipeline import TorchPipeline
+from primuspp.runtime.executor import TensorSpec
+from primuspp.runtime.launch import WorkerContext, launch
+from primuspp.schedule.lowering import lower_comms
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import v_shape
+from primuspp.schedule.table import ScheduleTable
+from primuspp.schedule.validation import validate
+
+
+def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return ((out - target) ** 2).sum()
+
+
+def zbv_table(pp: int, m: int) -> tuple[ScheduleTable, str]:
+    if "zbv" in ALGORITHMS:
+        return build_schedule("zbv", pp, 2, m), "registry zbv"
+    from torch.distributed.pipelining.schedules import ScheduleZBVZeroBubble
+
+    fake = SimpleNamespace(pp_group_size=pp, _n_microbatches=m, num_stages=2 * pp)
+    kinds = {
+        "FORWARD": NodeKind.F,
+        "BACKWARD_INPUT": NodeKind.B,
+        "BACKWARD_WEIGHT": NodeKind.W,
+        "FULL_BACKWARD": NodeKind.BW,
+    }
+    order = []
+    for rank in range(pp):
+        actions = ScheduleZBVZeroBubble._calculate_single_rank_operations(fake, rank)
+        order.append(
+            [
+                Node(kinds[a.computation_type.name], a.microbatch_index, a.stage_index)
+                for a in actions
+                if a is not None
+            ]
+        )
+    pl = v_shape(pp)
+    table = ScheduleTable(pl, m, lower_comms(pl, m, order), "zbv (torch's order)")
+    validate(table)
+    return table, "torch's ZBV order, lowered by primuspp"
+
+
+def _torch_schedule(name: str, rank: int, pp: int, m: int, modules: dict[int, nn.Module]):
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleZBVZeroBubble
+
+    n_stages = len(modules) * pp
+    stages = [
+        PipelineStage(mod, s, n_stages, torch.device("cpu"), input_args=torch.empty(1, 8))
+        for s, mod in sorted(modules.items())
+    ]
+    if name == "1f1b":
+        return Schedule1F1B(stages[0], m, loss_fn=loss_fn)
+    return ScheduleZBVZeroBubble(stages, m, loss_fn=loss_fn)
+
+
+def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y):
+    """One training step of each implementation, as argument-less callables."""
+    pipe = TorchPipeline(table, rank, ours_mods, loss_fn, TensorSpec((1, 8)))
+    sched = _torch_schedule(name, rank, pp, m, theirs_mods)
+    first = 0 in theirs_mods
+    last = (2 * pp - 1 if name == "zbv" else pp - 1) in theirs_mods
+
+    def ours() -> None:
+        pipe.step(micro, sync_start=False)
+
+    def theirs() -> None:
+        kwargs = {"target": y, "losses": []} if last else {}
+        if first:
+            sched.step(x, **kwargs)
+        else:
+            sched.step(**kwargs)
+
+    return ours, theirs
+
+
+def worker(ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict) -> dict:
+    rank = ctx.rank
+    torch.manual_seed(0)
+    x, y = torch.randn(m, 8), torch.randn(m, 8)
+    micro = [(x[i : i + 1], y[i : i + 1]) for i in range(m)]
+    out = {}
+    for name, table in tables.items():
+        ours_mods = {s: SplitLinear(8, 8) for s in table.placement.stages_of_rank(rank)}
+        theirs_mods = {s: nn.Linear(8, 8) for s in ours_mods}
+        for s in ours_mods:
+            theirs_mods[s].load_state_dict(ours_mods[s].state_dict())
+        ours, theirs = _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y)
+        times: dict[str, list[float]] = {"ours": [], "torch": [], "ours cpu": [], "torch cpu": []}
+        pair = (("ours", ours), ("torch", theirs))
+        for i in range(steps + 3):  # 3 warm-up steps
+            for impl, fn in pair if i % 2 else pair[::-1]:
+                for mod in (*ours_mods.values(), *theirs_mods.values()):
+                    mod.zero_grad(set_to_none=True)
+                dist.barrier()
+                cpu = time.thread_time()
+                start = time.perf_counter()
+                fn()
+                wall = time.perf_counter() - start
+                took = torch.tensor([wall, time.thread_time() - cpu], dtype=torch.float64)
+                dist.all_reduce(took, op=dist.ReduceOp.MAX)
+                if i >= 3:
+                    times[impl].append(float(took[0]))
+                    times[f"{impl} cpu"].append(float(took[1]))
+        out[name] = {k: statistics.median(v) for k, v in times.items()}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pp", type=int, default=4)
+    ap.add_argument("--mb", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=30)
+    args = ap.parse_args()
+    zbv, zbv_source = zbv_table(args.pp, args.mb)
+    tables = {"1f1b": build_schedule("1f1b", args.pp, 1, args.mb), "zbv": zbv}
+    results = launch(worker, args.pp, args.pp, args.mb, args.steps, tables, backend="gloo")
+    assert results is not None
+    res = results[0]
+    table = Table(
+        title=f"runner overhead: {args.pp} ranks (gloo), Linear(8, 8) per stage, {args.mb} microbatches "
+        f"of 1 row, median of {args.steps} steps",
+        title_justify="left",
+    )
+    cols = ("schedule", "ours ms", "torch ms", "ours / torch", "ours cpu ms", "torch cpu ms", "cpu ratio")
+    for col in cols:
+        table.add_column(col, justify="right")
+    for name in tables:
+        o, t = res[name]["ours"], res[name]["torch"]
+        oc, tc = res[name]["ours cpu"], res[name]["torch cpu"]
+        cells = (f"{o * 1e3:.2f}", f"{t * 1e3:.2f}", f"{o / t:.3f}", f"{oc * 1e3:.2f}", f"{tc * 1e3:.2f}")
+        table.add_row(name, *cells, f"{oc / tc:.3f}")
+    Console(width=140).print(table)
+    Console().print(f"zbv table: {zbv_source}")
+
+
+if __name__ == "__main__":
+    main()

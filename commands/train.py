@@ -1,0 +1,199 @@
+"""`primuspp train`: real training with a chosen schedule (backend torch: the tiny GPT on plain modules)."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from primuspp.commands.console import err, out
+from primuspp.errors import ConfigError
+
+
+class Backend(StrEnum):
+    torch = "torch"
+    megatron = "megatron"
+
+
+def train(
+    algo: Annotated[
+        str, typer.Option("--algo", "-a", help="Algorithm name or alias, or file:PATH (a dumped table).")
+    ] = "1f1b",
+    pp: Annotated[
+        int | None,
+        typer.Option(
+            "--pp", help="Pipeline ranks p, one process each (default 4; file: tables carry theirs)."
+        ),
+    ] = None,
+    vpp: Annotated[
+        int | None, typer.Option("--vpp", help="Chunks per rank v (algorithms that allow it).")
+    ] = None,
+    mb: Annotated[
+        int | None,
+        typer.Option(
+            "--mb", "--micro-batches", help="Microbatches per step m (default 8; file: tables carry theirs)."
+        ),
+    ] = None,
+    steps: Annotated[int, typer.Option("--steps", help="Training steps.")] = 3,
+    backend: Annotated[Backend, typer.Option("--backend", help="Execution backend.")] = Backend.torch,
+    verify: Annotated[
+        bool,
+        typer.Option(
+            "--verify", help="Rerun the steps on one process with the whole model; print the max differences."
+        ),
+    ] = False,
+    dump_pp_data: Annotated[
+        Path | None,
+        typer.Option(
+            "--dump-pp-data",
+            envvar="DUMP_PP_DIR",
+            help="Write per-node timings (Primus pp_data) here (default: $DUMP_PP_DIR if set).",
+        ),
+    ] = None,
+    layers: Annotated[
+        int | None, typer.Option("--layers", help="Tiny GPT blocks (default: one per stage).")
+    ] = None,
+    hidden: Annotated[int, typer.Option("--hidden", help="Tiny GPT hidden size.")] = 64,
+    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 4,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 32,
+    micro_batch_size: Annotated[
+        int, typer.Option("--micro-batch-size", help="Sequences per microbatch.")
+    ] = 2,
+    lr: Annotated[float, typer.Option("--lr", help="SGD learning rate.")] = 0.1,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of weights and data.")] = 0,
+    json_: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
+    ] = False,
+    inject_fault: Annotated[
+        str | None, typer.Option("--inject-fault", hidden=True, help="RANK:NODE, e.g. 2:F3.2 (tests).")
+    ] = None,
+) -> None:
+    """Train with a schedule on real processes (gloo on CPU, nccl on GPU); optionally verify the gradients."""
+    if backend is Backend.megatron:
+        raise ConfigError(
+            "--backend megatron is not available yet (it comes with the Megatron-core backend); "
+            "use --backend torch",
+            key="backend",
+        )
+    for key, value, low in (
+        ("steps", steps, 1),
+        ("hidden", hidden, 1),
+        ("heads", heads, 1),
+        ("seq-len", seq_len, 1),
+        ("micro-batch-size", micro_batch_size, 1),
+    ):
+        if value < low:
+            raise ConfigError(f"--{key} must be >= {low} (got {value})", key=key)
+    if hidden % heads:
+        raise ConfigError(f"--hidden {hidden} must be a multiple of --heads {heads}", key="hidden")
+    fault = _parse_fault(inject_fault) if inject_fault else None
+
+    # torch is imported here, not at CLI start-up: the other verbs run without it
+    from primuspp.algorithms.registry import build_schedule
+    from primuspp.backends.torch.gpt import GPTConfig
+    from primuspp.backends.torch.session import dump_pp_data as write_dump
+    from primuspp.backends.torch.session import run_training
+    from primuspp.backends.torch.train import TrainSpec
+    from primuspp.runtime.launch import LaunchError
+
+    table = build_schedule(
+        algo,
+        pp if pp is not None else (None if algo.startswith("file:") else 4),
+        vpp,
+        mb if mb is not None else (None if algo.startswith("file:") else 8),
+    )
+    parts = len(set(table.placement.model_part))
+    n_layers = parts if layers is None else layers
+    if n_layers + 2 < parts:
+        raise ConfigError(
+            f"--layers {n_layers}: the model (embedding + {n_layers} blocks + head) has fewer layers "
+            f"than the {parts} stages of this table",
+            key="layers",
+        )
+    spec = TrainSpec(
+        table,
+        GPTConfig(vocab=64, seq_len=seq_len, hidden=hidden, heads=heads, layers=n_layers),
+        micro_batch_size=micro_batch_size,
+        steps=steps,
+        lr=lr,
+        seed=seed,
+        fault=fault,
+    )
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    task = bar.add_task(f"training {table.describe()}", total=steps, status="starting ranks")
+
+    def on_step(step: int, loss: float, ms: float) -> None:
+        bar.update(task, advance=1, status=f"loss {loss:.4f}  step {ms:,.1f} ms")
+
+    try:
+        with bar:
+            run = run_training(spec, verify=verify, on_step=on_step)
+    except LaunchError as e:
+        err.print(f"error: {e}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    if run is None:  # a non-zero rank under torchrun
+        return
+    if dump_pp_data is not None:
+        write_dump(run, dump_pp_data)
+    doc = run.summary()
+    if dump_pp_data is not None:
+        doc["pp_data"] = str(dump_pp_data)
+    if json_:
+        print(json.dumps(doc))
+        return
+    _render(doc, table.describe())
+
+
+def _parse_fault(text: str) -> tuple[int, str]:
+    rank, _, node = text.partition(":")
+    if not rank.isdigit() or not node:
+        raise ConfigError(f"--inject-fault {text!r}: expected RANK:NODE, e.g. 2:F3.2", key="inject-fault")
+    return int(rank), node
+
+
+def _mb(n: float) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def _render(doc: dict, describe: str) -> None:
+    model = doc["model"]
+    out.print(
+        f"trained tiny GPT ({model['layers']} blocks, hidden {model['hidden']}, {model['stages']} stages) "
+        f"with {describe} on {doc['pp']} processes"
+    )
+    table = Table(title_justify="left")
+    for col in ("step", "loss", "step time ms", "bubble", "peak activations per rank (MiB)"):
+        table.add_column(col, justify="right")
+    for s in doc["steps"]:
+        table.add_row(
+            str(s["step"]),
+            f"{s['loss']:.6f}",
+            f"{s['step_time_ms']:,.1f}",
+            f"{s['bubble_rate']:.1%}",
+            " ".join(_mb(b) for b in s["peak_activation_bytes"]),
+        )
+    out.print(table)
+    v = doc.get("verify")
+    if v is not None:
+        out.print(
+            "verify: max relative difference vs one process with the whole model: "
+            f"loss {v['max_rel_loss_diff']:.2e}, gradients {v['max_rel_grad_diff']:.2e} "
+            f"({v['steps']} steps, {v['tensors']} gradient tensors"
+            + (f"; largest: {v['worst_tensor']})" if v["max_rel_grad_diff"] > 0 else ")")
+        )
+    if doc.get("pp_data"):
+        out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")

@@ -1,0 +1,89 @@
+"""The plain-torch executor: one user `nn.Module` per virtual stage this rank holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from primuspp.runtime.executor import Cell, TensorSpec
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Microbatch = tuple[torch.Tensor, torch.Tensor]
+
+
+class ModuleExecutor:
+    """Runs stage modules forward and backward for the runner.
+
+    The first stage of a route takes the microbatch input (`microbatches[mb][0]`); the last one computes
+    `loss_fn(output, microbatches[mb][1]) / num_microbatches` (Megatron's scaling) and backward starts from
+    it. `losses` holds the scaled loss of every microbatch whose last stage runs here (reset per step).
+    Split layers defer their weight gradients on B; BW computes everything at once.
+    """
+
+    def __init__(
+        self,
+        stages: Mapping[int, nn.Module],
+        loss_fn: LossFn,
+        boundary: TensorSpec | Callable[[int, int], TensorSpec],
+        device: torch.device,
+    ) -> None:
+        self.stages = dict(stages)
+        self.loss_fn = loss_fn
+        self._boundary = boundary
+        self.device = device
+        self.microbatches: Sequence[Microbatch] = ()
+        self.losses: dict[int, torch.Tensor] = {}
+        #: raise at this (kind, microbatch, stage), for failure-handling tests
+        self.fault: tuple[str, int, int] | None = None
+
+    def begin_step(self, microbatches: Sequence[Microbatch]) -> None:
+        self.microbatches = microbatches
+        self.losses = {}
+
+    def boundary_spec(self, microbatch: int, stage: int) -> TensorSpec:
+        b = self._boundary
+        return b if isinstance(b, TensorSpec) else b(microbatch, stage)
+
+    def _check_fault(self, kind: str, cell: Cell) -> None:
+        if self.fault == (kind, cell.microbatch, cell.stage):
+            raise RuntimeError(f"injected fault at {kind}{cell.microbatch}.{cell.stage}")
+
+    def forward(self, cell: Cell, x: torch.Tensor | None) -> torch.Tensor | None:
+        if self.fault is not None:
+            self._check_fault("F", cell)
+        mb = cell.microbatch
+        if cell.first:
+            x = self.microbatches[mb][0].to(self.device, non_blocking=True)
+        elif x is not None and x.is_floating_point():
+            x.requires_grad_()
+        y = self.stages[cell.stage](x)
+        if cell.last:
+            target = self.microbatches[mb][1].to(self.device, non_blocking=True)
+            loss = self.loss_fn(y, target) / len(self.microbatches)
+            self.losses[mb] = loss.detach()
+            y = loss
+        cell.data = (None if cell.first else x, y)
+        return None if cell.last else y
+
+    def backward_input(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
+        if self.fault is not None:
+            self._check_fault("B", cell)
+        x, y = cell.data
+        cell.data = None
+        if grad is None:
+            y.backward()
+        else:
+            torch.autograd.backward(y, grad)
+        return None if x is None else x.grad
+
+    def backward_weight(self, cell: Cell) -> None:
+        if self.fault is not None:
+            self._check_fault("W", cell)
+        cell.wgrad.run()
+
+    def backward_full(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
+        if self.fault is not None:
+            self._check_fault("BW", cell)
+        return self.backward_input(cell, grad)  # the runner has the store compute weight grads at once

@@ -1,0 +1,111 @@
+"""A whole training run on the torch backend, launcher side: spawn the ranks, gather what they measured,
+verify against one process, write pp_data. `primuspp train --backend torch` is a thin layer over this."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from primuspp.backends.torch.train import StepRecord, TrainSpec, reference_run, train_worker
+from primuspp.backends.torch.verify import VerifyReport, compare, step_losses
+from primuspp.runtime.launch import launch, under_torchrun
+from primuspp.runtime.trace import step_timeline
+from primuspp.trace.metrics import timeline_metrics
+from primuspp.trace.pp_data import write_pp_data
+from primuspp.trace.timeline import Timeline
+
+
+@dataclass
+class TrainingRun:
+    spec: TrainSpec
+    losses: list[float]
+    timelines: list[Timeline]
+    verify: VerifyReport | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """The `--json` document (without the verify part, which the caller adds)."""
+        table, gpt = self.spec.table, self.spec.gpt
+        steps = []
+        for i, (loss, tl) in enumerate(zip(self.losses, self.timelines, strict=True)):
+            m = timeline_metrics(tl)
+            steps.append(
+                {
+                    "step": i,
+                    "loss": loss,
+                    "step_time_ms": m.step_time,
+                    "bubble_rate": m.bubble_rate,
+                    "peak_activation_bytes": [int(r.peak_memory) for r in m.per_rank],
+                }
+            )
+        return {
+            "backend": "torch",
+            "algorithm": table.algorithm,
+            "placement": table.placement.kind,
+            "pp": table.pp,
+            "vpp": table.vpp,
+            "micro_batches": table.num_microbatches,
+            "model": {
+                "name": "tiny-gpt",
+                "layers": gpt.layers,
+                "hidden": gpt.hidden,
+                "heads": gpt.heads,
+                "seq_len": gpt.seq_len,
+                "vocab": gpt.vocab,
+                "micro_batch_size": self.spec.micro_batch_size,
+                "stages": table.num_stages,
+            },
+            "steps": steps,
+            "verify": self.verify.to_dict() if self.verify is not None else None,
+        }
+
+
+class _StepProgress:
+    """Sums the ranks' partial losses of each step; calls `on_step(step, loss, ms)` once all reported."""
+
+    def __init__(self, world: int, on_step: Callable[[int, float, float], None]) -> None:
+        self.world, self.on_step = world, on_step
+        self.partial: dict[int, list[tuple[float, float]]] = {}
+
+    def __call__(self, rank: int, payload: Any) -> None:
+        _, step, loss, span = payload
+        got = self.partial.setdefault(step, [])
+        got.append((loss, span))
+        if len(got) == self.world:
+            self.on_step(step, sum(x for x, _ in got), max(t for _, t in got))
+            del self.partial[step]
+
+
+def run_training(
+    spec: TrainSpec,
+    *,
+    verify: bool = False,
+    on_step: Callable[[int, float, float], None] | None = None,
+    name: str | None = None,
+) -> TrainingRun | None:
+    """Train on `spec.table.pp` ranks. Under torchrun only rank 0 gets the run (the others get None).
+
+    Raises `LaunchError` naming the failing rank and node."""
+    if verify and not spec.collect_grads:
+        spec = replace(spec, collect_grads=True)
+    # under torchrun each rank only sees its own reports: no combined progress there
+    progress = _StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
+    per_rank: list[list[StepRecord]] | None = launch(train_worker, spec.table.pp, spec, on_report=progress)
+    if per_rank is None:
+        return None
+    label = name or spec.table.algorithm
+    timelines = [
+        step_timeline(spec.table, [records[i].measured for records in per_rank], label, str(i))
+        for i in range(spec.steps)
+    ]
+    report = compare(per_rank, reference_run(spec)) if verify else None
+    return TrainingRun(spec, step_losses(per_rank), timelines, report)
+
+
+def dump_pp_data(run: TrainingRun, directory: Path) -> None:
+    """Primus' pp_data layout (one entry per step), memory in bytes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    gpt = run.spec.gpt
+    extra = {"backend": "torch", "memory_unit": "bytes", "model": "tiny-gpt", "hidden": gpt.hidden}
+    write_pp_data(run.timelines, directory, extra)

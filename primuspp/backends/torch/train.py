@@ -1,0 +1,166 @@
+"""Train the tiny GPT with a schedule table across ranks, and the same steps on one process for `--verify`.
+
+`train_worker(ctx, spec)` is what each rank runs (under `runtime.launch`); `reference_run(spec)` runs the
+same steps on one process with the whole model; `verify.compare` measures the difference.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from primuspp.backends.torch.gpt import GPTConfig, gpt_loss, gpt_microbatches, gpt_parts
+from primuspp.backends.torch.pipeline import TorchPipeline, reference_step
+from primuspp.runtime.launch import WorkerContext
+from primuspp.runtime.runner import RankStep
+from primuspp.schedule.nodes import parse_node
+from primuspp.schedule.table import ScheduleTable
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Everything a rank needs to train: the table, the model, the data and the optimizer (plain SGD)."""
+
+    table: ScheduleTable
+    gpt: GPTConfig = field(default_factory=GPTConfig)
+    micro_batch_size: int = 2
+    steps: int = 1
+    lr: float = 0.1
+    seed: int = 0
+    collect_grads: bool = False
+    track_memory: bool = True
+    offload_mode: str | None = None
+    #: (rank, node text) where the executor raises, e.g. (2, "F3.2"): failure-handling tests
+    fault: tuple[int, str] | None = None
+
+    @property
+    def num_parts(self) -> int:
+        return len(set(self.table.placement.model_part))
+
+
+@dataclass
+class StepRecord:
+    """One rank, one step: its scaled microbatch losses, its measurements, and optionally its gradients."""
+
+    losses: dict[int, float]
+    measured: RankStep
+    #: (model part, parameter name) -> gradient, for the parts whose primary copy lives on this rank
+    grads: dict[tuple[int, str], torch.Tensor] | None = None
+
+
+def step_data(spec: TrainSpec, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    m = spec.table.num_microbatches
+    return gpt_microbatches(spec.gpt, spec.micro_batch_size, m, spec.seed + 1 + step)
+
+
+def primary_stages(spec: TrainSpec) -> dict[int, int]:
+    """Model part -> the lowest stage holding it (the copy whose gradients are reported)."""
+    first: dict[int, int] = {}
+    for s, part in enumerate(spec.table.placement.model_part):
+        first.setdefault(part, s)
+    return first
+
+
+def rank_stages(spec: TrainSpec, rank: int) -> dict[int, nn.Module]:
+    """This rank's stage modules: the primary copy of a part, or a deep copy for a replica."""
+    pl = spec.table.placement
+    parts = gpt_parts(spec.gpt, spec.num_parts, spec.seed)
+    primary = primary_stages(spec)
+    stages = {}
+    for s in pl.stages_of_rank(rank):
+        part = parts[pl.model_part[s]]
+        stages[s] = part if primary[pl.model_part[s]] == s else copy.deepcopy(part)
+    return stages
+
+
+def sgd_(modules: Sequence[nn.Module], lr: float) -> None:
+    with torch.no_grad():
+        for module in modules:
+            for p in module.parameters():
+                if p.grad is not None:
+                    p.add_(p.grad, alpha=-lr)
+                p.grad = None
+
+
+def _parse_fault(text: str) -> tuple[str, int, int]:
+    node = parse_node(text)
+    return node.kind.value, node.microbatch, node.stage
+
+
+def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
+    """Run `spec.steps` steps on rank `ctx.rank`; report ("step", i, partial loss, ms) after each."""
+    stages = rank_stages(spec, ctx.rank)
+    for m in stages.values():  # before the pipeline: its activation meter excludes the parameters' storage
+        m.to(ctx.device)
+    pipe = TorchPipeline(
+        spec.table,
+        ctx.rank,
+        stages,
+        gpt_loss,
+        spec.gpt.boundary(spec.micro_batch_size),
+        device=ctx.device,
+        track_memory=spec.track_memory,
+        offload_mode=spec.offload_mode,
+        check=False,  # validated where the table was built
+    )
+    if spec.fault is not None and spec.fault[0] == ctx.rank:
+        pipe.executor.fault = _parse_fault(spec.fault[1])
+    pl = spec.table.placement
+    primary = primary_stages(spec)
+    records = []
+    for step in range(spec.steps):
+        result = pipe.step(step_data(spec, step))
+        grads = None
+        if spec.collect_grads:
+            grads = {
+                (pl.model_part[s], name): p.grad.detach().cpu().clone()
+                for s, module in stages.items()
+                if primary[pl.model_part[s]] == s
+                for name, p in module.named_parameters()
+                if p.grad is not None
+            }
+        sgd_(list(stages.values()), spec.lr)
+        records.append(StepRecord(result.losses, result.measured, grads))
+        span = max((iv.end for iv in result.measured.intervals), default=0.0)
+        ctx.report(("step", step, result.loss, span))
+    return records
+
+
+@dataclass
+class ReferenceStep:
+    loss: float
+    grads: dict[tuple[int, str], torch.Tensor]
+
+
+def reference_run(spec: TrainSpec) -> list[ReferenceStep]:
+    """The same steps on one process: whole model (one copy of each part), same data, same SGD.
+
+    It runs on one thread, as the ranks do: CPU kernels split reductions by thread count, so this keeps
+    the reference's rounding identical to the ranks' (a schedule that accumulates microbatches in the
+    reference's order then matches bit for bit)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _reference_steps(spec)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _reference_steps(spec: TrainSpec) -> list[ReferenceStep]:
+    parts = gpt_parts(spec.gpt, spec.num_parts, spec.seed)
+    out = []
+    for step in range(spec.steps):
+        losses = reference_step(parts, step_data(spec, step), gpt_loss)
+        grads = {
+            (i, name): p.grad.detach().clone()
+            for i, part in enumerate(parts)
+            for name, p in part.named_parameters()
+            if p.grad is not None
+        }
+        sgd_(parts, spec.lr)
+        out.append(ReferenceStep(sum(losses), grads))
+    return out
