@@ -72,8 +72,47 @@ def train(
     inject_fault: Annotated[
         str | None, typer.Option("--inject-fault", hidden=True, help="RANK:NODE, e.g. 2:F3.2 (tests).")
     ] = None,
+    emulate: Annotated[
+        bool,
+        typer.Option(
+            "--emulate",
+            help="Emulated cluster: the real runner, processes and p2p, but each compute node waits its "
+            "cost-model duration instead of computing (costs: --fwd/--bwd/--wgrad, --config, --costs-from).",
+        ),
+    ] = False,
+    fwd: Annotated[
+        float | None,
+        typer.Option(
+            "--fwd", help="With --emulate: F ms of one microbatch through a rank's share (default 20)."
+        ),
+    ] = None,
+    bwd: Annotated[
+        float | None,
+        typer.Option("--bwd", help="With --emulate: B (input-grad) ms; a full backward is B + W."),
+    ] = None,
+    wgrad: Annotated[
+        float | None, typer.Option("--wgrad", help="With --emulate: W (weight-grad) ms.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="With --emulate: use this simulation YAML's costs.")
+    ] = None,
+    costs_from: Annotated[
+        Path | None,
+        typer.Option("--costs-from", help="With --emulate: costs measured from this pp_data dump."),
+    ] = None,
 ) -> None:
-    """Train with a schedule on real processes (gloo on CPU, nccl on GPU); optionally verify the gradients."""
+    """Train with a schedule on real processes (gloo on CPU, nccl on GPU); optionally verify the gradients.
+
+    With --emulate, run the schedule on an emulated cluster instead (no model, no compute)."""
+    emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
+    if emulate:
+        from primuspp.commands.emulate import train_emulated
+
+        train_emulated(algo, pp, vpp, mb, steps, fwd, bwd, wgrad, config, costs_from, dump_pp_data, json_)
+        return
+    for flag, value in emulation.items():
+        if value is not None:
+            raise ConfigError(f"{flag} needs --emulate (the emulated cluster's cost model)", key=flag[2:])
     if backend is Backend.megatron:
         raise ConfigError(
             "--backend megatron is not available yet (it comes with the Megatron-core backend); "
