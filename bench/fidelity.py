@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
     algos = args.algo or list(ALGORITHMS)
-    console = Console()
+    console = Console(width=150)
     rows = []
     started = time.time()
     load = os.getloadavg()
