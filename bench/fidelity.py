@@ -51,9 +51,12 @@ def main() -> None:
     ap.add_argument("--wgrad", type=float, default=20.0)
     ap.add_argument("--fb-overlap", type=float, default=1.0)
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--repeat", type=int, default=1, help="run every case this many times (interleaved)")
     ap.add_argument("--algo", nargs="+", default=None, help="default: every registered algorithm")
     ap.add_argument("--json", default=None, help="also write the rows here")
     args = ap.parse_args()
+    if args.steps < 2:
+        ap.error("--steps must be >= 2 (the first step is warm-up)")
     algos = args.algo or list(ALGORITHMS)
     console = Console(width=150)
     rows = []
@@ -71,13 +74,17 @@ def main() -> None:
                     console.print(f"[dim]{name} p={p} m={m}: refused: {err}[/dim]")
                     continue
                 cases.append((name, p, m, table, costs))
-                specs.append(EmulationSpec(table, costs, steps=args.steps))
-        console.print(f"p={p}: emulating {len(specs)} cases on {p} processes ...")
-        runs = run_emulations(specs)
-        assert runs is not None
-        for (name, p_, m, table, costs), run in zip(cases, runs, strict=True):
-            steady = run.timelines[1:] if len(run.timelines) > 1 else run.timelines
-            emulated = statistics.median(timeline_metrics(tl).step_time for tl in steady)
+        specs = [EmulationSpec(c[3], c[4], steps=args.steps) for _ in range(args.repeat) for c in cases]
+        console.print(f"p={p}: emulating {len(specs)} runs on {p} processes ...")
+        all_runs = run_emulations(specs)
+        assert all_runs is not None
+        for i, (name, p_, m, table, costs) in enumerate(cases):
+            runs = all_runs[i :: len(cases)]
+            steady = [tl for run in runs for tl in run.timelines[1:]]
+            # the median over the repeats of each run's median steady step
+            emulated = statistics.median(
+                statistics.median(timeline_metrics(tl).step_time for tl in run.timelines[1:]) for run in runs
+            )
             comm, comm_n = _comm_latency(steady)
             sim = simulate(table, costs).metrics.step_time
             sim_comm = simulate(table, replace(costs, comm=comm)).metrics.step_time
@@ -92,7 +99,9 @@ def main() -> None:
                     "comm_samples": comm_n,
                     "sim_comm_ms": sim_comm,
                     "emulated_ms": emulated,
-                    "emulated_steps_ms": [timeline_metrics(tl).step_time for tl in run.timelines],
+                    "emulated_steps_ms": [
+                        [timeline_metrics(tl).step_time for tl in r.timelines] for r in runs
+                    ],
                     "error": emulated / sim - 1,
                     "error_comm": emulated / sim_comm - 1,
                 }
