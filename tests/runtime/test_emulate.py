@@ -197,3 +197,14 @@ def test_emulation_options_need_emulate(capsys):
     assert main(["train", "--fwd", "3"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--fwd needs --emulate" in err
+
+
+def test_recommendation_from_measured_costs(runs, tmp_path, capsys):
+    """Costs measured in bytes still take --mem-limit in microbatch units: below zbv's 4, never zbv."""
+    dump_emulation(runs["roundtrip"], tmp_path, "test")
+    args = ["compare", "--costs-from", str(tmp_path), "--pp", "4", "--mb", "8", "--json"]
+    assert main([*args, "--mem-limit", "3"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    best = next(r for r in doc["results"] if r["name"] == doc["recommendation"])
+    assert best["peak_memory"] <= 3 and not best["name"].startswith("zbv")
+    assert any(r["name"] == "zbv" and not r["fits"] for r in doc["results"])
