@@ -108,6 +108,9 @@ def train(
     if emulate:
         from primuspp.commands.emulate import train_emulated
 
+        if verify or inject_fault:
+            flag = "--verify" if verify else "--inject-fault"
+            raise ConfigError(f"{flag}: the emulated cluster computes nothing", key=flag[2:])
         train_emulated(algo, pp, vpp, mb, steps, fwd, bwd, wgrad, config, costs_from, dump_pp_data, json_)
         return
     for flag, value in emulation.items():
