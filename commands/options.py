@@ -68,7 +68,7 @@ def overrides(
         costs.update({k: getattr(measured, k) for k in keys})
         note = " (no W in the run: full backward split evenly into B and W)" if cal.bw_split_assumed else ""
         unit = ""
-        if cal.memory_unit != "microbatches":
+        if cal.memory_unit != "microbatches" and cal.activation_per_microbatch > 0:
             unit = f"; 1 activation unit = {cal.activation_per_microbatch:,.0f} {cal.memory_unit}"
         err.print(
             f"costs measured from {costs_from}: {cal.samples} intervals{note}; p2p latency "

@@ -35,7 +35,7 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
             _num(r["step_time"]),
             f"{r['bubble_rate']:.2%}",
             f"{r['steady_bubble_rate']:.2%}",
-            f"{r['peak_memory']:.4g}",
+            _num(r["peak_memory"]),
             f"{ratio:.3f}x",
         ]
         if show_fits:
