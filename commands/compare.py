@@ -20,6 +20,10 @@ from primuspp.sim.sources import summaries_from_dir
 from primuspp.viz.html import compare_page, write_file
 
 
+def _value(x: object) -> str:
+    return "/".join(f"{v:.4g}" for v in x) if isinstance(x, list) else f"{x:.4g}"
+
+
 def compare(
     sources: Annotated[
         list[Path] | None,
@@ -88,6 +92,13 @@ def compare(
         for pair in pairs:
             out.print(fidelity_table(pair))
             out.print(f"[dim]memory: {pair['memory_note']}[/dim]", highlight=False)
+            costs = pair["measured"]["emulated_costs"]
+            if costs:
+                given = ", ".join(f"{k} {_value(costs[k])}" for k in ("forward", "backward", "wgrad"))
+                source = pair["measured"]["emulated_costs_source"] or "?"
+                out.print(
+                    f"[dim]emulated with {given} ms ({source}); its p2p was real[/dim]", highlight=False
+                )
     if html is not None:
         write_file(html, compare_page(ranking.rows, ranking.best, ranking.reason, mem_limit), "--html")
         err.print(f"wrote {html}", soft_wrap=True)

@@ -48,7 +48,7 @@ def train_emulated(
     spec = EmulationSpec(table, costs, steps=steps, unit_bytes=chosen.bytes_per_unit or UNIT_BYTES)
     if chosen.comm_ignored:
         err.print(
-            f"note: the costs carry a p2p latency of {chosen.comm_ignored:g} ms; the emulated cluster's "
+            f"note: the costs carry a p2p latency of {chosen.comm_ignored:.3g} ms; the emulated cluster's "
             "p2p is real (gloo), so it is not added",
             highlight=False,
         )
@@ -123,7 +123,7 @@ def _render(doc: dict, describe: str) -> None:
     error = steady / sim["step_time_ms"] - 1 if sim["step_time_ms"] else 0.0
     out.print(
         f"simulated: step {sim['step_time_ms']:,.1f} ms, bubble {sim['bubble_rate']:.1%}, peak "
-        f"{sim['peak_memory']:g} activation units; emulated steady step {steady:,.1f} ms ({error:+.1%})",
+        f"{sim['peak_memory']:.4g} activation units; emulated steady step {steady:,.1f} ms ({error:+.1%})",
         highlight=False,
     )
     if doc.get("pp_data"):
@@ -132,5 +132,5 @@ def _render(doc: dict, describe: str) -> None:
 
 def _ms(value: object) -> str:
     if isinstance(value, list):
-        return "/".join(f"{x:g}" for x in value)
-    return f"{value:g}"
+        return "/".join(f"{x:.4g}" for x in value)
+    return f"{value:.4g}"

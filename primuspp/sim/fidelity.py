@@ -188,6 +188,9 @@ def predicted_vs_measured(sim: RunRecord, real: RunRecord) -> dict[str, Any]:
             "source": real.first.source,
             "iterations": len(real.steady()),
             "emulated_costs": real.config.get("costs") if real.first.source == "emulated" else None,
+            "emulated_costs_source": real.config.get("costs_source")
+            if real.first.source == "emulated"
+            else None,
         },
         "algorithm": real.first.algorithm or sim.first.algorithm,
         "pp": real.first.pp,
