@@ -188,7 +188,9 @@ def _precise_timers() -> None:
 def emulate_worker(ctx: WorkerContext, spec: EmulationSpec) -> list[RankStep]:
     """Run `spec.steps` emulated steps on rank `ctx.rank`; report ("step", i, 0.0, ms) after each."""
     _precise_timers()
-    ex = EmulatedExecutor(spec.table, ctx.rank, spec.costs, unit_bytes=spec.unit_bytes, spin=spec.spin)
+    ex = EmulatedExecutor(
+        spec.table, ctx.rank, spec.costs, unit_bytes=spec.unit_bytes, spin=spec.spin, device=ctx.device
+    )
     p2p = P2P() if spec.table.pp > 1 else None
     runner = ScheduleRunner(spec.table, ctx.rank, ex, p2p=p2p, meter=ActivationMeter(), check=False)
     steps = []

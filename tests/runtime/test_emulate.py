@@ -2,8 +2,9 @@
 simulator says, FB overlap, offload), a calibration round trip through a dump, the simulator's memory
 prediction against real tiny-GPT runs, and `train --emulate` / `compare SIM DUMP` on the command line.
 
-One launch of 4 ranks runs every multi-rank job here. Timing is checked with generous bounds only (the
-machine is shared); the 5 % fidelity figures are measured by bench/fidelity.py and bench/projection.py.
+One launch of 4 ranks runs the multi-rank jobs (the CLI test starts its own). Timing is checked with
+generous bounds only (the machine is shared); the 5 % figures are measured by bench/fidelity.py,
+bench/calibration.py and bench/memory_fidelity.py (see docs/guide.md).
 """
 
 from __future__ import annotations
