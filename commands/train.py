@@ -115,16 +115,16 @@ def train(
         bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
     ] = False,
     inject_fault: Annotated[
-        str | None, typer.Option("--inject-fault", hidden=True, help="RANK:NODE, e.g. 2:F3.2 (tests).")
+        str | None,
+        typer.Option(
+            "--inject-fault", hidden=True, help="RANK:NODE, e.g. 2:F3.2; megatron: RANK:save:STEP (tests)."
+        ),
     ] = None,
 ) -> None:
     """Train with a schedule on real processes (gloo on CPU, nccl on GPU)."""
     if backend is Backend.megatron:
-        if verify or inject_fault:
-            raise ConfigError(
-                f"{'--verify' if verify else '--inject-fault'} is only available with --backend torch",
-                key="verify" if verify else "inject-fault",
-            )
+        if verify:
+            raise ConfigError("--verify is only available with --backend torch", key="verify")
         _train_megatron(
             algo=algo,
             pp=pp,
@@ -145,6 +145,7 @@ def train(
             settings=megatron_settings or [],
             dump_pp_data=dump_pp_data,
             json_=json_,
+            fault=_parse_save_fault(inject_fault) if inject_fault else None,
         )
         return
     for key, value in (
@@ -245,6 +246,16 @@ def _parse_fault(text: str) -> tuple[int, str]:
     return int(rank), node
 
 
+def _parse_save_fault(text: str) -> tuple[int, int]:
+    """Megatron: RANK:save:STEP kills that rank right after it wrote its file of the save at STEP (tests)."""
+    rank, what, step = [*text.split(":"), "", ""][:3]
+    if not rank.isdigit() or what != "save" or not step.isdigit():
+        raise ConfigError(
+            f"--inject-fault {text!r}: expected RANK:save:STEP with --backend megatron", key="inject-fault"
+        )
+    return int(rank), int(step)
+
+
 def _mb(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
@@ -303,6 +314,7 @@ def _train_megatron(
     settings: list[str],
     dump_pp_data: Path | None,
     json_: bool,
+    fault: tuple[int, int] | None,
 ) -> None:
     for key, value, low in (
         ("steps", steps, 1),
@@ -349,6 +361,8 @@ def _train_megatron(
         save_interval=save_interval,
         load=str(load) if load is not None else None,
         ddp=ddp_settings,
+        fault=("save", fault[1]) if fault else None,
+        fault_rank=fault[0] if fault else 0,
     )
     bar = Progress(
         TextColumn("{task.description}"),

@@ -157,23 +157,45 @@ def build_stage(
     return model
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """What model chunk `chunk` of a pipeline rank holds: virtual stage `stage`, transformer layers
+    `layers` (whole-model numbering), the embedding when `pre_process`, the output layer and loss when
+    `post_process`. Build Megatron's model chunk c with exactly these for the schedule to run it."""
+
+    chunk: int
+    stage: int
+    layers: range
+    pre_process: bool
+    post_process: bool
+
+
+def chunk_layout(placement: Placement, rank: int, num_layers: int) -> list[Chunk]:
+    """This rank's chunks, in chunk order, for `placement` (layers cut with `split_layers`)."""
+    if placement.kind == "bidirectional":
+        raise ConfigError("the Megatron backend does not run the bidirectional placement", key="algo")
+    cuts = split_layers(num_layers, placement.num_stages)
+    stages = sorted(placement.stages_of_rank(rank), key=lambda s: placement.stage_chunk[s])
+    return [
+        Chunk(placement.stage_chunk[s], s, cuts[s], placement.prev_stage[s] < 0, placement.next_stage[s] < 0)
+        for s in stages
+    ]
+
+
 def rank_chunks(
     spec: GPTSpec, placement: Placement, rank: int, seed: int = 0, **config: Any
 ) -> tuple[list[Any], list[range]]:
     """This rank's model chunks (index = chunk) and each chunk's layer range, for `placement`."""
-    if placement.kind == "bidirectional":
-        raise ConfigError("the Megatron backend does not run the bidirectional placement", key="algo")
-    cuts = split_layers(spec.layers, placement.num_stages)
+    layout = chunk_layout(placement, rank, spec.layers)
     whole = whole_model(spec, seed).state_dict()
-    stages = sorted(placement.stages_of_rank(rank), key=lambda s: placement.stage_chunk[s])
-    multi = len(stages) > 1
-    chunks, ranges = [], []
-    for s in stages:
-        first, last = placement.prev_stage[s] < 0, placement.next_stage[s] < 0
-        c = placement.stage_chunk[s]
-        chunks.append(build_stage(spec, whole, cuts[s], first, last, c if multi else None, **config))
-        ranges.append(cuts[s])
-    return chunks, ranges
+    multi = len(layout) > 1
+    chunks = [
+        build_stage(
+            spec, whole, c.layers, c.pre_process, c.post_process, c.chunk if multi else None, **config
+        )
+        for c in layout
+    ]
+    return chunks, [c.layers for c in layout]
 
 
 def with_settings(spec: GPTSpec, **settings: Any) -> GPTSpec:

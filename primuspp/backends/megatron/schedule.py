@@ -455,6 +455,9 @@ def install(
     there. `params` go to the algorithm (e.g. `max_mem` for v-auto). Also routes Megatron's Column/Row
     parallel linears through the B/W split. Returns the installed function (its `last_step` holds this
     rank's measurements). Call before `megatron.training` is imported (it binds the name at import)."""
+    from primuspp.backends.megatron import require
+
+    require()  # quietly: megatron warns about every optional extension it does not find
     from megatron.core import pipeline_parallel
     from megatron.core.pipeline_parallel import schedules
 
