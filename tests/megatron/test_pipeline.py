@@ -5,10 +5,13 @@ its grad reduction; `grad_sync_func`; per-token loss; forward-only evaluation wi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from primuspp.runtime.launch import launch
+from primuspp.trace.pp_data import read_pp_data
 from tests.megatron.workers import Job, run_jobs
 
 TOL = 1e-6
@@ -31,14 +34,20 @@ def jobs_for(p: int) -> list[Job]:
     return jobs
 
 
+DP_JOBS = [Job("zbv", 2, 2, 4, dp=2, overlap=True), Job("1f1b", 2, 1, 3, dp=2)]
+
+
 @pytest.fixture(scope="module")
-def runs() -> dict[str, tuple[Job, list[dict]]]:
+def runs(tmp_path_factory) -> dict[str, tuple[Job, list[dict]]]:
+    """Every job: one launch of 4 ranks, one of 2, one of 2 pipeline ranks x 2 data-parallel replicas."""
     out = {}
-    for p in (4, 2):
-        jobs = jobs_for(p)
-        results = launch(run_jobs, p, jobs)
+    dump = str(tmp_path_factory.mktemp("pp_data"))
+    for world, jobs in ((4, jobs_for(4)), (2, jobs_for(2)), (4, DP_JOBS)):
+        jobs = [replace(j, dump=dump) if j.name == "zbv-p2-v2-m4" else j for j in jobs]
+        results = launch(run_jobs, world, jobs)
         for i, job in enumerate(jobs):
             out[job.name] = (job, [per_rank[i] for per_rank in results])
+    out["dump"] = dump
     return out
 
 
@@ -127,3 +136,33 @@ def test_forward_only_collects_non_loss_data(runs):
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
     assert all(r["split"] == {"defer": 0, "now": 0} for r in per_rank)  # no backward ran
+
+
+@pytest.mark.parametrize("job", DP_JOBS, ids=lambda j: j.name)
+def test_data_parallel_replicas(runs, job):
+    """Pipeline groups inside a larger world (p2p over the pipeline group), DDP averaging two replicas:
+    equal to one process running both replicas' microbatches (up to the order of the sums)."""
+    _, per_rank = runs[job.name]
+    replicas = [[r for r in per_rank if r["dp_rank"] == d] for d in range(job.dp)]  # each in pp order
+    for mine, other in zip(*replicas, strict=True):  # every replica ends a step with the averaged grads
+        for i in range(job.steps):
+            assert all(torch.equal(g, other["grads"][i][n]) for n, g in mine["grads"][i].items())
+    ref = per_rank[0]["reference"]
+    step_losses = [sum(r["losses"][i] for r in per_rank) / job.dp for i in range(job.steps)]
+    _, grad, tensors = differences(replicas[0], ref)  # (the losses are per replica: checked below)
+    assert tensors == job.steps * 101 and grad <= TOL, grad
+    assert max(abs(a - b) / b for a, b in zip(step_losses, ref["losses"], strict=True)) <= TOL
+    # a reduction started too early would miss gradients added later on one replica only: the replicas
+    # would differ and miss the reference (the snapshots of test_overlapped_... only apply to one replica)
+    if job.overlap:
+        assert all(1 in r["reductions_in_step"] for r in per_rank)
+
+
+def test_install_dumps_pp_data(runs):
+    """install(dump_pp_data=DIR): each pipeline rank writes its pp_rank file per training call."""
+    timelines = read_pp_data(runs["dump"])
+    assert [tl.iteration for tl in timelines] == ["0", "1"]
+    assert timelines[0].pp == 2 and timelines[0].vpp == 2
+    kinds = {iv.kind for rt in timelines[0].ranks for iv in rt.intervals}
+    assert kinds == {"F", "B", "W"}
+    assert all(rt.peak_memory > 0 for rt in timelines[0].ranks)

@@ -10,7 +10,7 @@ one-process Megatron reference (`forward_backward_no_pipelining` on the whole mo
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -35,10 +35,13 @@ class Job:
     grad_sync: bool = False  # config.grad_sync_func = DDP.start_grad_sync per chunk
     per_token: bool = False  # loss func returns (sum, tokens, dict); calculate_per_token_loss
     forward_only: bool = False  # an evaluation call (collect_non_loss_data)
+    dp: int = 1  # data-parallel replicas (world = p * dp): each reads its own shard of microbatches
+    dump: str | None = field(default=None, compare=False)  # install(dump_pp_data=...) directory
 
     @property
     def name(self) -> str:
         flags = [f for f in ("overlap", "grad_sync", "per_token", "forward_only") if getattr(self, f)]
+        flags += [f"dp{self.dp}"] if self.dp > 1 else []
         return "-".join([self.algorithm, f"p{self.p}", f"v{self.v}", f"m{self.m}", *flags])
 
 
@@ -46,8 +49,8 @@ def run_jobs(ctx: WorkerContext, jobs: list[Job]) -> list[Any]:
     return [run_job(ctx, job) for job in jobs]
 
 
-def _data(job: Job, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(1000 * step + job.m)
+def _data(job: Job, step: int, shard: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1000 * step + 100 * shard + job.m)
     out = []
     for _ in range(job.m):
         t = torch.randint(0, SPEC["vocab"], (MBS, SPEC["seq_len"] + 1), generator=gen)
@@ -75,10 +78,10 @@ def _forward_step(loss: Any, data_iterator: Any, model: Any) -> tuple:
     return output, loss
 
 
-def _step_loss(job: Job, store: list) -> float:
+def _step_loss(job: Job, store: list, m: int | None = None) -> float:
     if job.per_token:
         return sum(float(x["lm loss"][0]) for x in store)
-    return sum(float(x["lm loss"]) for x in store) / job.m
+    return sum(float(x["lm loss"]) for x in store) / (m or job.m)
 
 
 def run_job(ctx: WorkerContext, job: Job) -> dict[str, Any]:
@@ -106,7 +109,8 @@ def run_job(ctx: WorkerContext, job: Job) -> dict[str, Any]:
             microbatch_group_size_per_vp_stage=job.p,
             batch_p2p_comm=False,
         )
-    chunks, ranges = rank_chunks(spec, placement, ctx.rank, **extra)
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    chunks, ranges = rank_chunks(spec, placement, pp_rank, **extra)
     ddps = wrap_ddp(chunks, overlap_grad_reduce=job.overlap or job.grad_sync)
     config = chunks[0].config
     if job.grad_sync:
@@ -120,7 +124,7 @@ def run_job(ctx: WorkerContext, job: Job) -> dict[str, Any]:
     elif job.algorithm == "megatron-interleaved":
         fb = schedules.forward_backward_pipelining_with_interleaving
     else:
-        S.install(job.algorithm)
+        S.install(job.algorithm, dump_pp_data=job.dump)
         fb = schedules.get_forward_backward_func()
 
         def counting(ctx_, g):
@@ -151,7 +155,7 @@ def run_job(ctx: WorkerContext, job: Job) -> dict[str, Any]:
                 step_now[0] = step
             for d in ddps:
                 d.zero_grad_buffer()
-            data = _data(job, step)
+            data = _data(job, step, parallel_state.get_data_parallel_rank())
             iters = [iter(data) for _ in ddps]
             kwargs = dict(
                 forward_step_func=partial(_forward_step, loss_fn),
@@ -181,6 +185,7 @@ def run_job(ctx: WorkerContext, job: Job) -> dict[str, Any]:
         SP._SplitLinear.backward = original_backward
         S.uninstall()
     result["split"] = counts
+    result["dp_rank"] = parallel_state.get_data_parallel_rank()
     result["reductions_in_step"] = sorted({s for s, _, _ in snapshots})
     result["reference"] = reference(job) if ctx.rank == 0 else None
     return result
@@ -198,11 +203,13 @@ def reference(job: Job) -> dict[str, Any]:
     out: dict[str, Any] = {"losses": [], "grads": [], "outputs": []}
     for step in range(job.steps):
         model.zero_grad()
+        # data parallelism averages the replicas' gradients: one process runs all their microbatches
+        data = [mb for shard in range(job.dp) for mb in _data(job, step, shard)]
         kwargs = dict(
             forward_step_func=partial(_forward_step, loss_fn),
-            data_iterator=iter(_data(job, step)),
+            data_iterator=iter(data),
             model=[model],
-            num_microbatches=job.m,
+            num_microbatches=job.m * job.dp,
             seq_length=SPEC["seq_len"],
             micro_batch_size=MBS,
         )
@@ -218,7 +225,7 @@ def reference(job: Job) -> dict[str, Any]:
         if job.per_token:  # what finalize_model_grads does with the token count
             tokens = sum(int(x["lm loss"][1]) for x in store)
             grads = {n: g / tokens for n, g in grads.items()}
-        out["losses"].append(_step_loss(job, store))
+        out["losses"].append(_step_loss(job, store, job.m * job.dp))
         out["grads"].append(grads)
         with torch.no_grad():
             for n, p in model.named_parameters():

@@ -16,7 +16,7 @@ from primuspp.backends.megatron import checkpoint
 from primuspp.backends.megatron.model import split_layers
 from primuspp.backends.megatron.train import StepRecord, TrainSpec, train_worker
 from primuspp.errors import ConfigError
-from primuspp.runtime.launch import launch, under_torchrun
+from primuspp.runtime.launch import StepProgress, launch, under_torchrun
 from primuspp.runtime.trace import step_timeline
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.pp_data import write_pp_data
@@ -149,22 +149,6 @@ class TrainingRun:
         }
 
 
-class _StepProgress:
-    """Sums the ranks' loss shares of each step; calls `on_step(step, loss, ms)` once all reported."""
-
-    def __init__(self, world: int, on_step: Callable[[int, float, float], None]) -> None:
-        self.world, self.on_step = world, on_step
-        self.partial: dict[int, list[tuple[float, float]]] = {}
-
-    def __call__(self, rank: int, payload: Any) -> None:
-        _, step, loss, span = payload
-        got = self.partial.setdefault(step, [])
-        got.append((loss, span))
-        if len(got) == self.world:
-            self.on_step(step, sum(x for x, _ in got), max(t for _, t in got))
-            del self.partial[step]
-
-
 def run_training(
     spec: TrainSpec, on_step: Callable[[int, float, float], None] | None = None
 ) -> TrainingRun | None:
@@ -181,7 +165,7 @@ def run_training(
                 f"(--pp {spec.table.pp})",
                 key="pp",
             )
-    progress = _StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
+    progress = StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
     per_rank: list[list[StepRecord]] | None = launch(train_worker, spec.table.pp, spec, on_report=progress)
     if per_rank is None:
         return None

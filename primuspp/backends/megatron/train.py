@@ -34,8 +34,8 @@ class TrainSpec:
     table: ScheduleTable
     model: GPTSpec = field(default_factory=GPTSpec)
     micro_batch_size: int = 2
-    steps: int = 60
-    lr: float = 3e-3
+    steps: int = 100
+    lr: float = 1e-3
     seed: int = 0
     data: str | None = None
     save: str | None = None
