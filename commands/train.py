@@ -374,7 +374,8 @@ def _train_megatron(
         transient=True,
         disable=not err.is_terminal,
     )
-    task = bar.add_task(f"training {table.describe()}", total=steps, status="starting ranks")
+    label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
+    task = bar.add_task(label, total=steps, status="starting ranks")
 
     def on_step(step: int, loss: float, ms: float) -> None:
         tokens = spec.tokens_per_step / (ms / 1000) if ms > 0 else 0.0
