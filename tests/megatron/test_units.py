@@ -188,3 +188,22 @@ def test_megatron_missing_is_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "pip install 'primuspp[train]'" in proc.stderr, proc.stderr
+
+
+class _Chunk(torch.nn.Module):
+    def __init__(self, pre: bool, post: bool) -> None:
+        super().__init__()
+        self.pre_process, self.post_process = pre, post
+
+
+def test_model_chunks_must_match_the_placement():
+    from primuspp.backends.megatron.schedule import PipelineSchedule, _check_chunks
+
+    table = build_schedule("zbv", 2, 2, 4)
+    _check_chunks(table, 0, [_Chunk(True, False), _Chunk(False, True)])  # V: both ends on rank 0
+    with pytest.raises(ConfigError, match=r"chunk 1 of pipeline rank 0 holds stage 3.*post_process=True"):
+        _check_chunks(table, 0, [_Chunk(True, False), _Chunk(False, False)])  # built as interleaved
+    with pytest.raises(ConfigError, match=r"zbv runs 2 model chunks per pipeline rank .* the model has 1"):
+        PipelineSchedule("zbv").table(2, 1, 4)
+    with pytest.raises(ConfigError, match="installed table runs pp=2"):
+        PipelineSchedule(table).table(4, 2, 4)

@@ -256,7 +256,8 @@ class PipelineSchedule:
             self._checked.add(key)
         if forward_only:
             table = self._forward_only(table)
-        state = self._rank_state(table, rank, pp_group)
+        device = next(models[0].parameters()).device
+        state = self._rank_state(table, rank, pp_group, device)
 
         if isinstance(data_iterator, list):
             if len(data_iterator) != len(models):
@@ -339,12 +340,11 @@ class PipelineSchedule:
             forward = self._forward_tables[id(table)] = forward_only_table(table)
         return forward
 
-    def _rank_state(self, table: ScheduleTable, rank: int, pp_group: Any) -> _Rank:
-        key = (id(table), rank, id(pp_group))
+    def _rank_state(self, table: ScheduleTable, rank: int, pp_group: Any, device: torch.device) -> _Rank:
+        key = (id(table), rank, id(pp_group), device)
         state = self._ranks.get(key)
         if state is None:
-            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
-            executor = MegatronExecutor(table, rank, device or torch.device("cpu"))
+            executor = MegatronExecutor(table, rank, device)
             runner = ScheduleRunner(
                 table,
                 rank,
