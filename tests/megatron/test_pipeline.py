@@ -5,11 +5,13 @@ its grad reduction; `grad_sync_func`; per-token loss; forward-only evaluation wi
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import replace
 
 import pytest
 import torch
 
+from primuspp.algorithms.registry import ALGORITHMS
 from primuspp.runtime.launch import launch
 from primuspp.trace.pp_data import read_pp_data
 from tests.megatron.workers import Job, run_jobs
@@ -25,7 +27,11 @@ def jobs_for(p: int) -> list[Job]:
     jobs += [Job("dualpipe-v", p, 2, m), Job("zbv", p, 2, m, overlap=True)]
     if p == 4:
         jobs += [Job("zbv", p, 2, 6), Job("zero-bubble", p, 1, 5, overlap=True)]
-    else:
+    else:  # every other registered algorithm the backend runs, at p=2
+        listed = {a for a, _ in ALGOS} | {"dualpipe-v", "dualpipe"}
+        if importlib.util.find_spec("highspy") is None:  # zb-optimal needs the 'optimal' extra
+            listed.add("zb-optimal")
+        jobs += [Job(a.name, p, a.vpp_default, m) for a in ALGORITHMS.values() if a.name not in listed]
         jobs += [
             Job("zero-bubble", p, 1, 3, grad_sync=True),
             Job("zbv", p, 2, m, per_token=True),
