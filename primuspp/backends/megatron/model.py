@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -198,10 +198,6 @@ def rank_chunks(
     return chunks, [c.layers for c in layout]
 
 
-def with_settings(spec: GPTSpec, **settings: Any) -> GPTSpec:
-    return replace(spec, settings=tuple(sorted({**dict(spec.settings), **settings}.items())))
-
-
 def causal_mask(seq_len: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Megatron's attention mask for causal attention: [1, 1, S, S] bool, True where attention is masked
     (an explicit mask: a None mask makes Megatron allocate one on CUDA)."""
@@ -225,17 +221,14 @@ def forward_step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
     device = next(model.parameters()).device
     if pre or post:
         tokens, labels = next(data_iterator)
-        seq = tokens.shape[1]
         tokens, labels = tokens.to(device), labels.to(device)
-        positions = torch.arange(seq, device=device).unsqueeze(0).expand_as(tokens)
-    else:
-        seq = None
-    mask = causal_mask(seq if seq is not None else _seq_len(model), device)
-    output = model(tokens if pre else None, positions if pre else None, mask, labels=labels if post else None)
+        positions = torch.arange(tokens.shape[1], device=device).unsqueeze(0).expand_as(tokens)
+    # the sequence length: of the tokens, or of the received hidden states ([sequence, batch, hidden])
+    seq = tokens.shape[1] if pre else get_attr_wrapped_model(model, "decoder").input_tensor.shape[0]
+    output = model(
+        tokens if pre else None,
+        positions if pre else None,
+        causal_mask(seq, device),
+        labels=labels if post else None,
+    )
     return output, loss_func
-
-
-def _seq_len(model: Any) -> int:
-    from megatron.core.utils import get_attr_wrapped_model
-
-    return int(get_attr_wrapped_model(model, "max_sequence_length"))

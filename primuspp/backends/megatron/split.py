@@ -177,7 +177,3 @@ def uninstall() -> None:
     for cls, original in list(_ORIGINAL.items()):
         cls._forward_impl = original  # type: ignore[attr-defined]
         del _ORIGINAL[cls]
-
-
-def installed() -> bool:
-    return bool(_ORIGINAL)
