@@ -1,4 +1,7 @@
-"""`primuspp train`: real training with a chosen schedule (backend torch: the tiny GPT on plain modules)."""
+"""`primuspp train`: real training with a chosen schedule.
+
+Backend megatron (default): a megatron-core GPT (backends/megatron); backend torch: the tiny GPT on plain
+modules (backends/torch). With --emulate: the emulated cluster (commands/emulate.py, runtime/emulate.py)."""
 
 from __future__ import annotations
 
@@ -39,8 +42,13 @@ def train(
             "--mb", "--micro-batches", help="Microbatches per step m (default 8; file: tables carry theirs)."
         ),
     ] = None,
-    steps: Annotated[int, typer.Option("--steps", help="Training steps.")] = 3,
-    backend: Annotated[Backend, typer.Option("--backend", help="Execution backend.")] = Backend.torch,
+    steps: Annotated[
+        int | None, typer.Option("--steps", help="Training steps (default: megatron 100, torch 3).")
+    ] = None,
+    backend: Annotated[
+        Backend,
+        typer.Option("--backend", help="Execution backend: a megatron-core GPT, or the plain-torch GPT."),
+    ] = Backend.megatron,
     verify: Annotated[
         bool,
         typer.Option(
@@ -56,21 +64,61 @@ def train(
         ),
     ] = None,
     layers: Annotated[
-        int | None, typer.Option("--layers", help="Tiny GPT blocks (default: one per stage).")
+        int | None,
+        typer.Option("--layers", help="Transformer layers (default: megatron 8, torch one block per stage)."),
     ] = None,
-    hidden: Annotated[int, typer.Option("--hidden", help="Tiny GPT hidden size.")] = 64,
+    hidden: Annotated[
+        int | None, typer.Option("--hidden", help="Hidden size (default: megatron 128, torch 64).")
+    ] = None,
     heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 4,
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 32,
+    seq_len: Annotated[
+        int | None, typer.Option("--seq-len", help="Tokens per sequence (default: megatron 128, torch 32).")
+    ] = None,
     micro_batch_size: Annotated[
         int, typer.Option("--micro-batch-size", help="Sequences per microbatch.")
     ] = 2,
-    lr: Annotated[float, typer.Option("--lr", help="SGD learning rate.")] = 0.1,
+    lr: Annotated[
+        float | None,
+        typer.Option("--lr", help="Learning rate (megatron: Adam, default 1e-3; torch: SGD, default 0.1)."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of weights and data.")] = 0,
+    data: Annotated[
+        Path | None,
+        typer.Option(
+            "--data", help="Megatron: train on this text file (bytes are tokens; default synthetic)."
+        ),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save", help="Megatron: write atomic checkpoints here (at the end; see --save-interval)."
+        ),
+    ] = None,
+    save_interval: Annotated[
+        int | None, typer.Option("--save-interval", help="Megatron: also checkpoint every N steps.")
+    ] = None,
+    load: Annotated[
+        Path | None,
+        typer.Option(
+            "--load", help="Megatron: resume from this checkpoint (or the newest one in this directory)."
+        ),
+    ] = None,
+    megatron_settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--megatron",
+            help="Megatron: a TransformerConfig or DDP setting, KEY=VALUE (repeatable), "
+            "e.g. --megatron overlap_grad_reduce=true.",
+        ),
+    ] = None,
     json_: Annotated[
         bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
     ] = False,
     inject_fault: Annotated[
-        str | None, typer.Option("--inject-fault", hidden=True, help="RANK:NODE, e.g. 2:F3.2 (tests).")
+        str | None,
+        typer.Option(
+            "--inject-fault", hidden=True, help="RANK:NODE, e.g. 2:F3.2; megatron: RANK:save:STEP (tests)."
+        ),
     ] = None,
     emulate: Annotated[
         bool,
@@ -101,7 +149,7 @@ def train(
         typer.Option("--costs-from", help="With --emulate: costs measured from this pp_data dump."),
     ] = None,
 ) -> None:
-    """Train with a schedule on real processes (gloo on CPU, nccl on GPU); optionally verify the gradients.
+    """Train with a schedule on real processes (gloo on CPU, nccl on GPU).
 
     With --emulate, run the schedule on an emulated cluster instead (no model, no compute)."""
     emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
@@ -111,17 +159,51 @@ def train(
         if verify or inject_fault:
             flag = "--verify" if verify else "--inject-fault"
             raise ConfigError(f"{flag}: the emulated cluster computes nothing", key=flag[2:])
+        steps = 3 if steps is None else steps
         train_emulated(algo, pp, vpp, mb, steps, fwd, bwd, wgrad, config, costs_from, dump_pp_data, json_)
         return
     for flag, value in emulation.items():
         if value is not None:
             raise ConfigError(f"{flag} needs --emulate (the emulated cluster's cost model)", key=flag[2:])
     if backend is Backend.megatron:
-        raise ConfigError(
-            "--backend megatron is not available yet (it comes with the Megatron-core backend); "
-            "use --backend torch",
-            key="backend",
+        if verify:
+            raise ConfigError("--verify is only available with --backend torch", key="verify")
+        _train_megatron(
+            algo=algo,
+            pp=pp,
+            vpp=vpp,
+            mb=mb,
+            steps=100 if steps is None else steps,
+            layers=8 if layers is None else layers,
+            hidden=128 if hidden is None else hidden,
+            heads=heads,
+            seq_len=128 if seq_len is None else seq_len,
+            micro_batch_size=micro_batch_size,
+            lr=1e-3 if lr is None else lr,
+            seed=seed,
+            data=data,
+            save=save,
+            save_interval=save_interval,
+            load=load,
+            settings=megatron_settings or [],
+            dump_pp_data=dump_pp_data,
+            json_=json_,
+            fault=_parse_save_fault(inject_fault) if inject_fault else None,
         )
+        return
+    for key, value in (
+        ("data", data),
+        ("save", save),
+        ("save-interval", save_interval),
+        ("load", load),
+        ("megatron", megatron_settings),
+    ):
+        if value:
+            raise ConfigError(f"--{key} is only available with --backend megatron", key=key)
+    steps = 3 if steps is None else steps
+    hidden = 64 if hidden is None else hidden
+    seq_len = 32 if seq_len is None else seq_len
+    lr = 0.1 if lr is None else lr
     for key, value, low in (
         ("steps", steps, 1),
         ("hidden", hidden, 1),
@@ -207,6 +289,16 @@ def _parse_fault(text: str) -> tuple[int, str]:
     return int(rank), node
 
 
+def _parse_save_fault(text: str) -> tuple[int, int]:
+    """Megatron: RANK:save:STEP kills that rank right after it wrote its file of the save at STEP (tests)."""
+    rank, what, step = [*text.split(":"), "", ""][:3]
+    if not rank.isdigit() or what != "save" or not step.isdigit():
+        raise ConfigError(
+            f"--inject-fault {text!r}: expected RANK:save:STEP with --backend megatron", key="inject-fault"
+        )
+    return int(rank), int(step)
+
+
 def _mb(n: float) -> str:
     return f"{n / 2**20:.2f}"
 
@@ -239,3 +331,153 @@ def _render(doc: dict, describe: str) -> None:
         )
     if doc.get("pp_data"):
         out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
+
+
+# -- backend megatron ------------------------------------------------------------------------------------
+
+
+def _train_megatron(
+    *,
+    algo: str,
+    pp: int | None,
+    vpp: int | None,
+    mb: int | None,
+    steps: int,
+    layers: int,
+    hidden: int,
+    heads: int,
+    seq_len: int,
+    micro_batch_size: int,
+    lr: float,
+    seed: int,
+    data: Path | None,
+    save: Path | None,
+    save_interval: int | None,
+    load: Path | None,
+    settings: list[str],
+    dump_pp_data: Path | None,
+    json_: bool,
+    fault: tuple[int, int] | None,
+) -> None:
+    for key, value, low in (
+        ("steps", steps, 1),
+        ("layers", layers, 1),
+        ("hidden", hidden, 1),
+        ("heads", heads, 1),
+        ("seq-len", seq_len, 1),
+        ("micro-batch-size", micro_batch_size, 1),
+        ("save-interval", save_interval if save_interval is not None else 1, 1),
+    ):
+        if value < low:
+            raise ConfigError(f"--{key} must be >= {low} (got {value})", key=key)
+    if save_interval is not None and save is None:
+        raise ConfigError("--save-interval needs --save DIR", key="save-interval")
+    if not lr > 0:
+        raise ConfigError(f"--lr must be > 0 (got {lr})", key="lr")
+
+    from primuspp.backends.megatron import require
+
+    require()  # one line with the install hint when megatron-core is missing
+    from primuspp.algorithms.registry import build_schedule
+    from primuspp.backends.megatron.model import GPTSpec
+    from primuspp.backends.megatron.session import dump_pp_data as write_dump
+    from primuspp.backends.megatron.session import parse_settings, run_training
+    from primuspp.backends.megatron.train import TrainSpec
+    from primuspp.runtime.launch import LaunchError
+
+    model_settings, ddp_settings = parse_settings(settings)
+    table = build_schedule(
+        algo,
+        pp if pp is not None else (None if algo.startswith("file:") else 4),
+        vpp,
+        mb if mb is not None else (None if algo.startswith("file:") else 8),
+    )
+    spec = TrainSpec(
+        table,
+        GPTSpec(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, settings=model_settings),
+        micro_batch_size=micro_batch_size,
+        steps=steps,
+        lr=lr,
+        seed=seed,
+        data=str(data) if data is not None else None,
+        save=str(save) if save is not None else None,
+        save_interval=save_interval,
+        load=str(load) if load is not None else None,
+        ddp=ddp_settings,
+        fault=("save", fault[1]) if fault else None,
+        fault_rank=fault[0] if fault else 0,
+    )
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
+    task = bar.add_task(label, total=steps, status="starting ranks")
+
+    def on_step(step: int, loss: float, ms: float) -> None:
+        tokens = spec.tokens_per_step / (ms / 1000) if ms > 0 else 0.0
+        bar.update(
+            task,
+            completed=step + 1,
+            status=f"loss {loss:.4f}  step {ms:,.0f} ms  {tokens:,.0f} tokens/s",
+        )
+
+    try:
+        with bar:
+            run = run_training(spec, on_step=on_step)
+    except LaunchError as e:
+        err.print(f"error: {e}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    if run is None:  # a non-zero rank under torchrun
+        return
+    if dump_pp_data is not None:
+        write_dump(run, dump_pp_data)
+    doc = run.summary()
+    if dump_pp_data is not None:
+        doc["pp_data"] = str(dump_pp_data)
+    if save is not None:
+        doc["checkpoint"] = str(save)
+    if json_:
+        print(json.dumps(doc))
+        return
+    _render_megatron(doc, table.describe())
+
+
+def _render_megatron(doc: dict, describe: str) -> None:
+    model = doc["model"]
+    out.print(
+        f"trained Megatron GPT ({model['layers']} layers, hidden {model['hidden']}, seq {model['seq_len']}, "
+        f"{model['stages']} stages) with {describe} on {doc['pp']} processes, data: {doc['data']}"
+    )
+    rows = doc["steps"]
+    shown = (
+        sorted({round(i * (len(rows) - 1) / 9) for i in range(10)}) if len(rows) > 10 else range(len(rows))
+    )
+    table = Table(title_justify="left")
+    for col in ("step", "loss", "step time ms", "tokens/s", "bubble"):
+        table.add_column(col, justify="right")
+    for i in shown:
+        s = rows[i]
+        table.add_row(
+            str(s["step"] + 1),
+            f"{s['loss']:.4f}",
+            f"{s['step_time_ms']:,.1f}",
+            f"{s['tokens_per_s']:,.0f}",
+            f"{s['bubble_rate']:.1%}",
+        )
+    out.print(table)
+    out.print(
+        f"measured bubble rate {doc['bubble_rate']:.1%} (mean over steps after the first), "
+        f"{doc['tokens_per_s']:,.0f} tokens/s"
+    )
+    out.print("peak activation per rank (MiB): " + " ".join(_mb(b) for b in doc["peak_activation_bytes"]))
+    if doc.get("pp_data"):
+        out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
+    if doc.get("checkpoint"):
+        out.print(f"checkpoints in {doc['checkpoint']}/")

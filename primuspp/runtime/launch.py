@@ -65,6 +65,23 @@ class WorkerContext:
             self._on_report(self.rank, payload)
 
 
+class StepProgress:
+    """An `on_report` for training loops whose ranks report `("step", i, loss share, ms)` after each step:
+    calls `on_step(i, summed loss, slowest ms)` once every rank reported step i."""
+
+    def __init__(self, world: int, on_step: Callable[[int, float, float], None]) -> None:
+        self.world, self.on_step = world, on_step
+        self.partial: dict[int, list[tuple[float, float]]] = {}
+
+    def __call__(self, rank: int, payload: Any) -> None:
+        _, step, loss, ms = payload
+        got = self.partial.setdefault(step, [])
+        got.append((loss, ms))
+        if len(got) == self.world:
+            self.on_step(step, sum(x for x, _ in got), max(t for _, t in got))
+            del self.partial[step]
+
+
 def _dumps(obj: Any) -> bytes:
     """Plain pickle: tensors travel by value (torch's multiprocessing pickler would pass shared-memory
     handles, which die with the worker)."""

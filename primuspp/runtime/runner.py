@@ -97,6 +97,13 @@ class ScheduleRunner:
         self.meter: ActivationMeter | None = meter or None
         self.observer = observer
         self.program = self._compile(table.ranks[rank])
+        # (microbatch, stage) whose backward runs here; a forward-only table (evaluation) keeps no cells
+        self._backward = {
+            (part.microbatch, part.stage)
+            for node in table.ranks[rank]
+            for part in (node.parts if node.kind is _FB else (node,))
+            if part.kind is _B or part.kind is _BW
+        }
         if p2p is None and any(op == _BATCH for op, _, _ in self.program):
             raise ValueError(f"rank {rank}: the table has p2p nodes here but no P2P was given")
 
@@ -141,6 +148,7 @@ class ScheduleRunner:
         nxt, prv, srank, chunk = pl.next_stage, pl.prev_stage, pl.stage_rank, pl.stage_chunk
         device = ex.device
         clock = clock_for(device)
+        backward_keys = self._backward
         fwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         bwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         out_f: dict[tuple[int, int], torch.Tensor] = {}
@@ -178,7 +186,8 @@ class ScheduleRunner:
             else:
                 with cell.wgrad.recording():
                     y = ex.forward(cell, x)
-            cells[key] = cell
+            if key in backward_keys:
+                cells[key] = cell
             if q >= 0:
                 if y is None:
                     raise RuntimeError(f"the executor returned no output for stage {s}")

@@ -59,46 +59,51 @@ def lower_comms(
 ) -> tuple[tuple[Node, ...], ...]:
     """Return each rank's list with comm nodes inserted. `order` holds compute and memory nodes only."""
     timing = node_times(placement, num_microbatches, order, unit_costs(placement))
-    n_ranks = len(order)
     compute_starts = [
         [st for st, node in zip(timing.starts[r], seq, strict=True) if node.kind.is_compute]
         for r, seq in enumerate(order)
     ]
     fwd_peer, bwd_peer = _peers(placement)
     nxt, prv = placement.next_stage, placement.prev_stage
-    sends_after: list[dict[int, list[Node]]] = [{} for _ in range(n_ranks)]
-    recvs_before: list[dict[int, list[Node]]] = [{} for _ in range(n_ranks)]
+    sends_after: list[list[list[Node] | None]] = [[None] * len(seq) for seq in order]
+    recvs_before: list[list[list[Node] | None]] = [[None] * (len(cs) + 1) for cs in compute_starts]
     for r, seq in enumerate(order):
-        ends = timing.ends[r]
+        ends, sa = timing.ends[r], sends_after[r]
         for i, node in enumerate(seq):
             kind = node.kind
             if kind is _F:
-                peer = fwd_peer[node.stage]
+                s = node.stage
+                peer = fwd_peer[s]
                 if peer < 0:
                     continue
-                mb, s = node.microbatch, node.stage
-                pairs = [(peer, Node(_SEND_F, mb, s, peer), Node(_RECV_F, mb, nxt[s], r))]
+                mb = node.microbatch
+                sa[i] = [Node(_SEND_F, mb, s, peer)]
+                recvs = [(peer, Node(_RECV_F, mb, nxt[s], r))]
             elif kind is _B or kind is _BW:
-                peer = bwd_peer[node.stage]
+                s = node.stage
+                peer = bwd_peer[s]
                 if peer < 0:
                     continue
-                mb, s = node.microbatch, node.stage
-                pairs = [(peer, Node(_SEND_B, mb, s, peer), Node(_RECV_B, mb, prv[s], r))]
+                mb = node.microbatch
+                sa[i] = [Node(_SEND_B, mb, s, peer)]
+                recvs = [(peer, Node(_RECV_B, mb, prv[s], r))]
             elif kind is _FB:
                 pairs = handoffs(node, r, placement)
                 if not pairs:
                     continue
+                sa[i] = [send for _, send, _ in pairs]
+                recvs = [(peer, recv) for peer, _, recv in pairs]
             else:
                 continue
-            sends_after[r][i] = [send for _, send, _ in pairs]
-            for peer, _, recv in pairs:
+            t = ends[i]
+            for peer, recv in recvs:
                 # the consumer's rank receives before its first node starting at or after the producer's end
-                k = bisect_left(compute_starts[peer], ends[i])
                 bucket = recvs_before[peer]
-                if k in bucket:
-                    bucket[k].append(recv)
-                else:
+                k = bisect_left(compute_starts[peer], t)
+                if bucket[k] is None:
                     bucket[k] = [recv]
+                else:
+                    bucket[k].append(recv)
 
     # At each boundary between two compute nodes: memory nodes first, then one comm batch (sends of the
     # node before, receives for what follows). Batches must not be split: two batches at one boundary
@@ -107,20 +112,20 @@ def lower_comms(
     for r, seq in enumerate(order):
         out: list[Node] = []
         sa, rb = sends_after[r], recvs_before[r]
-        batch: list[Node] = []
+        pending: list[Node] | None = None
         ci = 0
         for i, node in enumerate(seq):
             if node.kind.is_compute:
-                if ci in rb:
-                    batch.extend(rb[ci])
-                out.extend(batch)
-                batch = []
+                if pending:
+                    out.extend(pending)
+                if rb[ci]:
+                    out.extend(rb[ci])
                 ci += 1
                 out.append(node)
-                if i in sa:
-                    batch.extend(sa[i])
+                pending = sa[i]
             else:
                 out.append(node)
-        out.extend(batch)
+        if pending:
+            out.extend(pending)
         lowered.append(tuple(out))
     return tuple(lowered)

@@ -323,7 +323,7 @@ class _Walk:
         n_ranks = len(batches)
         pos = [0] * n_ranks  # rank r has posted batch pos[r]; all earlier ones completed
         pending = [0] * n_ranks
-        waiting_on: dict[tuple[int, int], list[int]] = {}
+        waiting_on: dict[int, list[int]] = {}  # batch k of rank q -> ranks waiting for it: k * ranks + q
         work: list[int] = []
 
         def partner(op: int) -> tuple[int, int]:
@@ -334,16 +334,20 @@ class _Walk:
             dst = prv[s] if msg & 1 else nxt[s]
             return srank[dst], recv_batch[msg]
 
-        def arrive(r: int) -> None:
-            k = pos[r]
-            woken = waiting_on.pop((r, k), None)
-            if woken:
-                for waiter in woken:
-                    pending[waiter] -= 1
-                    if pending[waiter] == 0:
-                        work.append(waiter)
+        def advance(r: int) -> None:
+            """Post batch pos[r], and the following ones while each completes at once."""
             rb = batches[r]
-            if k < len(rb):
+            k = pos[r]
+            while True:
+                woken = waiting_on.pop(k * n_ranks + r, None)
+                if woken:
+                    for waiter in woken:
+                        pending[waiter] -= 1
+                        if pending[waiter] == 0:
+                            work.append(waiter)
+                if k >= len(rb):
+                    return
+                blocked = 0
                 for op in rb[k]:
                     msg = op >> 1
                     s = (msg >> 1) % n
@@ -352,19 +356,24 @@ class _Walk:
                     else:  # our recv: the partner is the producer's rank
                         q, kq = srank[s], send_batch[msg]
                     if pos[q] < kq:
-                        waiting_on.setdefault((q, kq), []).append(r)
-                        pending[r] += 1
-                if pending[r] == 0:
-                    work.append(r)
+                        key = kq * n_ranks + q
+                        if key in waiting_on:
+                            waiting_on[key].append(r)
+                        else:
+                            waiting_on[key] = [r]
+                        blocked += 1
+                if blocked:
+                    pending[r] = blocked
+                    return
+                k += 1
+                pos[r] = k
 
         for r in range(n_ranks):
-            arrive(r)
+            advance(r)
         while work:
             r = work.pop()
-            if pos[r] >= len(batches[r]) or pending[r]:
-                continue
             pos[r] += 1
-            arrive(r)
+            advance(r)
 
         stuck = [r for r in range(n_ranks) if pos[r] < len(batches[r])]
         if stuck:

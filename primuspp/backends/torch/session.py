@@ -10,7 +10,7 @@ from typing import Any
 
 from primuspp.backends.torch.train import StepRecord, TrainSpec, reference_run, train_worker
 from primuspp.backends.torch.verify import VerifyReport, compare, step_losses
-from primuspp.runtime.launch import launch, under_torchrun
+from primuspp.runtime.launch import StepProgress, launch, under_torchrun
 from primuspp.runtime.trace import step_timeline
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.pp_data import write_pp_data
@@ -61,22 +61,6 @@ class TrainingRun:
         }
 
 
-class _StepProgress:
-    """Sums the ranks' partial losses of each step; calls `on_step(step, loss, ms)` once all reported."""
-
-    def __init__(self, world: int, on_step: Callable[[int, float, float], None]) -> None:
-        self.world, self.on_step = world, on_step
-        self.partial: dict[int, list[tuple[float, float]]] = {}
-
-    def __call__(self, rank: int, payload: Any) -> None:
-        _, step, loss, span = payload
-        got = self.partial.setdefault(step, [])
-        got.append((loss, span))
-        if len(got) == self.world:
-            self.on_step(step, sum(x for x, _ in got), max(t for _, t in got))
-            del self.partial[step]
-
-
 def run_training(
     spec: TrainSpec,
     *,
@@ -90,7 +74,7 @@ def run_training(
     if verify and not spec.collect_grads:
         spec = replace(spec, collect_grads=True)
     # under torchrun each rank only sees its own reports: no combined progress there
-    progress = _StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
+    progress = StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
     per_rank: list[list[StepRecord]] | None = launch(train_worker, spec.table.pp, spec, on_report=progress)
     if per_rank is None:
         return None

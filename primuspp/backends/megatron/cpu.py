@@ -1,0 +1,122 @@
+"""CPU support for megatron-core 0.16.1 (see ../shared/notes/megatron-cpu.md): applied only on CPU.
+
+megatron-core assumes CUDA in a few places that pipeline training reaches:
+
+- `DotProductAttention` takes scratch memory from `parallel_state`'s global memory buffer, which allocates
+  on `torch.cuda.current_device()`: replaced by a buffer that allocates on the CPU;
+- `tensor_parallel.model_parallel_cuda_manual_seed` needs CUDA RNG state: the RNG tracker is created in its
+  inference mode instead (no CUDA state; dropout-free models do not use it);
+- Megatron DDP allocates its grad buffers on `torch.cuda.current_device()`, and Megatron's own schedules
+  (used here only to compare against) allocate receive buffers there and make `total_num_tokens` with
+  `device="cuda"`: those modules see a `torch` whose CUDA device is the CPU.
+
+`apply()` does all of this once per process, after `parallel_state.initialize_model_parallel`; the
+primuspp schedule itself (schedule.py) needs none of it. Nothing here is used when the device is a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import Any
+
+import torch
+
+_CPU = torch.device("cpu")
+# modules whose `torch` global is replaced on CPU (allocations on "cuda" land on the CPU)
+_PATCHED_MODULES = (
+    "megatron.core.distributed.param_and_grad_buffer",
+    "megatron.core.pipeline_parallel.schedules",
+    "megatron.core.pipeline_parallel.p2p_communication",
+)
+
+
+def _on_cpu(device: Any) -> Any:
+    if device is None:
+        return None
+    if isinstance(device, int) or torch.device(device).type == "cuda":
+        return _CPU
+    return device
+
+
+class _CudaOnCPU:
+    """`torch.cuda` as seen by the patched modules: the current device is the CPU, syncs are no-ops."""
+
+    @staticmethod
+    def current_device() -> torch.device:
+        return _CPU
+
+    @staticmethod
+    def synchronize(*_: Any) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch.cuda, name)
+
+
+class _TorchOnCPU:
+    """`torch` as seen by the patched modules: tensors asked for on a CUDA device are made on the CPU."""
+
+    cuda = _CudaOnCPU()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def zeros(*args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        return torch.zeros(*args, device=_on_cpu(device), **kwargs)
+
+    @staticmethod
+    def empty(*args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        return torch.empty(*args, device=_on_cpu(device), **kwargs)
+
+    @staticmethod
+    def ones(*args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        return torch.ones(*args, device=_on_cpu(device), **kwargs)
+
+    @staticmethod
+    def tensor(*args: Any, device: Any = None, **kwargs: Any) -> torch.Tensor:
+        return torch.tensor(*args, device=_on_cpu(device), **kwargs)
+
+
+_TORCH_ON_CPU = _TorchOnCPU()
+
+
+@functools.cache
+def _memory_buffer_class() -> type:
+    from megatron.core.utils import GlobalMemoryBuffer
+
+    class CPUGlobalMemoryBuffer(GlobalMemoryBuffer):
+        """Megatron's global memory buffer, allocating on the CPU."""
+
+        def get_tensor(self, tensor_shape, dtype, name, mem_alloc_context=None):  # type: ignore[override]
+            required = functools.reduce(operator.mul, tensor_shape, 1)
+            buf = self.buffer.get((name, dtype))
+            if buf is None or buf.numel() < required:
+                buf = self.buffer[(name, dtype)] = torch.empty(required, dtype=dtype, requires_grad=False)
+            return buf[0:required].view(*tensor_shape)
+
+    return CPUGlobalMemoryBuffer
+
+
+def apply() -> None:
+    """Make megatron-core run on the CPU in this process (idempotent). Call it after
+    `parallel_state.initialize_model_parallel`, and only when the device is the CPU."""
+    import importlib
+
+    from megatron.core import parallel_state, tensor_parallel
+
+    cls = _memory_buffer_class()
+    if type(parallel_state._GLOBAL_MEMORY_BUFFER) is not cls:
+        parallel_state._GLOBAL_MEMORY_BUFFER = cls()
+    tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+    for name in _PATCHED_MODULES:
+        module = importlib.import_module(name)
+        module.torch = _TORCH_ON_CPU  # type: ignore[attr-defined]
+
+
+def applied() -> bool:
+    """True when `apply()` ran in this process."""
+    import importlib
+
+    return all(importlib.import_module(n).torch is _TORCH_ON_CPU for n in _PATCHED_MODULES)

@@ -1,0 +1,179 @@
+"""B/W split for Megatron's `ColumnParallelLinear` and `RowParallelLinear` (the output layer included).
+
+Megatron computes a linear layer's weight gradient inside the backward of
+`LinearWithGradAccumulationAndAsyncCommunication`, reached from both classes' `_forward_impl`
+(notes/megatron-cpu.md point 6). `install()` replaces `_forward_impl` on both classes. Inside a primuspp
+runner (a weight-grad store is recording, runtime/wgrad.py) the layer runs `_SplitLinear` instead: its
+backward computes the input gradient and, on a B node, queues the weight-grad GEMM (`dW += gᵀx`,
+`db += Σg`) into the (microbatch, stage)'s store for the W node; on a BW node it runs the same work at once.
+Anywhere else (Megatron's own schedules, evaluation, a model outside a runner) Megatron's own function runs,
+unchanged.
+
+The weight and bias are not autograd inputs of `_SplitLinear` (they ride on the context), so autograd never
+accumulates their gradient: the deferred work does, the way Megatron would —
+
+- with Megatron DDP (the parameter has `main_grad`): `main_grad += dW`, then, when DDP overlaps its grad
+  reduction, the parameter is registered as ready with its bucket group (what DDP's backward hook does),
+  so the reduction starts once the last W of the parameter has run;
+- without DDP: `param.grad += dW`, as autograd's AccumulateGrad would.
+
+Layers whose weight grad cannot be deferred this way run unsplit: frozen weights, sequence parallelism (its
+weight grad needs the all-gathered input), Megatron's own embedding-wgrad deferral (`grad_output_buffer`).
+`schedule.conflicts` reports the settings that would make a split table wrong.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from primuspp.runtime.wgrad import WeightGradStore, accumulate, recording_store
+
+#: attribute set on a DDP parameter whose readiness must be signalled after its weight grad landed
+GRAD_READY_ATTR = "_primuspp_grad_ready"
+
+_ORIGINAL: dict[type, Any] = {}
+
+
+def _deposit(param: torch.Tensor, grad: torch.Tensor) -> None:
+    main = getattr(param, "main_grad", None)
+    if main is None:
+        accumulate(param, grad)
+        return
+    main.add_(grad)
+    ready = getattr(param, GRAD_READY_ATTR, None)
+    if ready is not None:
+        ready()
+
+
+def _weight_grad(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, g: torch.Tensor) -> None:
+    from megatron.core.utils import prepare_input_tensors_for_wgrad_compute
+
+    g2, x2 = prepare_input_tensors_for_wgrad_compute(g, x)
+    _deposit(weight, g2.t().matmul(x2))
+    if bias is not None:
+        _deposit(bias, g2.sum(dim=0))
+
+
+class _SplitLinear(torch.autograd.Function):
+    """`y = x Wᵀ (+ b)` whose weight gradient goes through a weight-grad store."""
+
+    @staticmethod
+    def forward(ctx, x, params, store, allreduce_dgrad, tp_group):  # type: ignore[override]
+        weight, bias = params
+        ctx.save_for_backward(x)
+        ctx.params = params
+        ctx.store = store
+        ctx.allreduce_dgrad = allreduce_dgrad
+        ctx.tp_group = tp_group
+        out = torch.matmul(x, weight.t())
+        if bias is not None:
+            out = out + bias
+        return out
+
+    @staticmethod
+    def backward(ctx, g):  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        weight, bias = ctx.params
+        gx = g.matmul(weight)
+        handle = dist.all_reduce(gx, group=ctx.tp_group, async_op=True) if ctx.allreduce_dgrad else None
+        store: WeightGradStore = ctx.store
+        work = partial(_weight_grad, weight, bias, x, g)
+        if store.defer:
+            store.put(work, x, g)
+        else:
+            with torch.no_grad():
+                work()
+        if handle is not None:
+            handle.wait()
+        return gx, None, None, None, None
+
+
+def _split_forward_impl(
+    self: Any,
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    gradient_accumulation_fusion: bool = False,
+    allreduce_dgrad: bool = False,
+    sequence_parallel: bool = False,
+    grad_output_buffer: list | None = None,
+    wgrad_deferral_limit: int | None = None,
+    tp_group: Any = None,
+    **kwargs: Any,
+) -> torch.Tensor:
+    store = recording_store()
+    if (
+        store is None
+        or kwargs
+        or not weight.requires_grad
+        or not input.requires_grad
+        or sequence_parallel
+        or grad_output_buffer is not None
+    ):
+        return _ORIGINAL[_base(self)](
+            self,
+            input,
+            weight,
+            bias=bias,
+            gradient_accumulation_fusion=gradient_accumulation_fusion,
+            allreduce_dgrad=allreduce_dgrad,
+            sequence_parallel=sequence_parallel,
+            grad_output_buffer=grad_output_buffer,
+            wgrad_deferral_limit=wgrad_deferral_limit,
+            tp_group=tp_group,
+            **kwargs,
+        )
+    if allreduce_dgrad and tp_group is None:
+        from megatron.core.parallel_state import get_tensor_model_parallel_group
+
+        tp_group = get_tensor_model_parallel_group()
+    return _SplitLinear.apply(input, (weight, bias), store, allreduce_dgrad, tp_group)
+
+
+def _base(layer: Any) -> type:
+    for cls in type(layer).__mro__:
+        if cls in _ORIGINAL:
+            return cls
+    raise TypeError(f"{type(layer).__name__} is not a split layer")
+
+
+def _register_ready(ddp: Any, group: Any, param: torch.Tensor) -> None:
+    group.register_grad_ready(param, ddp.force_all_reduce)
+
+
+def signal_ready(models: list[Any]) -> None:
+    """For Megatron DDP chunks that overlap their grad reduction: make each split parameter register as
+    ready with its bucket group once its weight grad landed in `main_grad` (what DDP's backward hook does
+    for the gradients autograd accumulates; split parameters bypass that hook). Idempotent."""
+    for model in models:
+        ddp_config = getattr(model, "ddp_config", None)
+        if ddp_config is None or not ddp_config.overlap_grad_reduce:
+            continue
+        for param, group in getattr(model, "param_to_bucket_group", {}).items():
+            if getattr(param, GRAD_READY_ATTR, None) is None:
+                setattr(param, GRAD_READY_ATTR, partial(_register_ready, model, group, param))
+
+
+def _classes() -> tuple[type, ...]:
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+
+    return ColumnParallelLinear, RowParallelLinear
+
+
+def install() -> None:
+    """Route `ColumnParallelLinear` / `RowParallelLinear` through the split inside runners (idempotent)."""
+    for cls in _classes():
+        if cls not in _ORIGINAL:
+            _ORIGINAL[cls] = cls.__dict__["_forward_impl"]
+            cls._forward_impl = _split_forward_impl  # type: ignore[attr-defined]
+
+
+def uninstall() -> None:
+    """Restore Megatron's `_forward_impl` on both classes."""
+    for cls, original in list(_ORIGINAL.items()):
+        cls._forward_impl = original  # type: ignore[attr-defined]
+        del _ORIGINAL[cls]

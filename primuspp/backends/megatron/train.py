@@ -1,0 +1,242 @@
+"""Train a megatron-core GPT with any primuspp schedule: what each pipeline rank runs (`train_worker`).
+
+Each rank initialises Megatron's parallel state (tensor/data parallel 1, pipeline = the table's ranks),
+applies the CPU shims on CPU, builds its model chunks for the table's placement (model.py), wraps each in
+Megatron DDP, installs the schedule, and trains with Adam on the DDP gradient buffers (`main_grad`). After
+each step it reports its share of the loss and its step span to the launcher (progress), and every
+`save_interval` steps and at the end it writes its part of an atomic checkpoint (checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from primuspp.backends.megatron import checkpoint
+from primuspp.backends.megatron.data import StepData, make_stream
+from primuspp.backends.megatron.model import GPTSpec, forward_step, rank_chunks, stage_name
+from primuspp.runtime.launch import WorkerContext
+from primuspp.runtime.runner import RankStep
+from primuspp.schedule.table import ScheduleTable
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Everything a rank needs: the table, the model, the data, Adam, checkpoints."""
+
+    table: ScheduleTable
+    model: GPTSpec = field(default_factory=GPTSpec)
+    micro_batch_size: int = 2
+    steps: int = 100
+    lr: float = 1e-3
+    seed: int = 0
+    data: str | None = None
+    save: str | None = None
+    save_interval: int | None = None
+    keep: int = 2
+    load: str | None = None
+    ddp: tuple[tuple[str, Any], ...] = ()
+    track_memory: bool = True
+    #: ("save", step): the rank `fault_rank` kills itself right after writing its file of that save (tests)
+    fault: tuple[str, int] | None = None
+    fault_rank: int = 0
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.table.num_microbatches * self.micro_batch_size * self.model.seq_len
+
+
+@dataclass
+class StepRecord:
+    step: int
+    loss: float  # this rank's share of the step loss (mean over microbatches; 0 where no loss is computed)
+    measured: RankStep
+    wall_ms: float  # the whole step on this rank: schedule, grad finalisation, optimizer
+
+
+def setup_parallel(pp: int, vpp: int, device: torch.device) -> None:
+    """Megatron's parallel state for a pure pipeline (TP = DP = 1), CPU shims on CPU. Idempotent."""
+    from megatron.core import parallel_state, tensor_parallel
+
+    from primuspp.backends.megatron import cpu
+
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=1,
+            pipeline_model_parallel_size=pp,
+            virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+        )
+    if device.type == "cpu":
+        cpu.apply()
+    else:
+        tensor_parallel.model_parallel_cuda_manual_seed(1234)
+
+
+def wrap_ddp(chunks: list[Any], **ddp_settings: Any) -> list[Any]:
+    """Megatron DDP around each chunk; the first chunk's config gets `no_sync_func` (one per chunk) and
+    `finalize_model_grads_func`, as Megatron-LM sets them."""
+    from megatron.core.distributed import (
+        DistributedDataParallel,
+        DistributedDataParallelConfig,
+        finalize_model_grads,
+    )
+
+    ddp_config = DistributedDataParallelConfig(**ddp_settings)
+    ddps = [
+        DistributedDataParallel(c.config, ddp_config, c, disable_bucketing=i > 0)
+        for i, c in enumerate(chunks)
+    ]
+    config = chunks[0].config
+    config.no_sync_func = [d.no_sync for d in ddps] if len(ddps) > 1 else ddps[0].no_sync
+    config.finalize_model_grads_func = finalize_model_grads
+    return ddps
+
+
+def named_parameters(ddps: list[Any], ranges: list[range]) -> list[tuple[str, torch.nn.Parameter]]:
+    """This rank's parameters under their whole-model names."""
+    return [
+        (stage_name(n, r), p)
+        for d, r in zip(ddps, ranges, strict=True)
+        for n, p in d.module.named_parameters()
+    ]
+
+
+def _state(named: list[tuple[str, torch.nn.Parameter]], opt: torch.optim.Optimizer) -> dict[str, Any]:
+    index = {id(p): name for name, p in named}
+    sd = opt.state_dict()
+    params = [p for group in opt.param_groups for p in group["params"]]
+    optim = {index[id(params[i])]: value for i, value in sd["state"].items()}
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in sd["param_groups"]]
+    return {
+        "model": {name: p.detach().cpu() for name, p in named},
+        "optimizer": optim,
+        "param_groups": groups,
+    }
+
+
+def _restore(
+    named: list[tuple[str, torch.nn.Parameter]], opt: torch.optim.Optimizer, states: list[dict]
+) -> None:
+    model: dict[str, torch.Tensor] = {}
+    optim: dict[str, Any] = {}
+    for st in states:
+        model.update(st["model"])
+        optim.update(st["optimizer"])
+    missing = [name for name, _ in named if name not in model]
+    if missing:
+        raise RuntimeError(f"checkpoint lacks parameters {missing[:3]}")
+    with torch.no_grad():
+        for name, p in named:
+            p.copy_(model[name])
+    params = [p for group in opt.param_groups for p in group["params"]]
+    index = {id(p): name for name, p in named}
+    sd = opt.state_dict()
+    sd["state"] = {i: optim[index[id(p)]] for i, p in enumerate(params) if index[id(p)] in optim}
+    for group, saved in zip(sd["param_groups"], states[0]["param_groups"], strict=True):
+        group.update({k: v for k, v in saved.items() if k != "params"})
+    opt.load_state_dict(sd)
+
+
+def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
+    """Run the steps on pipeline rank `ctx.rank`; report ("step", i, loss share, wall ms) after each."""
+    warnings.simplefilter("ignore")  # megatron warns about every optional extension it does not find
+    from primuspp.backends.megatron.schedule import install, uninstall
+
+    table = spec.table
+    setup_parallel(table.pp, table.vpp, ctx.device)
+    chunks, ranges = rank_chunks(spec.model, table.placement, ctx.rank, spec.seed)
+    for c in chunks:
+        c.to(ctx.device)
+    ddps = wrap_ddp(chunks, **dict(spec.ddp))
+    named = named_parameters(ddps, ranges)
+    opt = torch.optim.Adam([p for _, p in named], lr=spec.lr)
+    stream = make_stream(spec.model.seq_len, spec.seed, spec.data)
+    start, position = 0, 0
+    if spec.load is not None:
+        ckpt = checkpoint.find(spec.load)
+        meta = checkpoint.read_meta(ckpt)
+        _restore(named, opt, checkpoint.load_states(ckpt))
+        start, position = int(meta["step"]), int(meta["data_position"])
+    schedule = install(table, track_memory=spec.track_memory)
+    records = []
+    m, mbs = table.num_microbatches, spec.micro_batch_size
+    try:
+        for step in range(start, spec.steps):
+            t0 = time.perf_counter()
+            for d in ddps:
+                d.zero_grad_buffer()
+            data = StepData(stream, position, m, mbs)
+            iterators = [data.iterator() for _ in ddps]
+            store = schedule(
+                forward_step_func=forward_step,
+                data_iterator=iterators if len(ddps) > 1 else iterators[0],
+                model=ddps,
+                num_microbatches=m,
+                seq_length=spec.model.seq_len,
+                micro_batch_size=mbs,
+            )
+            for _, p in named:
+                p.grad = p.main_grad
+            opt.step()
+            for _, p in named:
+                p.grad = None
+            position = data.end
+            loss = sum(float(x["lm loss"]) for x in store) / m
+            wall = (time.perf_counter() - t0) * 1000
+            measured = schedule.last_step
+            assert measured is not None
+            records.append(StepRecord(step, loss, measured, wall))
+            ctx.report(("step", step, loss, wall))
+            done = step + 1
+            if spec.save is not None and (
+                done == spec.steps or (spec.save_interval and done % spec.save_interval == 0)
+            ):
+                _save(ctx, spec, done, position, named, opt)
+    finally:
+        uninstall()
+    return records
+
+
+def _save(
+    ctx: WorkerContext,
+    spec: TrainSpec,
+    step: int,
+    position: int,
+    named: list[tuple[str, torch.nn.Parameter]],
+    opt: torch.optim.Optimizer,
+) -> None:
+    table = spec.table
+    meta = {
+        "data_position": position,
+        "pp": table.pp,
+        "vpp": table.vpp,
+        "algorithm": table.algorithm,
+        "micro_batches": table.num_microbatches,
+        "micro_batch_size": spec.micro_batch_size,
+        "model": spec.model.as_dict(),
+        "seed": spec.seed,
+        "data": spec.data,
+    }
+    after_write = None
+    if spec.fault == ("save", step) and ctx.rank == spec.fault_rank:
+
+        def after_write() -> None:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpoint.save(
+        spec.save,  # type: ignore[arg-type]
+        step,
+        ctx.rank,
+        {**_state(named, opt), "rank": ctx.rank},
+        meta,
+        barrier=dist.barrier,
+        keep=spec.keep,
+        after_write=after_write,
+    )
