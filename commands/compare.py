@@ -10,13 +10,18 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.render import results_table
+from primuspp.commands.render import fidelity_table, results_table
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.compare import rank_results
+from primuspp.sim.fidelity import load_runs, pair_runs, predicted_vs_measured
 from primuspp.sim.recommend import candidate_specs, simulate_candidates
 from primuspp.sim.runs import run, summary
 from primuspp.sim.sources import summaries_from_dir
 from primuspp.viz.html import compare_page, write_file
+
+
+def _value(x: object) -> str:
+    return "/".join(f"{v:.4g}" for v in x) if isinstance(x, list) else f"{x:.4g}"
 
 
 def compare(
@@ -46,11 +51,18 @@ def compare(
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
 
     With --mem-limit and neither --algo nor SOURCES, every admissible algorithm, v and memory option is tried.
+    A simulated run and a measured one (a pp_data dump of the same algorithm, p, v and m, or the only two
+    given) are also shown predicted vs measured, with the error of each figure.
     """
     rows = []
     refused: list[tuple[str, str]] = []
     for src in sources or []:
         rows.extend(summaries_from_dir(src))
+    pairs = []
+    if sources and len(sources) > 1:
+        records = [r for src in sources for r in load_runs(src)]
+        matched, _ = pair_runs(records)
+        pairs = [predicted_vs_measured(sim, real) for sim, real in matched]
     ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
     if mem_limit is not None and not algo and not sources:
         base = run_specs(load_config(config), ov)[0]
@@ -68,6 +80,8 @@ def compare(
             "reason": ranking.reason,
             "refused": [{"name": n, "reason": r} for n, r in refused],
         }
+        if pairs:
+            doc["predicted_vs_measured"] = pairs
         print(json.dumps(doc))
     else:
         out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
@@ -75,6 +89,16 @@ def compare(
             out.print(f"[dim]not admissible: {name}: {reason}[/dim]")
         style = "bold green" if ranking.best else "bold red"
         out.print(f"[{style}]recommendation:[/{style}] {ranking.reason}")
+        for pair in pairs:
+            out.print(fidelity_table(pair))
+            out.print(f"[dim]memory: {pair['memory_note']}[/dim]", highlight=False)
+            costs = pair["measured"]["emulated_costs"]
+            if costs:
+                given = ", ".join(f"{k} {_value(costs[k])}" for k in ("forward", "backward", "wgrad"))
+                source = pair["measured"]["emulated_costs_source"] or "?"
+                out.print(
+                    f"[dim]emulated with {given} ms ({source}); its p2p was real[/dim]", highlight=False
+                )
     if html is not None:
         write_file(html, compare_page(ranking.rows, ranking.best, ranking.reason, mem_limit), "--html")
         err.print(f"wrote {html}", soft_wrap=True)

@@ -63,11 +63,18 @@ def overrides(
     costs: dict[str, Any] = {}
     if costs_from is not None:
         cal = costs_from_dir(str(costs_from))
-        costs.update(
-            {k: getattr(cal.costs, k) for k in ("forward", "backward", "wgrad", "comm", "activation")}
-        )
+        measured = cal.portable()  # one value per rank: any placement over the same p
+        keys = ("forward", "backward", "wgrad", "comm", "activation", "b_free_fraction")
+        costs.update({k: getattr(measured, k) for k in keys})
         note = " (no W in the run: full backward split evenly into B and W)" if cal.bw_split_assumed else ""
-        err.print(f"costs measured from {costs_from}: {cal.samples} intervals{note}")
+        unit = ""
+        if cal.memory_unit != "microbatches" and cal.activation_per_microbatch > 0:
+            unit = f"; 1 activation unit = {cal.activation_per_microbatch:,.0f} {cal.memory_unit}"
+        err.print(
+            f"costs measured from {costs_from}: {cal.samples} intervals{note}; p2p latency "
+            f"{cal.costs.comm:.3g} ms ({cal.comm_samples} waiting hand-offs){unit}",
+            highlight=False,
+        )
     explicit = (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))
     costs.update({k: v for k, v in explicit if v is not None})
     return Overrides(tuple(algo or ()), pp, vpp, mb, costs, mem_limit)

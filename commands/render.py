@@ -35,10 +35,39 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
             _num(r["step_time"]),
             f"{r['bubble_rate']:.2%}",
             f"{r['steady_bubble_rate']:.2%}",
-            f"{r['peak_memory']:.4g}",
+            _num(r["peak_memory"]),
             f"{ratio:.3f}x",
         ]
         if show_fits:
             cells.append("yes" if r["fits"] else "[red]no[/red]")
         table.add_row(*cells, style=style)
     return table
+
+
+def fidelity_table(pair: dict[str, Any]) -> Table:
+    """Predicted vs measured figures of one pair (sim.fidelity.predicted_vs_measured), with the errors."""
+    real = pair["measured"]
+    title = (
+        f"Predicted ({pair['simulated']['name']}) vs {real['source']} ({real['path']}, median of "
+        f"{real['iterations']} iteration{'s' if real['iterations'] != 1 else ''}): {pair['algorithm']} "
+        f"p={pair['pp']} v={pair['vpp']} m={pair['micro_batches']}"
+    )
+    if not pair["same_schedule"]:
+        title += " [yellow](different schedules)[/yellow]"
+    table = Table(title=title, title_justify="left")
+    for col in ("", "predicted", "measured", "error"):
+        table.add_column(col, justify="right" if col else "left", no_wrap=True)
+    for m in pair["metrics"]:
+        p, v = m["predicted"], m["measured"]
+        if m["metric"] == "bubble_rate":
+            table.add_row("bubble", f"{p:.2%}", f"{v:.2%}", f"{(p - v) * 100:+.2f} pts")
+            continue
+        label = {"step_time": "step time ms", "peak_memory": f"peak memory ({m['unit']})"}[m["metric"]]
+        table.add_row(label, _num(p), _num(v), _pct(m["error"]))
+    for r in pair["per_rank_peak_memory"]:
+        table.add_row(f"  rank {r['rank']} peak", _num(r["predicted"]), _num(r["measured"]), _pct(r["error"]))
+    return table
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.2%}"

@@ -1,7 +1,7 @@
 """`primuspp train`: real training with a chosen schedule.
 
 Backend megatron (default): a megatron-core GPT (backends/megatron); backend torch: the tiny GPT on plain
-modules (backends/torch)."""
+modules (backends/torch). With --emulate: the emulated cluster (commands/emulate.py, runtime/emulate.py)."""
 
 from __future__ import annotations
 
@@ -120,8 +120,51 @@ def train(
             "--inject-fault", hidden=True, help="RANK:NODE, e.g. 2:F3.2; megatron: RANK:save:STEP (tests)."
         ),
     ] = None,
+    emulate: Annotated[
+        bool,
+        typer.Option(
+            "--emulate",
+            help="Emulated cluster: the real runner, processes and p2p, but each compute node waits its "
+            "cost-model duration instead of computing (costs: --fwd/--bwd/--wgrad, --config, --costs-from).",
+        ),
+    ] = False,
+    fwd: Annotated[
+        float | None,
+        typer.Option(
+            "--fwd", help="With --emulate: F ms of one microbatch through a rank's share (default 20)."
+        ),
+    ] = None,
+    bwd: Annotated[
+        float | None,
+        typer.Option("--bwd", help="With --emulate: B (input-grad) ms; a full backward is B + W."),
+    ] = None,
+    wgrad: Annotated[
+        float | None, typer.Option("--wgrad", help="With --emulate: W (weight-grad) ms.")
+    ] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="With --emulate: use this simulation YAML's costs.")
+    ] = None,
+    costs_from: Annotated[
+        Path | None,
+        typer.Option("--costs-from", help="With --emulate: costs measured from this pp_data dump."),
+    ] = None,
 ) -> None:
-    """Train with a schedule on real processes (gloo on CPU, nccl on GPU)."""
+    """Train with a schedule on real processes (gloo on CPU, nccl on GPU).
+
+    With --emulate, run the schedule on an emulated cluster instead (no model, no compute)."""
+    emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
+    if emulate:
+        from primuspp.commands.emulate import train_emulated
+
+        if verify or inject_fault:
+            flag = "--verify" if verify else "--inject-fault"
+            raise ConfigError(f"{flag}: the emulated cluster computes nothing", key=flag[2:])
+        steps = 3 if steps is None else steps
+        train_emulated(algo, pp, vpp, mb, steps, fwd, bwd, wgrad, config, costs_from, dump_pp_data, json_)
+        return
+    for flag, value in emulation.items():
+        if value is not None:
+            raise ConfigError(f"{flag} needs --emulate (the emulated cluster's cost model)", key=flag[2:])
     if backend is Backend.megatron:
         if verify:
             raise ConfigError("--verify is only available with --backend torch", key="verify")

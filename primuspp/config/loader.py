@@ -128,3 +128,52 @@ def run_specs(config: SimulationConfig, overrides: Overrides | None = None) -> l
     if ov.vpp is not None and not ov.algorithms and all(s.vpp != ov.vpp for s in specs):
         raise ConfigError(f"vpp={ov.vpp} is not allowed by any configured algorithm", key="vpp")
     return specs
+
+
+#: the emulated cluster's default cost model: 20 ms per F, B and W of a rank's share, one activation unit
+EMULATION_DEFAULTS: dict[str, Any] = {"forward": 20.0, "backward": 20.0, "wgrad": 20.0}
+
+
+@dataclass(frozen=True)
+class EmulationCosts:
+    """The cost model an emulated run waits by (ms), where it came from, and what one activation unit of
+    it is in bytes (when the costs were measured in bytes: the measured run's microbatch)."""
+
+    costs: CostModel
+    source: str
+    bytes_per_unit: int | None  # None: the emulator's default
+    comm_ignored: float = 0.0
+
+
+def emulation_costs(
+    explicit: dict[str, Any],
+    config: str | Path | None = None,
+    costs_from: str | Path | None = None,
+) -> EmulationCosts:
+    """Costs for `train --emulate`: explicit values over a measured run (`costs_from`) over a config's
+    costs over the defaults (F = B = W = 20 ms). A comm latency is not emulated (the p2p is real): it is
+    dropped and reported."""
+    from primuspp.sim.calibrate import costs_from_dir
+
+    values: dict[str, Any] = dict(EMULATION_DEFAULTS)
+    source = "defaults"
+    per_byte = None
+    if config is not None:
+        values.update(load_config(config).costs.given())
+        source = f"config {config}"
+    if costs_from is not None:
+        cal = costs_from_dir(str(costs_from))
+        measured = cal.portable()
+        keys = ("forward", "backward", "wgrad", "comm", "activation", "b_free_fraction")
+        values.update({k: getattr(measured, k) for k in keys})
+        source = f"measured from {costs_from}"
+        if cal.memory_unit == "bytes" and cal.activation_per_microbatch > 0:
+            per_byte = round(cal.activation_per_microbatch)  # activation comes in units of this
+    given = {k: v for k, v in explicit.items() if v is not None}
+    values.update(given)
+    if given:
+        source += " with " + ", ".join(f"{k}={v:g}" for k, v in given.items())
+    comm = float(values.pop("comm", 0.0) or 0.0)
+    for k in ("comm_bytes", "bandwidth"):
+        values.pop(k, None)
+    return EmulationCosts(CostModel(**values), source, per_byte, comm)

@@ -23,7 +23,7 @@ class CostsConfig(BaseModel):
     comm_bytes: Number | None = None
     bandwidth: Number | None = None
     activation: PerStageValue | None = None
-    b_free_fraction: Number | None = None
+    b_free_fraction: PerStageValue | None = None
     fb_overlap: Number | None = None
 
     def given(self) -> dict[str, Any]:

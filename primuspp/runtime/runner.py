@@ -13,6 +13,7 @@ Every compute node is timed (timing.py) and the activation meter is sampled afte
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +34,8 @@ from primuspp.trace.timeline import Interval
 _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
 _SEND_F, _RECV_F, _SEND_B, _RECV_B = NodeKind.SEND_F, NodeKind.RECV_F, NodeKind.SEND_B, NodeKind.RECV_B
 _OFFLOAD = NodeKind.OFFLOAD
+
+_HOST = socket.gethostname()
 
 # program op codes
 _COMPUTE, _BATCH, _MEMORY = 0, 1, 2
@@ -59,6 +62,10 @@ class RankStep:
     #: (kind "F"/"B", microbatch, producer stage, peer rank, ms): sends when posted, receives when waited
     sends: list[tuple[str, int, int, int, float]] = field(default_factory=list)
     recvs: list[tuple[str, int, int, int, float]] = field(default_factory=list)
+    #: the step start on the host's monotonic clock (ns; None for device clocks) and the host's name: ranks
+    #: of one host share that clock, so their timelines can be put on one time axis
+    origin_ns: int | None = None
+    host: str = ""
 
 
 class ScheduleRunner:
@@ -340,4 +347,6 @@ class ScheduleRunner:
             meter.peak if meter is not None else 0,
             [(k, mb, s, peer, ms(t)) for k, mb, s, peer, t in sends],
             [(k, mb, s, peer, ms(t)) for k, mb, s, peer, t in recvs],
+            clock.origin_ns,
+            _HOST,
         )

@@ -30,6 +30,11 @@ class CpuClock:
     def ms(self, mark: Any) -> float:
         return (mark - self._t0) / 1e6
 
+    @property
+    def origin_ns(self) -> int | None:
+        """The step start on this host's monotonic clock (the same clock in every process of one host)."""
+        return self._t0
+
 
 class CudaClock:
     """CUDA events on the current stream: times are when the device reached the mark."""
@@ -52,6 +57,10 @@ class CudaClock:
     def ms(self, mark: Any) -> float:
         assert self._t0 is not None
         return float(self._t0.elapsed_time(mark))
+
+    @property
+    def origin_ns(self) -> int | None:
+        return None  # device time: no common origin across processes
 
 
 def clock_for(device: torch.device) -> CpuClock | CudaClock:

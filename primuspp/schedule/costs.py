@@ -19,7 +19,9 @@ class CostModel:
     placement's `cost_share`, i.e. X / v) or per-stage tuples: one value per virtual stage taken as is, or
     one per rank, split evenly over that rank's stages. `comm` is the latency of one p2p transfer;
     `comm_bytes` / `bandwidth` adds a size term. `b_free_fraction` of an activation is freed by B, the rest by
-    W (BW frees all). An FB node costs `fb_overlap` x (F + B).
+    W (BW frees all): a scalar, or one value per virtual stage or per rank (a fraction: not split over
+    chunks). It may be negative: B then leaves more than F saved (e.g. a weight-grad store keeping the output
+    gradients for W), and W frees it all. An FB node costs `fb_overlap` x (F + B).
     """
 
     forward: PerStage = 1.0
@@ -29,7 +31,7 @@ class CostModel:
     comm_bytes: float = 0.0
     bandwidth: float = 0.0
     activation: PerStage = 1.0
-    b_free_fraction: float = 0.0
+    b_free_fraction: PerStage = 0.0
     fb_overlap: float = 1.0
 
     def __post_init__(self) -> None:
@@ -42,15 +44,17 @@ class CostModel:
             if not values:
                 raise ConfigError(f"costs.{f.name}: needs at least one value", key=f"costs.{f.name}")
             for x in values:
-                if not isinstance(x, int | float) or isinstance(x, bool) or x != x or x < 0:
+                if not isinstance(x, int | float) or isinstance(x, bool) or x != x:
+                    raise ConfigError(f"costs.{f.name}: must be a number (got {x!r})", key=f"costs.{f.name}")
+                if f.name == "b_free_fraction":
+                    if x > 1:
+                        raise ConfigError(
+                            f"costs.b_free_fraction: must be <= 1 (got {x})", key="costs.b_free_fraction"
+                        )
+                elif x < 0:
                     raise ConfigError(
                         f"costs.{f.name}: must be a number >= 0 (got {x!r})", key=f"costs.{f.name}"
                     )
-        if self.b_free_fraction > 1:
-            raise ConfigError(
-                f"costs.b_free_fraction: must lie in [0, 1] (got {self.b_free_fraction})",
-                key="costs.b_free_fraction",
-            )
         if self.comm_bytes and not self.bandwidth:
             raise ConfigError("costs.bandwidth: must be > 0 when comm_bytes is set", key="costs.bandwidth")
 
@@ -65,9 +69,33 @@ class CostModel:
             wgrad=_per_stage("wgrad", self.wgrad, placement),
             activation=_per_stage("activation", self.activation, placement),
             comm=self.comm_time,
-            b_free_fraction=self.b_free_fraction,
+            b_free_fraction=_planning_fraction(self.b_free_fraction),
             fb_overlap=self.fb_overlap,
+            b_free=_fractions(self.b_free_fraction, placement),
         )
+
+
+def _planning_fraction(value: PerStage) -> float:
+    """The one fraction memory-planning algorithms use: the value (or the per-stage mean), in [0, 1]."""
+    if isinstance(value, tuple):
+        value = sum(value) / len(value)
+    return min(max(float(value), 0.0), 1.0)
+
+
+def _fractions(value: PerStage, placement: Placement) -> tuple[float, ...]:
+    """Per-stage fractions: a scalar everywhere, one per stage as is, one per rank on each of its stages."""
+    n = placement.num_stages
+    if not isinstance(value, tuple):
+        return (float(value),) * n
+    if len(value) == n:
+        return tuple(float(x) for x in value)
+    if len(value) == placement.pp:
+        return tuple(float(value[placement.stage_rank[s]]) for s in range(n))
+    raise ConfigError(
+        f"costs.b_free_fraction: a list needs one value per virtual stage ({n}) or per rank "
+        f"({placement.pp}), got {len(value)}",
+        key="costs.b_free_fraction",
+    )
 
 
 def _per_stage(name: str, value: PerStage, placement: Placement) -> tuple[float, ...]:
@@ -87,7 +115,10 @@ def _per_stage(name: str, value: PerStage, placement: Placement) -> tuple[float,
 
 @dataclass(frozen=True)
 class StageCosts:
-    """A CostModel resolved against a placement: one value per virtual stage."""
+    """A CostModel resolved against a placement: one value per virtual stage.
+
+    `b_free` is the per-stage fraction the simulator frees at B; `b_free_fraction` is the single fraction
+    memory-planning algorithms use (the per-stage mean, clamped to [0, 1])."""
 
     forward: tuple[float, ...]
     backward: tuple[float, ...]
@@ -96,6 +127,10 @@ class StageCosts:
     comm: float
     b_free_fraction: float = 0.0
     fb_overlap: float = 1.0
+    b_free: tuple[float, ...] = ()
+
+    def fraction_freed_by_b(self, stage: int) -> float:
+        return self.b_free[stage] if self.b_free else self.b_free_fraction
 
     def duration(self, node: Node) -> float:
         kind, s = node.kind, node.stage

@@ -4,27 +4,93 @@ Works on any timeline (our dumps, Primus' simulator output, real runs). Where in
 costs are per virtual stage; otherwise per rank (the sum of the rank's chunk medians, split evenly over
 its chunks by the cost model). Runs that only record full backwards (BW) cannot tell B from W: their BW
 median is split `bw_split` : 1 - `bw_split` into B and W, an assumption the caller may override.
+
+- **comm**: the simulator's `comm` is the delay from a producer's end to the start of a consumer on another
+  rank that was waiting for it. Measured on every cross-rank hand-off (F(mb, s) -> F(mb, s+1) and
+  B(mb, s+1) -> B(mb, s)) whose consumer rank was idle when the producer finished: median of consumer start
+  - producer end (0 when no hand-off qualifies). Across hosts this includes the clocks' offset.
+- **memory**: when the memory curve is sampled after every compute node (our runtime and emulator dumps),
+  each stage's activation is the median rise over its F nodes and its `b_free_fraction` is the median part
+  of that an B frees (negative when B leaves more behind, as a weight-grad store does); otherwise the
+  activation is the median rise of the curve at a forward (one value for every stage). Values are in the
+  run's memory unit (bytes for real runs).
 """
 
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 
 from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
 from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.timeline import Timeline
+from primuspp.trace.timeline import Interval, Timeline
 
 
 @dataclass(frozen=True)
 class Calibration:
+    """`costs`: per virtual stage of the measured run's placement (or per rank when the run does not name
+    stages). `portable()` gives the same costs per rank, for projecting any placement with the same p.
+    `activation_per_microbatch`: one microbatch's activations through a whole rank (mean over ranks), in
+    `memory_unit`: what one unit of a simulated peak is worth."""
+
     costs: CostModel
     per_stage: bool
     bw_split_assumed: bool
     samples: int  # intervals measured
     comm_samples: int
+    activation_per_microbatch: float = 0.0
+    memory_unit: str = "microbatches"
+    memory_per_stage: bool = False
+    stage_rank: tuple[int, ...] = ()
+
+    def portable(self) -> CostModel:
+        """The costs with one value per rank (a rank's stages summed; its B-freed part weighted by
+        activation), valid for any placement over the same number of ranks. Activation measured in a real
+        unit (bytes) comes in microbatch units: 1 = `activation_per_microbatch`, one microbatch through an
+        average rank (so memory limits and budgets keep their meaning)."""
+        c = self.costs
+        scale = 1.0
+        if self.memory_unit != "microbatches" and self.activation_per_microbatch > 0:
+            scale = 1.0 / self.activation_per_microbatch
+        if not self.per_stage or not self.stage_rank:
+            if scale == 1.0:
+                return c
+            act = c.activation
+            act = tuple(a * scale for a in act) if isinstance(act, tuple) else act * scale
+            return replace(c, activation=act)
+        pp = max(self.stage_rank) + 1
+
+        def per_rank(value):
+            if not isinstance(value, tuple):
+                return value  # a scalar already means a rank's share
+            sums = [0.0] * pp
+            for s, x in enumerate(value):
+                sums[self.stage_rank[s]] += x
+            return tuple(sums)
+
+        act = c.activation if isinstance(c.activation, tuple) else (c.activation,) * len(self.stage_rank)
+        bf = c.b_free_fraction
+        if isinstance(bf, tuple):
+            freed, held = [0.0] * pp, [0.0] * pp
+            for s, (a, f) in enumerate(zip(act, bf, strict=True)):
+                freed[self.stage_rank[s]] += a * f
+                held[self.stage_rank[s]] += a
+            bf = tuple(f / h if h else 0.0 for f, h in zip(freed, held, strict=True))
+        return CostModel(
+            forward=per_rank(c.forward),
+            backward=per_rank(c.backward),
+            wgrad=per_rank(c.wgrad),
+            comm=c.comm,
+            activation=_scaled(per_rank(c.activation), scale),
+            b_free_fraction=bf,
+            fb_overlap=c.fb_overlap,
+        )
+
+
+def _scaled(value: float | tuple[float, ...], k: float) -> float | tuple[float, ...]:
+    return tuple(x * k for x in value) if isinstance(value, tuple) else value * k
 
 
 def _median(values: list[float]) -> float:
@@ -68,18 +134,104 @@ def calibrate(timelines: list[Timeline], bw_split: float = 0.5) -> Calibration:
             ranks[where // 1000] = ranks.get(where // 1000, 0.0) + cost(kind, where)
         return tuple(ranks.get(r, 0.0) for r in range(first.pp))
 
+    stage_rank = _stage_ranks(timelines) if per_stage else ()
     comm, comm_n = _comm_latency(timelines)
-    act = _activation_per_microbatch(timelines)
+    memory = _stage_memory(timelines, keys) if per_stage else None
+    if memory is not None:
+        act, bfree = memory
+        per_rank_act = [0.0] * first.pp
+        for s, a in zip(keys, act, strict=True):
+            per_rank_act[stage_rank[s]] += a
+        act_mb = statistics.fmean(per_rank_act)
+        activation: float | tuple[float, ...] = act
+        b_free: float | tuple[float, ...] = bfree if has_w else 0.0
+    else:
+        act_mb = _activation_per_microbatch(timelines)
+        activation, b_free = act_mb or 1.0, 0.0
     costs = CostModel(
-        forward=vector("F"), backward=vector("B"), wgrad=vector("W"), comm=comm, activation=act or 1.0
+        forward=vector("F"),
+        backward=vector("B"),
+        wgrad=vector("W"),
+        comm=comm,
+        activation=activation,
+        b_free_fraction=b_free,
     )
-    return Calibration(costs, per_stage, not has_w, n, comm_n)
+    return Calibration(
+        costs,
+        per_stage,
+        not has_w,
+        n,
+        comm_n,
+        act_mb,
+        first.memory_unit,
+        memory is not None,
+        tuple(stage_rank[s] for s in keys) if per_stage and keys == list(range(len(keys))) else (),
+    )
+
+
+def _stage_ranks(timelines: list[Timeline]) -> dict[int, int]:
+    return {iv.stage: rt.rank for tl in timelines for rt in tl.ranks for iv in rt.intervals}
 
 
 def _comm_latency(timelines: list[Timeline]) -> tuple[float, int]:
-    """Median of transfer latencies when recorded, else 0 (a dump without transfers cannot say)."""
-    gaps = [tr.arrived - tr.sent for tl in timelines for tr in tl.transfers]
-    return _median(gaps), len(gaps)
+    """Median delay from a producer's end to its waiting consumer's start on another rank (see the module
+    doc), or 0 when no consumer waited."""
+    gaps = []
+    for tl in timelines:
+        fwd: dict[tuple[int, int], tuple[int, Interval]] = {}
+        bwd: dict[tuple[int, int], tuple[int, Interval]] = {}
+        idle_since: dict[int, float] = {}  # id(interval) -> end of the rank's previous interval
+        for rt in tl.ranks:
+            prev_end = float("-inf")
+            for iv in sorted(rt.intervals, key=lambda iv: iv.start):
+                idle_since[id(iv)] = prev_end
+                prev_end = max(prev_end, iv.end)
+                if iv.stage < 0 or iv.microbatch < 0:
+                    continue
+                if iv.kind in ("F", "FB"):
+                    fwd[(iv.microbatch, iv.stage)] = (rt.rank, iv)
+                if iv.kind in ("B", "BW"):
+                    bwd[(iv.microbatch, iv.stage)] = (rt.rank, iv)
+                elif iv.kind == "FB" and iv.backward is not None:
+                    _, bmb, bstage, _ = iv.backward
+                    bwd[(bmb, bstage)] = (rt.rank, iv)
+        for table, step in ((fwd, 1), (bwd, -1)):
+            for (mb, s), (rank, producer) in table.items():
+                hit = table.get((mb, s + step))
+                if hit is None or hit[0] == rank:
+                    continue
+                consumer = hit[1]
+                if idle_since[id(consumer)] <= producer.end and consumer.start >= producer.end - 1e-9:
+                    gaps.append(consumer.start - producer.end)
+    return max(_median(gaps), 0.0), len(gaps)
+
+
+def _stage_memory(timelines: list[Timeline], stages: list[int]) -> tuple[tuple, tuple] | None:
+    """Per stage (activation, b_free_fraction) from curves sampled after every compute node, else None."""
+    rises: dict[int, list[float]] = {}
+    b_deltas: dict[int, list[float]] = {}
+    for tl in timelines:
+        for rt in tl.ranks:
+            ivs = sorted(rt.intervals, key=lambda iv: iv.end)
+            points = rt.memory[1:]
+            if not ivs or len(points) != len(ivs):
+                return None
+            if any(abs(t - iv.end) > 1e-6 for (t, _), iv in zip(points, ivs, strict=True)):
+                return None
+            level = rt.memory[0][1]
+            for iv, (_, after) in zip(ivs, points, strict=True):
+                if iv.kind == "F":
+                    rises.setdefault(iv.stage, []).append(after - level)
+                elif iv.kind == "B":
+                    b_deltas.setdefault(iv.stage, []).append(level - after)
+                level = after
+    act = tuple(max(_median(rises.get(s, [])), 0.0) for s in stages)
+    if not any(act):
+        return None
+    bfree = tuple(
+        _median(b_deltas[s]) / a if a and b_deltas.get(s) else 0.0 for s, a in zip(stages, act, strict=True)
+    )
+    return act, tuple(min(f, 1.0) for f in bfree)
 
 
 def _activation_per_microbatch(timelines: list[Timeline]) -> float:

@@ -76,7 +76,8 @@ def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[fl
     """Activation memory over time: F allocates at its start; B frees `b_free_fraction`, W the rest, BW all,
     at their ends; OFFLOAD/RELOAD move what is resident to host and back. Frees sort before allocations at
     equal times."""
-    act, bf = costs.activation, costs.b_free_fraction
+    act = costs.activation
+    bf = costs.b_free or (costs.b_free_fraction,) * len(act)
     resident: dict[tuple[int, int], float] = {}
     offloaded: dict[tuple[int, int], float] = {}
     events: list[tuple[float, int, float]] = []
@@ -84,7 +85,7 @@ def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[fl
 
     def backward(kind, mb, s, t):
         key = (mb, s)
-        freed = act[s] if kind is _BW else act[s] * bf
+        freed = act[s] if kind is _BW else act[s] * bf[s]
         resident[key] = resident.get(key, act[s]) - freed
         append((t, 0, -freed))
 
@@ -98,7 +99,7 @@ def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[fl
             backward(kind, node.microbatch, node.stage, ends[i])
         elif kind is _W:
             key = (node.microbatch, node.stage)
-            append((ends[i], 0, -resident.pop(key, act[node.stage] * (1 - bf))))
+            append((ends[i], 0, -resident.pop(key, act[node.stage] * (1 - bf[node.stage]))))
         elif kind is _FB:
             fpart, bpart = node.parts
             append((starts[i], 1, act[fpart.stage]))

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from primuspp.algorithms.registry import build_schedule
@@ -6,6 +8,7 @@ from primuspp.sim import simulate
 from primuspp.sim.calibrate import calibrate
 from primuspp.sim.output import write_result
 from primuspp.trace.pp_data import read_pp_data
+from primuspp.trace.timeline import Timeline
 
 
 def test_recovers_per_stage_costs_through_a_dump(tmp_path):
@@ -44,3 +47,47 @@ def test_primus_output_calibrates_per_rank(primus_samples):
     cal = calibrate([tl])
     assert cal.costs.forward == pytest.approx((1000.0,) * 8)
     assert cal.costs.wgrad == pytest.approx((1000.0,) * 8)
+
+
+@pytest.mark.parametrize("algo", ["1f1b", "zero-bubble", "zbv", "1f1b-interleaved", "dualpipe", "dualpipe-v"])
+def test_comm_latency_from_waiting_hand_offs(algo):
+    """The simulator's comm is what a waiting consumer on another rank sees; busy consumers do not count."""
+    result = simulate(build_schedule(algo, 4, None, 8), CostModel(2.0, 3.0, 1.0, comm=0.5))
+    cal = calibrate([result.timeline])
+    assert cal.costs.comm == pytest.approx(0.5) and cal.comm_samples > 0
+    assert calibrate([simulate(build_schedule(algo, 4, None, 8)).timeline]).costs.comm == 0.0
+
+
+def _sampled(timeline: Timeline, act: tuple[float, ...], b_free: tuple[float, ...]) -> Timeline:
+    """The timeline with the memory curve a runtime records: one sample after every compute node."""
+    ranks = []
+    for rt in timeline.ranks:
+        level, points, left = 0.0, [(0.0, 0.0)], {}
+        for iv in sorted(rt.intervals, key=lambda iv: iv.end):
+            key = (iv.microbatch, iv.stage)
+            if iv.kind == "F":
+                level += act[iv.stage]
+                left[key] = act[iv.stage]
+            elif iv.kind == "B":
+                level -= act[iv.stage] * b_free[iv.stage]
+                left[key] -= act[iv.stage] * b_free[iv.stage]
+            else:
+                level -= left.pop(key)
+            points.append((iv.end, level))
+        ranks.append(replace(rt, memory=points, peak_memory=max(level for _, level in points)))
+    return replace(timeline, ranks=ranks, memory_unit="bytes")
+
+
+def test_per_stage_memory_from_sampled_curves():
+    table = build_schedule("zbv", 2, 2, 4)  # stages 0, 3 on rank 0; 1, 2 on rank 1
+    act, b_free = (400.0, 300.0, 300.0, 100.0), (-0.25, 0.5, 0.5, 1.0)
+    measured = _sampled(simulate(table, CostModel(1, 1, 1)).timeline, act, b_free)
+    cal = calibrate([measured])
+    assert cal.memory_per_stage and cal.memory_unit == "bytes"
+    assert cal.costs.activation == act and cal.costs.b_free_fraction == pytest.approx(b_free)
+    assert cal.activation_per_microbatch == 550.0  # rank 0: 500, rank 1: 600
+    portable = cal.portable()  # per rank, in units of 550 bytes
+    assert portable.activation == pytest.approx((500 / 550, 600 / 550))
+    assert portable.b_free_fraction == pytest.approx(((400 * -0.25 + 100) / 500, 0.5))
+    predicted = simulate(table, cal.costs).metrics.per_rank
+    assert [r.peak_memory for r in predicted] == [rt.peak_memory for rt in measured.ranks]

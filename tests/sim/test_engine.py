@@ -1,7 +1,7 @@
 import pytest
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.errors import ValidationError
+from primuspp.errors import ConfigError, ValidationError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_text
 from primuspp.schedule.validation import validate
@@ -53,6 +53,19 @@ def test_b_free_fraction_lowers_zero_bubble_peak():
     full = simulate(table, CostModel(b_free_fraction=0.0)).metrics.per_rank
     half = simulate(table, CostModel(b_free_fraction=0.5)).metrics.per_rank
     assert full[3].peak_memory == 4 and half[3].peak_memory < 4
+
+
+def test_b_free_fraction_per_stage_and_negative():
+    """Per-stage fractions act on their own stages only; a negative one makes B leave more than F saved."""
+    table = build_schedule("zero-bubble", 2, None, 1)  # F0.0 F0.1 B0.1 W0.1 B0.0 W0.0 on two ranks
+    r = simulate(table, CostModel(activation=(4.0, 2.0), b_free_fraction=(-0.5, 0.5))).timeline.ranks
+    assert [level for _, level in r[0].memory] == [0.0, 4.0, 6.0, 0.0]  # B adds half of F's 4, W frees 6
+    assert [level for _, level in r[1].memory] == [0.0, 2.0, 1.0, 0.0]
+    per_rank = CostModel(b_free_fraction=(0.0, 1.0)).for_placement(build_schedule("zbv", 2, 2, 4).placement)
+    assert per_rank.b_free == (0.0, 1.0, 1.0, 0.0)  # stages 0, 3 on rank 0; 1, 2 on rank 1
+    assert per_rank.b_free_fraction == 0.5  # what memory-planning algorithms get
+    with pytest.raises(ConfigError, match=r"costs\.b_free_fraction: must be <= 1"):
+        CostModel(b_free_fraction=1.5)
 
 
 def test_offload_and_fb_memory():

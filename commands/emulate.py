@@ -1,0 +1,136 @@
+"""`primuspp train --emulate`: a schedule on the emulated cluster (runtime/emulate.py), and its simulation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.commands.console import err, out
+from primuspp.config.loader import emulation_costs
+from primuspp.errors import ConfigError
+from primuspp.sim.engine import simulate
+
+
+def train_emulated(
+    algo: str,
+    pp: int | None,
+    vpp: int | None,
+    mb: int | None,
+    steps: int,
+    fwd: float | None,
+    bwd: float | None,
+    wgrad: float | None,
+    config: Path | None,
+    costs_from: Path | None,
+    dump_pp_data: Path | None,
+    json_: bool,
+) -> None:
+    if steps < 1:
+        raise ConfigError(f"--steps must be >= 1 (got {steps})", key="steps")
+    chosen = emulation_costs({"forward": fwd, "backward": bwd, "wgrad": wgrad}, config, costs_from)
+    costs = chosen.costs
+    table = build_schedule(
+        algo,
+        pp if pp is not None else (None if algo.startswith("file:") else 4),
+        vpp,
+        mb if mb is not None else (None if algo.startswith("file:") else 8),
+        costs,
+    )
+    # torch is imported here, not at CLI start-up
+    from primuspp.runtime.emulate import UNIT_BYTES, EmulationSpec, dump_emulation, run_emulation
+    from primuspp.runtime.launch import LaunchError
+
+    spec = EmulationSpec(table, costs, steps=steps, unit_bytes=chosen.bytes_per_unit or UNIT_BYTES)
+    if chosen.comm_ignored:
+        err.print(
+            f"note: the costs carry a p2p latency of {chosen.comm_ignored:.3g} ms; the emulated cluster's "
+            "p2p is real (gloo), so it is not added",
+            highlight=False,
+        )
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    task = bar.add_task(f"emulating {table.describe()}", total=steps, status="starting ranks")
+    seen: dict[int, int] = {}
+
+    def on_report(rank: int, payload: object) -> None:
+        _, step, _, ms = payload  # type: ignore[misc]
+        seen[step] = seen.get(step, 0) + 1
+        if seen[step] == table.pp:
+            bar.update(task, advance=1, status=f"step {ms:,.1f} ms")
+
+    try:
+        with bar:
+            run = run_emulation(spec, on_report=on_report)
+    except LaunchError as e:
+        err.print(f"error: {e}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    if run is None:  # a non-zero rank under torchrun
+        return
+    predicted = simulate(table, costs).metrics
+    doc = run.summary()
+    doc["costs_source"] = chosen.source
+    doc["simulated"] = {
+        "step_time_ms": predicted.step_time,
+        "bubble_rate": predicted.bubble_rate,
+        "peak_memory": predicted.peak_memory,
+        "peak_activation_bytes": [r.peak_memory * spec.unit_bytes for r in predicted.per_rank],
+    }
+    if dump_pp_data is not None:
+        dump_emulation(run, dump_pp_data, chosen.source)
+        doc["pp_data"] = str(dump_pp_data)
+    if json_:
+        print(json.dumps(doc))
+        return
+    _render(doc, table.describe())
+
+
+def _render(doc: dict, describe: str) -> None:
+    c = doc["costs"]
+    out.print(
+        f"emulated {describe} on {doc['pp']} processes: compute waits the cost model ({doc['costs_source']}: "
+        f"F {_ms(c['forward'])}, B {_ms(c['backward'])}, W {_ms(c['wgrad'])} ms per rank share), p2p is real",
+        highlight=False,
+    )
+    unit = doc["unit_bytes"]
+    table = Table(title_justify="left")
+    memory_col = "peak activations per rank (MiB)" if unit != 1 else "peak activations per rank (bytes)"
+    for col in ("step", "step time ms", "bubble", memory_col):
+        table.add_column(col, justify="right")
+    for s in doc["steps"]:
+        peaks = s["peak_activation_bytes"]
+        table.add_row(
+            str(s["step"]),
+            f"{s['step_time_ms']:,.1f}",
+            f"{s['bubble_rate']:.1%}",
+            " ".join(f"{b / 2**20:.2f}" if unit != 1 else f"{b:,}" for b in peaks),
+        )
+    out.print(table)
+    sim = doc["simulated"]
+    steady = doc["steady_step_time_ms"]
+    error = steady / sim["step_time_ms"] - 1 if sim["step_time_ms"] else 0.0
+    out.print(
+        f"simulated: step {sim['step_time_ms']:,.1f} ms, bubble {sim['bubble_rate']:.1%}, peak "
+        f"{sim['peak_memory']:.4g} activation units; emulated steady step {steady:,.1f} ms ({error:+.1%})",
+        highlight=False,
+    )
+    if doc.get("pp_data"):
+        out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/", highlight=False)
+
+
+def _ms(value: object) -> str:
+    if isinstance(value, list):
+        return "/".join(f"{x:.4g}" for x in value)
+    return f"{value:.4g}"

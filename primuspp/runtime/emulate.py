@@ -1,0 +1,309 @@
+"""The emulated cluster: the real runner, processes and p2p, with compute replaced by cost-model waits.
+
+`EmulatedExecutor` implements the executor protocol without computing anything: each F, B, W or BW waits
+for its node's cost-model duration (ms; `time.sleep` for the bulk and a short spin for the last fraction of a
+millisecond, so sleeping ranks leave the cores free and 8 ranks on 2 cores behave like 8 devices), and hands
+small correctly shaped tensors to the runner, which sends them over the real p2p path (gloo on CPU). The
+F part of an FB node waits `fb_overlap` x F and its backward part `fb_overlap` x B (or BW), so the pair
+costs `fb_overlap` x (F + B) as in the simulator.
+
+Memory follows the cost model through the real activation meter: F allocates its stage's activation
+(`activation` units x `unit_bytes`, an untouched `torch.empty`, so nothing is paged in) and saves it through
+autograd's saved-tensor hooks like a real forward; B drops the `b_free_fraction` part (or, when the fraction
+is negative, leaves more behind in the weight-grad store, as split layers do); W drops the rest; BW all.
+OFFLOAD/RELOAD move it like real activations. A dump then carries a memory curve in bytes.
+
+`run_emulation(spec)` launches one process per rank and returns one measured Timeline per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from primuspp.runtime.executor import Cell, TensorSpec
+from primuspp.runtime.launch import WorkerContext, launch
+from primuspp.runtime.memory import ActivationMeter
+from primuspp.runtime.p2p import P2P
+from primuspp.runtime.runner import RankStep, ScheduleRunner
+from primuspp.runtime.trace import step_timeline
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.table import ScheduleTable
+from primuspp.trace.pp_data import write_pp_data
+from primuspp.trace.timeline import Timeline
+
+#: bytes of one activation unit (the cost model's `activation` = 1: one microbatch through a whole rank)
+UNIT_BYTES = 1 << 20
+#: the last part of a wait is spun rather than slept (sleep wake-ups overshoot by ~0.1 ms)
+SPIN_S = 0.0003
+_BOUNDARY = TensorSpec((4,), torch.float32)
+
+
+class _Hold(torch.autograd.Function):
+    """Saves `tensors` for backward (through the meter's saved-tensor hooks); the tiny output keeps the
+    graph, and with it the saved tensors, alive until the cell drops it."""
+
+    @staticmethod
+    def forward(ctx: Any, anchor: torch.Tensor, *tensors: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(*tensors)
+        return anchor.detach().clone()
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> Any:  # never called: the graph is only dropped
+        return (None, *(None for _ in ctx.saved_tensors))
+
+
+def wait_until(deadline: float, spin: float = SPIN_S) -> None:
+    """Sleep until `spin` seconds before `deadline` (perf_counter), then spin to it."""
+    now = time.perf_counter()
+    if deadline - now > spin:
+        time.sleep(deadline - now - spin)
+    while time.perf_counter() < deadline:
+        pass
+
+
+class EmulatedExecutor:
+    """Waits cost-model durations instead of computing (see the module doc). Durations are ms."""
+
+    def __init__(
+        self,
+        table: ScheduleTable,
+        rank: int,
+        costs: CostModel,
+        *,
+        unit_bytes: int = UNIT_BYTES,
+        spin: float = SPIN_S,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.table, self.rank = table, rank
+        self.device = torch.device(device)
+        self.stage_costs = sc = costs.for_placement(table.placement)
+        self.spin = spin
+        self.unit_bytes = unit_bytes
+        n = table.num_stages
+        frac = [sc.fraction_freed_by_b(s) for s in range(n)]
+        act = [max(0, round(a * unit_bytes)) for a in sc.activation]
+        # bytes freed by B, by W, and added by B (negative fractions), per stage
+        self._b_bytes = [round(act[s] * min(max(frac[s], 0.0), 1.0)) for s in range(n)]
+        self._w_bytes = [act[s] - self._b_bytes[s] for s in range(n)]
+        self._b_extra = [round(act[s] * -frac[s]) if frac[s] < 0 else 0 for s in range(n)]
+        # FB parts on this rank: each waits fb_overlap x its own duration
+        self._fb_f: set[tuple[int, int]] = set()
+        self._fb_b: set[tuple[int, int]] = set()
+        for node in table.ranks[rank]:
+            if node.kind is NodeKind.FB:
+                f, b = node.parts
+                self._fb_f.add((f.microbatch, f.stage))
+                self._fb_b.add((b.microbatch, b.stage))
+        self._anchor = torch.zeros(1, requires_grad=True)
+
+    def boundary_spec(self, microbatch: int, stage: int) -> TensorSpec:
+        return _BOUNDARY
+
+    def _deadline(self, ms: float, key: tuple[int, int], fb: set[tuple[int, int]]) -> float:
+        """When the node started now should end (perf_counter seconds)."""
+        if key in fb:
+            ms *= self.stage_costs.fb_overlap
+        return time.perf_counter() + ms / 1000.0
+
+    def _buffer(self, nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def _boundary(self) -> torch.Tensor:
+        return torch.zeros(_BOUNDARY.shape, dtype=_BOUNDARY.dtype, device=self.device)
+
+    # Each node takes its deadline first and does its own (small) work before waiting, so that work is part
+    # of the node's duration rather than added to it.
+
+    def forward(self, cell: Cell, x: torch.Tensor | None) -> torch.Tensor | None:
+        s = cell.stage
+        deadline = self._deadline(self.stage_costs.forward[s], (cell.microbatch, s), self._fb_f)
+        held = []
+        for nbytes in (self._b_bytes[s], self._w_bytes[s]):
+            # saved through the meter's hooks, as a real forward's activations are
+            held.append(_Hold.apply(self._anchor, self._buffer(nbytes)) if nbytes > 0 else None)
+        cell.data = held
+        y = None if cell.last else self._boundary()
+        wait_until(deadline, self.spin)
+        return y
+
+    def backward_input(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
+        s = cell.stage
+        deadline = self._deadline(self.stage_costs.backward[s], (cell.microbatch, s), self._fb_b)
+        cell.data[0] = None  # the part B frees
+        if self._b_extra[s]:  # what B leaves for W beyond the forward's activations (freed by W)
+            cell.wgrad.put(_noop, self._buffer(self._b_extra[s]))
+        g = None if cell.first else self._boundary()
+        wait_until(deadline, self.spin)
+        return g
+
+    def backward_weight(self, cell: Cell) -> None:
+        deadline = self._deadline(self.stage_costs.wgrad[cell.stage], (cell.microbatch, cell.stage), set())
+        cell.data = None
+        cell.wgrad.run()
+        wait_until(deadline, self.spin)
+
+    def backward_full(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
+        s = cell.stage
+        bw = self.stage_costs.backward[s] + self.stage_costs.wgrad[s]
+        deadline = self._deadline(bw, (cell.microbatch, s), self._fb_b)
+        cell.data = None
+        g = None if cell.first else self._boundary()
+        wait_until(deadline, self.spin)
+        return g
+
+
+def _noop() -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class EmulationSpec:
+    """An emulated run: the table, the cost model (ms, activation units), the steps."""
+
+    table: ScheduleTable
+    costs: CostModel
+    steps: int = 3
+    unit_bytes: int = UNIT_BYTES
+    spin: float = SPIN_S
+
+
+def _precise_timers() -> None:
+    """Linux lets a sleep end up to 50 us late by default (timer slack); an emulated rank wants 1 ns."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(29, 1)  # PR_SET_TIMERSLACK
+
+
+def emulate_worker(ctx: WorkerContext, spec: EmulationSpec) -> list[RankStep]:
+    """Run `spec.steps` emulated steps on rank `ctx.rank`; report ("step", i, 0.0, ms) after each."""
+    _precise_timers()
+    ex = EmulatedExecutor(
+        spec.table, ctx.rank, spec.costs, unit_bytes=spec.unit_bytes, spin=spec.spin, device=ctx.device
+    )
+    p2p = P2P() if spec.table.pp > 1 else None
+    runner = ScheduleRunner(spec.table, ctx.rank, ex, p2p=p2p, meter=ActivationMeter(), check=False)
+    steps = []
+    for i in range(spec.steps):
+        measured = runner.step()
+        steps.append(measured)
+        ctx.report(("step", i, 0.0, max((iv.end for iv in measured.intervals), default=0.0)))
+    return steps
+
+
+def emulate_many_worker(ctx: WorkerContext, specs: list[EmulationSpec]) -> list[list[RankStep]]:
+    """Several emulated runs one after the other in one process group (saves the start-up per run)."""
+    return [emulate_worker(ctx, spec) for spec in specs]
+
+
+@dataclass
+class EmulatedRun:
+    spec: EmulationSpec
+    timelines: list[Timeline]
+
+    def step_times(self) -> list[float]:
+        from primuspp.trace.metrics import timeline_metrics
+
+        return [timeline_metrics(tl).step_time for tl in self.timelines]
+
+    def steady_step_time(self) -> float:
+        """Median step time, leaving out the first step (warm-up) when there are more than two."""
+        times = self.step_times()
+        return statistics.median(times[1:] if len(times) > 2 else times)
+
+    def summary(self) -> dict[str, Any]:
+        """The `train --emulate --json` document (steps measured; the caller adds what it predicted)."""
+        from primuspp.trace.metrics import timeline_metrics
+
+        table = self.spec.table
+        steps = []
+        for i, tl in enumerate(self.timelines):
+            m = timeline_metrics(tl)
+            steps.append(
+                {
+                    "step": i,
+                    "step_time_ms": m.step_time,
+                    "bubble_rate": m.bubble_rate,
+                    "peak_activation_bytes": [int(r.peak_memory) for r in m.per_rank],
+                }
+            )
+        return {
+            "backend": "emulate",
+            "algorithm": table.algorithm,
+            "placement": table.placement.kind,
+            "pp": table.pp,
+            "vpp": table.vpp,
+            "micro_batches": table.num_microbatches,
+            "costs": costs_record(self.spec.costs),
+            "unit_bytes": self.spec.unit_bytes,
+            "steps": steps,
+            "steady_step_time_ms": self.steady_step_time(),
+        }
+
+
+def emulated_timelines(spec: EmulationSpec, per_rank: list[list[RankStep]], name: str) -> list[Timeline]:
+    return [
+        replace(step_timeline(spec.table, [steps[i] for steps in per_rank], name, str(i)), source="emulated")
+        for i in range(spec.steps)
+    ]
+
+
+def run_emulation(
+    spec: EmulationSpec,
+    *,
+    on_report: Callable[[int, Any], None] | None = None,
+    name: str | None = None,
+) -> EmulatedRun | None:
+    """Emulate `spec` on `table.pp` spawned ranks (under torchrun: this rank; only rank 0 gets the run)."""
+    per_rank = launch(emulate_worker, spec.table.pp, spec, on_report=on_report)
+    if per_rank is None:  # a non-zero rank under torchrun
+        return None
+    return EmulatedRun(spec, emulated_timelines(spec, per_rank, name or spec.table.algorithm))
+
+
+def run_emulations(specs: list[EmulationSpec], names: list[str] | None = None) -> list[EmulatedRun] | None:
+    """Several emulations over the same number of ranks, in one launch."""
+    if not specs:
+        return []
+    pp = specs[0].table.pp
+    if any(spec.table.pp != pp for spec in specs):
+        raise ValueError("run_emulations: every table must have the same pp")
+    results = launch(emulate_many_worker, pp, specs)
+    if results is None:
+        return None
+    names = names or [spec.table.algorithm for spec in specs]
+    return [
+        EmulatedRun(spec, emulated_timelines(spec, [per_rank[i] for per_rank in results], names[i]))
+        for i, spec in enumerate(specs)
+    ]
+
+
+def costs_record(costs: CostModel) -> dict[str, Any]:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in costs.__dict__.items()}
+
+
+def dump_emulation(run: EmulatedRun, directory: Path, costs_source: str = "") -> None:
+    """Primus' pp_data layout; config.json says it was emulated and with which cost model."""
+    directory.mkdir(parents=True, exist_ok=True)
+    spec = run.spec
+    extra = {
+        "costs_source": costs_source,
+        "backend": "emulate",
+        "emulated": True,
+        "placement": spec.table.placement.kind,
+        "memory_unit": "bytes",
+        "unit_bytes": spec.unit_bytes,
+        "costs": costs_record(spec.costs),
+        "costs_note": "compute waits these durations (ms); p2p is real (gloo), its latency is measured",
+    }
+    write_pp_data(run.timelines, directory, extra)

@@ -1,0 +1,225 @@
+"""Predicted vs measured: a simulated run next to a real (or emulated) one, with the error of each figure.
+
+`load_runs(path)` reads a simulate output (root or one run) or a pp_data dump into `RunRecord`s;
+`pair_runs(records)` pairs every measured run with the simulated one of the same algorithm, p, v and m (or,
+when exactly one of each is given, those two); `predicted_vs_measured(sim, real)` compares them:
+
+- step time and bubble: the measured side is the median over its iterations, leaving out the first
+  (warm-up) when there are more than two; the simulated side has one iteration;
+- peak memory per rank: units differ (a simulation counts microbatch units unless its costs were measured
+  in bytes; a real run counts bytes), so the prediction is converted with what one microbatch's
+  activations of each rank weigh on each side: from the measured run, the calibration's per-stage rise at F
+  summed over the rank's stages (or the median rise of the curve); from the simulation, its cost model's
+  activation summed the same way. predicted bytes = predicted units x measured / simulated per microbatch.
+
+error = predicted / measured - 1 (a positive error: the simulator predicted more than was measured).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from primuspp.errors import ConfigError, PrimusppError
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.formats import from_json
+from primuspp.sim.calibrate import calibrate
+from primuspp.trace.metrics import Metrics, timeline_metrics
+from primuspp.trace.pp_data import read_pp_data
+from primuspp.trace.timeline import Timeline
+
+
+@dataclass
+class RunRecord:
+    path: Path
+    timelines: list[Timeline]
+    config: dict[str, Any]
+
+    @property
+    def first(self) -> Timeline:
+        return self.timelines[0]
+
+    @property
+    def simulated(self) -> bool:
+        return self.first.source == "simulated"
+
+    @property
+    def name(self) -> str:
+        return self.first.name or self.path.name
+
+    @property
+    def key(self) -> tuple[str, int, int, int]:
+        tl = self.first
+        return (tl.algorithm, tl.pp, tl.vpp, tl.micro_batches)
+
+    def steady(self) -> list[Timeline]:
+        return self.timelines[1:] if len(self.timelines) > 2 else self.timelines
+
+
+def load_runs(path: str | Path) -> list[RunRecord]:
+    """A simulate output root (every run in it), one run directory, or a pp_data dump."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ConfigError(f"{path}: not a directory", key="path")
+    if any(path.glob("pp_rank_*.json")):
+        dirs = [path]
+    else:
+        dirs = sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("pp_rank_*.json")))
+        if not dirs:
+            raise ConfigError(
+                f"{path}: no pp_rank_<r>.json files, nor run directories holding them", key="path"
+            )
+    records = []
+    for d in dirs:
+        config: dict[str, Any] = {}
+        if (d / "config.json").is_file():
+            try:
+                config = json.loads((d / "config.json").read_text())
+            except json.JSONDecodeError:
+                config = {}
+        records.append(RunRecord(d, read_pp_data(d), config if isinstance(config, dict) else {}))
+    return records
+
+
+def pair_runs(records: list[RunRecord]) -> tuple[list[tuple[RunRecord, RunRecord]], list[RunRecord]]:
+    """(simulated, measured) pairs and the measured runs left without a simulated partner."""
+    sims = [r for r in records if r.simulated]
+    real = [r for r in records if not r.simulated]
+    if len(sims) == 1 and len(real) == 1:
+        return [(sims[0], real[0])], []
+    pairs, alone = [], []
+    for r in real:
+        match = next((s for s in sims if s.key == r.key), None)
+        if match is None:
+            alone.append(r)
+        else:
+            pairs.append((match, r))
+    return pairs, alone
+
+
+def _median_metrics(timelines: list[Timeline]) -> tuple[float, float, list[float]]:
+    ms: list[Metrics] = [timeline_metrics(tl) for tl in timelines]
+    peaks = [statistics.median(m.per_rank[r].peak_memory for m in ms) for r in range(len(ms[0].per_rank))]
+    return (
+        statistics.median(m.step_time for m in ms),
+        statistics.median(m.bubble_rate for m in ms),
+        peaks,
+    )
+
+
+def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
+    """What one microbatch's activations weigh on each rank of `record`, in its memory unit; and how it
+    was found."""
+    pp = record.first.pp
+    if record.simulated:
+        try:
+            costs = CostModel(**record.config["costs"])
+            table = from_json((record.path / "schedule.json").read_text(), str(record.path))
+            act = costs.for_placement(table.placement).activation
+            per_rank = [0.0] * pp
+            for s, a in enumerate(act):
+                per_rank[table.placement.stage_rank[s]] += a
+            return per_rank, "its cost model"
+        except (KeyError, TypeError, OSError, ValueError, PrimusppError):
+            pass
+    try:
+        cal = calibrate(record.steady())
+    except PrimusppError:
+        return [1.0] * pp, "assumed 1"
+    if cal.memory_per_stage and cal.stage_rank:
+        per_rank = [0.0] * pp
+        act = cal.costs.activation
+        assert isinstance(act, tuple)
+        for s, a in enumerate(act):
+            per_rank[cal.stage_rank[s]] += a
+        return per_rank, "rise at F per stage"
+    return [cal.activation_per_microbatch or 1.0] * pp, "median rise of the memory curve"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"
+
+
+def _error(predicted: float, measured: float) -> float | None:
+    return predicted / measured - 1 if measured else None
+
+
+def predicted_vs_measured(sim: RunRecord, real: RunRecord) -> dict[str, Any]:
+    """The figures side by side (see the module doc)."""
+    p_step, p_bubble, p_peaks = _median_metrics(sim.timelines[-1:])
+    m_step, m_bubble, m_peaks = _median_metrics(real.steady())
+    unit = real.first.memory_unit
+    note = ""
+    if len(p_peaks) != len(m_peaks):
+        raise ConfigError(
+            f"{sim.path} has {len(p_peaks)} ranks but {real.path} has {len(m_peaks)}: not the same pipeline",
+            key="path",
+        )
+    if sim.first.memory_unit == unit:
+        factors = [1.0] * len(p_peaks)
+        note = f"both in {unit}"
+    else:
+        sim_act, sim_how = _per_rank_activation(sim)
+        real_act, real_how = _per_rank_activation(real)
+        factors = [r / s if s else 0.0 for r, s in zip(real_act, sim_act, strict=True)]
+        note = (
+            f"simulated {sim.first.memory_unit} converted to {unit}: one microbatch per rank = "
+            + " ".join(_fmt(x) for x in real_act)
+            + f" {unit} (measured: {real_how}) / "
+            + " ".join(_fmt(x) for x in sim_act)
+            + f" {sim.first.memory_unit} (simulated: {sim_how})"
+        )
+        if unit not in ("bytes", "microbatches"):
+            note += f"; {unit} in a real-run dump may include more than activations"
+    p_bytes = [p * f for p, f in zip(p_peaks, factors, strict=True)]
+    per_rank = [
+        {"rank": r, "predicted": p, "measured": m, "error": _error(p, m)}
+        for r, (p, m) in enumerate(zip(p_bytes, m_peaks, strict=True))
+    ]
+    p_peak, m_peak = max(p_bytes), max(m_peaks)
+    return {
+        "simulated": {"name": sim.name, "path": str(sim.path)},
+        "measured": {
+            "name": real.name,
+            "path": str(real.path),
+            "source": real.first.source,
+            "iterations": len(real.steady()),
+            "emulated_costs": real.config.get("costs") if real.first.source == "emulated" else None,
+            "emulated_costs_source": real.config.get("costs_source")
+            if real.first.source == "emulated"
+            else None,
+        },
+        "algorithm": real.first.algorithm or sim.first.algorithm,
+        "pp": real.first.pp,
+        "vpp": real.first.vpp,
+        "micro_batches": real.first.micro_batches,
+        "same_schedule": sim.key == real.key,
+        "metrics": [
+            {
+                "metric": "step_time",
+                "unit": "ms",
+                "predicted": p_step,
+                "measured": m_step,
+                "error": _error(p_step, m_step),
+            },
+            {
+                "metric": "bubble_rate",
+                "unit": "",
+                "predicted": p_bubble,
+                "measured": m_bubble,
+                "error": _error(p_bubble, m_bubble),
+            },
+            {
+                "metric": "peak_memory",
+                "unit": unit,
+                "predicted": p_peak,
+                "measured": m_peak,
+                "error": _error(p_peak, m_peak),
+            },
+        ],
+        "per_rank_peak_memory": per_rank,
+        "memory_note": note,
+    }
