@@ -17,6 +17,7 @@ from rich.table import Table
 from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params, build_schedule
 from primuspp.errors import ScheduleError
+from primuspp.gcpause import gc_paused
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 
@@ -35,7 +36,8 @@ def best_of(repeat: int, fn):
 def order_only(name: str, pp: int, mb: int, costs: CostModel) -> None:
     algo = ALGORITHMS[name]
     params = _resolve_params(algo, {})
-    algo.generate(GenerationRequest(pp, algo.vpp_default, mb, costs, params))
+    with gc_paused():  # as build_schedule runs it
+        algo.generate(GenerationRequest(pp, algo.vpp_default, mb, costs, params))
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from primuspp.algorithms import (
 )
 from primuspp.algorithms.base import Algorithm, GenerationRequest
 from primuspp.errors import ScheduleError, ValidationError
+from primuspp.gcpause import without_gc
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json, from_text
 from primuspp.schedule.lowering import lower_comms
@@ -63,6 +64,7 @@ def resolve_name(name: str) -> str:
     return name if name.startswith(FILE_PREFIX) else get_algorithm(name).name
 
 
+@without_gc
 def build_schedule(
     algorithm: str,
     pp: int | None = None,
@@ -130,6 +132,7 @@ def _resolve_params(algo: Algorithm, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in resolved.items() if v is not None}
 
 
+@without_gc
 def load_table(
     path: str | Path, pp: int | None = None, vpp: int | None = None, micro_batches: int | None = None
 ) -> ScheduleTable:

@@ -43,7 +43,7 @@ def handoffs(node: Node, rank: int, placement: Placement) -> list[tuple[int, Nod
     return []
 
 
-def _peers(placement: Placement) -> tuple[list[int], list[int]]:
+def stage_peers(placement: Placement) -> tuple[list[int], list[int]]:
     """Per stage: the rank its activation goes to and the rank its input grad goes to (-1: none/local)."""
     srank = placement.stage_rank
     fwd, bwd = [], []
@@ -63,7 +63,7 @@ def lower_comms(
         [st for st, node in zip(timing.starts[r], seq, strict=True) if node.kind.is_compute]
         for r, seq in enumerate(order)
     ]
-    fwd_peer, bwd_peer = _peers(placement)
+    fwd_peer, bwd_peer = stage_peers(placement)
     nxt, prv = placement.next_stage, placement.prev_stage
     sends_after: list[list[list[Node] | None]] = [[None] * len(seq) for seq in order]
     recvs_before: list[list[list[Node] | None]] = [[None] * (len(cs) + 1) for cs in compute_starts]

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from primuspp.gcpause import without_gc
 from primuspp.schedule.costs import CostModel, StageCosts
+from primuspp.schedule.lowering import stage_peers
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing import node_times
@@ -13,7 +15,6 @@ from primuspp.trace.timeline import Interval, RankTimeline, Timeline, Transfer
 
 _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
 _OFFLOAD, _RELOAD = NodeKind.OFFLOAD, NodeKind.RELOAD
-_SEND_F, _SEND_B = NodeKind.SEND_F, NodeKind.SEND_B
 
 
 @dataclass(frozen=True)
@@ -25,36 +26,52 @@ class SimResult:
     metrics: Metrics
 
 
+@without_gc
 def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | None = None) -> SimResult:
     """Discrete-event run of `table`: compute nodes occupy their rank; a SEND makes its tensor arrive at the
     peer `comm` later without occupying compute; a consumer starts at max(rank free, arrival)."""
     costs = costs or CostModel()
     placement = table.placement
     stage_costs = costs.for_placement(placement)
-    timing = node_times(placement, table.num_microbatches, table.ranks, stage_costs)
+    # Comm nodes neither take time nor block in this model: time the compute and memory nodes alone.
+    order = [[node for node in nodes if not node.kind.is_comm] for nodes in table.ranks]
+    timing = node_times(placement, table.num_microbatches, order, stage_costs)
     f_end, g_end = timing.forward_end, timing.grad_end
     chunk = placement.stage_chunk
     n_stages = placement.num_stages
+    fwd_peer, bwd_peer = stage_peers(placement)
     comm = stage_costs.comm
     ranks = []
     transfers = []
-    for r, nodes in enumerate(table.ranks):
+    for r, nodes in enumerate(order):
         starts, ends = timing.starts[r], timing.ends[r]
-        intervals = []
+        intervals: list[Interval] = []
+        add = intervals.append
         for i, node in enumerate(nodes):
             kind = node.kind
-            if kind.is_compute:
-                s = node.stage
-                back = None
-                if kind is _FB:
-                    bp = node.parts[1]
-                    back = (bp.kind.text, bp.microbatch, bp.stage, chunk[bp.stage])
-                intervals.append(Interval(kind.text, node.microbatch, s, chunk[s], starts[i], ends[i], back))
-            elif kind is _SEND_F or kind is _SEND_B:
-                key = node.microbatch * n_stages + node.stage
-                sent = f_end[key] if kind is _SEND_F else g_end[key]
-                tag = "F" if kind is _SEND_F else "B"
-                transfers.append(Transfer(tag, node.microbatch, node.stage, r, node.peer, sent, sent + comm))
+            if not kind.is_compute:
+                continue
+            s = node.stage
+            back = None
+            if kind is _FB:
+                bp = node.parts[1]
+                back = (bp.kind.text, bp.microbatch, bp.stage, chunk[bp.stage])
+                parts = node.parts
+            else:
+                parts = (node,)
+            add(Interval(kind.text, node.microbatch, s, chunk[s], starts[i], ends[i], back))
+            # a valid table sends every cross-rank output once, when it is produced
+            for part in parts:
+                kind, s = part.kind, part.stage
+                if kind is _F:
+                    peer, sent, tag = fwd_peer[s], f_end, "F"
+                elif kind is _W:
+                    continue
+                else:
+                    peer, sent, tag = bwd_peer[s], g_end, "B"
+                if peer >= 0:
+                    t = sent[part.microbatch * n_stages + s]
+                    transfers.append(Transfer(tag, part.microbatch, s, r, peer, t, t + comm))
         memory, peak = _memory_curve(nodes, starts, ends, stage_costs)
         ranks.append(RankTimeline(r, intervals, memory, peak))
     label = name or table.algorithm

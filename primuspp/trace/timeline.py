@@ -5,12 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Interval:
     """One compute node's execution. `stage` is -1 when the source does not say (Primus' older dumps).
 
     An FB node is one interval of kind "FB" whose forward part is (microbatch, stage, chunk) and whose
     backward part is `backward` = (kind, microbatch, stage, chunk).
+
+    Not frozen (nor is Transfer): a trace holds hundreds of thousands of these and a frozen dataclass costs
+    four times as much to build. Treat them as values all the same (`dataclasses.replace` to change one).
     """
 
     kind: str
@@ -26,7 +29,7 @@ class Interval:
         return self.end - self.start
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Transfer:
     """A p2p hand-off: `kind` "F" (activation) or "B" (input grad) of (microbatch, stage) from src to dst."""
 
