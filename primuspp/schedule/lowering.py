@@ -24,25 +24,6 @@ _F, _B, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.BW, NodeKind.FB
 _SEND_F, _RECV_F, _SEND_B, _RECV_B = NodeKind.SEND_F, NodeKind.RECV_F, NodeKind.SEND_B, NodeKind.RECV_B
 
 
-def handoffs(node: Node, rank: int, placement: Placement) -> list[tuple[int, Node, Node]]:
-    """(peer, send node, matching recv node) for each cross-rank output of a compute node."""
-    kind = node.kind
-    if kind is _FB:
-        return [h for part in node.parts for h in handoffs(part, rank, placement)]
-    mb, s = node.microbatch, node.stage
-    if kind is _F:
-        q = placement.next_stage[s]
-        if q >= 0 and placement.stage_rank[q] != rank:
-            peer = placement.stage_rank[q]
-            return [(peer, Node(_SEND_F, mb, s, peer), Node(_RECV_F, mb, q, rank))]
-    elif kind is _B or kind is _BW:
-        q = placement.prev_stage[s]
-        if q >= 0 and placement.stage_rank[q] != rank:
-            peer = placement.stage_rank[q]
-            return [(peer, Node(_SEND_B, mb, s, peer), Node(_RECV_B, mb, q, rank))]
-    return []
-
-
 def stage_peers(placement: Placement) -> tuple[list[int], list[int]]:
     """Per stage: the rank its activation goes to and the rank its input grad goes to (-1: none/local)."""
     srank = placement.stage_rank
@@ -88,11 +69,19 @@ def lower_comms(
                 sa[i] = [Node(_SEND_B, mb, s, peer)]
                 recvs = [(peer, Node(_RECV_B, mb, prv[s], r))]
             elif kind is _FB:
-                pairs = handoffs(node, r, placement)
-                if not pairs:
+                fpart, bpart = node.parts
+                sends, recvs = [], []
+                s, peer = fpart.stage, fwd_peer[fpart.stage]
+                if peer >= 0:
+                    sends.append(Node(_SEND_F, fpart.microbatch, s, peer))
+                    recvs.append((peer, Node(_RECV_F, fpart.microbatch, nxt[s], r)))
+                s, peer = bpart.stage, bwd_peer[bpart.stage]
+                if peer >= 0:
+                    sends.append(Node(_SEND_B, bpart.microbatch, s, peer))
+                    recvs.append((peer, Node(_RECV_B, bpart.microbatch, prv[s], r)))
+                if not sends:
                     continue
-                sa[i] = [send for _, send, _ in pairs]
-                recvs = [(peer, recv) for peer, _, recv in pairs]
+                sa[i] = sends
             else:
                 continue
             t = ends[i]

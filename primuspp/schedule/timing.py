@@ -38,7 +38,7 @@ def node_times(
     n_stages = placement.num_stages
     nxt, prv, srank = placement.next_stage, placement.prev_stage, placement.stage_rank
     fwd, bwd, wgr = costs.forward, costs.backward, costs.wgrad
-    comm = costs.comm
+    comm, fb_overlap = costs.comm, costs.fb_overlap
     size = num_microbatches * n_stages
     f_end: list[float | None] = [None] * size
     g_end: list[float | None] = [None] * size
@@ -105,15 +105,39 @@ def node_times(
                 end = ready + wgr[s]
                 woken = None
             elif kind is _FB:
-                missing = _missing_input(node, f_end, g_end, placement, num_microbatches)
-                if missing is not None:
-                    (wait_f if missing[0] == "F" else wait_g).setdefault(missing[1], []).append(r)
+                # the forward part's input, the backward part's activation (unless the forward part
+                # makes it) and its output grad
+                bpart = node.parts[1]
+                bs = bpart.stage
+                bkey = bpart.microbatch * n_stages + bs
+                p, q = prv[s], nxt[bs]
+                e = f_end[key - s + p] if p >= 0 else 0.0
+                if e is None:
+                    wait_f.setdefault(key - s + p, []).append(r)
                     break
-                ready = max(ready, _fb_ready(node, r, f_end, g_end, placement, comm))
-                fpart, bpart = node.parts
-                end = ready + costs.duration(node)
-                f_end[fpart.microbatch * n_stages + fpart.stage] = end
-                bkey = bpart.microbatch * n_stages + bpart.stage
+                if p >= 0 and srank[p] != r:
+                    e += comm
+                if e > ready:
+                    ready = e
+                if bkey != key:
+                    e = f_end[bkey]
+                    if e is None:
+                        wait_f.setdefault(bkey, []).append(r)
+                        break
+                    if e > ready:
+                        ready = e
+                if q >= 0:
+                    e = g_end[bkey - bs + q]
+                    if e is None:
+                        wait_g.setdefault(bkey - bs + q, []).append(r)
+                        break
+                    if srank[q] != r:
+                        e += comm
+                    if e > ready:
+                        ready = e
+                back = bwd[bs] if bpart.kind is _B else bwd[bs] + wgr[bs]
+                end = ready + fb_overlap * (fwd[s] + back)
+                f_end[key] = end
                 g_end[bkey] = end
                 woken = (wait_f.pop(key, None) or []) + (wait_g.pop(bkey, None) or [])
             else:
@@ -146,35 +170,12 @@ def _inputs(node: Node, placement: Placement) -> list[tuple[str, int, int]]:
     return [("F", mb, s)] + ([("G", mb, q)] if q >= 0 else [])
 
 
-def _missing_input(node, f_end, g_end, placement, m) -> tuple[str, int] | None:
-    n_stages = placement.num_stages
-    for what, mb, s in _inputs(node, placement):
-        # the forward part of an FB produces the activation its backward part may need: not missing
-        key = mb * n_stages + s
-        if (f_end if what == "F" else g_end)[key] is None and not _produced_by(node, what, mb, s):
-            return what, key
-    return None
-
-
 def _produced_by(node: Node, what: str, mb: int, s: int) -> bool:
     return (
         node.kind is _FB
         and what == "F"
         and any(p.kind is _F and p.microbatch == mb and p.stage == s for p in node.parts)
     )
-
-
-def _fb_ready(node: Node, rank: int, f_end, g_end, placement: Placement, comm: float) -> float:
-    n_stages = placement.num_stages
-    ready = 0.0
-    for what, mb, s in _inputs(node, placement):
-        if _produced_by(node, what, mb, s):
-            continue
-        e = (f_end if what == "F" else g_end)[mb * n_stages + s]
-        if placement.stage_rank[s] != rank:
-            e += comm
-        ready = max(ready, e)
-    return ready
 
 
 def _describe_input(what: str, mb: int, s: int) -> str:
@@ -186,6 +187,8 @@ def _cycle_message(placement, m, order, ptr, stuck, f_end, g_end) -> str:
     for r in stuck:
         node = order[r][ptr[r]]
         for what, mb, s in _inputs(node, placement):
+            if _produced_by(node, what, mb, s):
+                continue
             if (f_end if what == "F" else g_end)[mb * placement.num_stages + s] is None:
                 waits[r] = (node, _describe_input(what, mb, s), placement.stage_rank[s])
                 break
