@@ -52,11 +52,14 @@ class P2P:
         self.group = group
         self.ranks = list(ranks) if ranks is not None else None
         self._pg: Any = None  # set when ops go straight to the process group object
-        if direct and group is None:  # default group: group ranks are global ranks
-            pg = dist.distributed_c10d._get_default_group()
-            cpu_backend = pg._get_backend(torch.device("cpu"))
-            if dist.get_backend(pg) == "gloo" and not cpu_backend.supports_coalescing:
-                self._pg = pg
+        pg = group if group is not None else dist.distributed_c10d._get_default_group()
+        #: every op completes on its own (gloo): a receive may be posted before its batch without waiting
+        #: for the rest of it (with coalescing backends, NCCL, a batch completes as a whole)
+        self.independent_ops = (
+            dist.get_backend(pg) == "gloo" and not pg._get_backend(torch.device("cpu")).supports_coalescing
+        )
+        if direct and group is None and self.independent_ops:  # default group: its ranks are global ranks
+            self._pg = pg
 
     def post(self, ops: list[tuple[bool, torch.Tensor, int, str]]) -> list[Request]:
         """Post `(is_send, tensor, peer pipeline rank, label)` ops as one batch; one request per op."""

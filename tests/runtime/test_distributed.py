@@ -22,7 +22,7 @@ from primuspp.schedule.formats import to_json
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
-from tests.runtime.workers import run_jobs, shape_only_worker
+from tests.runtime.workers import RECV_AHEAD, run_jobs, shape_only_worker
 from tests.schedule.random_orders import random_order
 
 TOL = 1e-6
@@ -158,11 +158,14 @@ def test_gradients_match_one_process(runs, name):
 @pytest.mark.parametrize("name", [n for p in (4, 2) for n in shape_only_jobs(p)])
 def test_messages_reach_their_consumer(runs, name):
     """A compute-free executor (the emulator's shape) on real p2p: every received tensor is the one its
-    consumer expects, on every rank, for every placement."""
+    consumer expects, on every rank, for every placement, whether receives are posted at their table
+    position or ahead of it."""
     table, per_rank = runs[name]
-    for rank, (errors, computed) in enumerate(per_rank):
-        assert errors == [], f"rank {rank}: {errors[:3]}"
-        assert computed == sum(1 for n in table.ranks[rank] if n.kind.is_compute)
+    for rank, modes in enumerate(per_rank):
+        assert len(modes) == len(RECV_AHEAD)
+        for ahead, (errors, computed) in zip(RECV_AHEAD, modes, strict=True):
+            assert errors == [], f"rank {rank}, recv_ahead={ahead}: {errors[:3]}"
+            assert computed == sum(1 for n in table.ranks[rank] if n.kind.is_compute)
 
 
 def test_every_algorithm_is_covered():

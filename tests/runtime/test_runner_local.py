@@ -12,7 +12,7 @@ import torch
 from primuspp.backends.torch.gpt import GPTConfig, gpt_loss, gpt_microbatches, gpt_parts
 from primuspp.backends.torch.pipeline import TorchPipeline, reference_step
 from primuspp.backends.torch.verify import relative_difference
-from primuspp.runtime.runner import NodeFailure
+from primuspp.runtime.runner import NodeFailure, ScheduleRunner
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import loop
@@ -88,3 +88,13 @@ def test_failure_names_rank_and_node():
     pipe.executor.fault = ("F", 2, 1)
     with pytest.raises(NodeFailure, match=r"rank 0 failed at F2\.1: RuntimeError: injected fault"):
         pipe.step(gpt_microbatches(CFG, 2, table.num_microbatches))
+
+
+def test_recv_ahead_needs_a_transport_that_completes_ops_alone():
+    table = _random_table(0)
+    pipe = TorchPipeline(
+        table, 0, dict(enumerate(gpt_parts(CFG, table.num_stages))), gpt_loss, CFG.boundary(2)
+    )
+    assert pipe.runner.recv_ahead == 0  # one rank: no P2P, every op at its table position
+    with pytest.raises(ValueError, match="recv_ahead"):
+        ScheduleRunner(table, 0, pipe.executor, recv_ahead=-1)

@@ -67,8 +67,19 @@ class ShapeOnlyExecutor:
         return self.backward_input(cell, grad)
 
 
-def shape_only_worker(ctx: WorkerContext, table: ScheduleTable) -> tuple[list[str], int]:
-    """Run `table` with the shape-only executor; (message mismatches, compute nodes run)."""
-    ex = ShapeOnlyExecutor(table, seconds=0.0005)
-    result = ScheduleRunner(table, ctx.rank, ex, p2p=P2P()).step()
-    return ex.errors, len(result.intervals)
+#: receives posted at their table position, one ahead, all at the step start (the default on gloo)
+RECV_AHEAD = (0, 1, None)
+
+
+def shape_only_worker(ctx: WorkerContext, table: ScheduleTable) -> list[tuple[list[str], int]]:
+    """Run `table` with the shape-only executor under each `RECV_AHEAD` mode; per mode (message
+    mismatches, compute nodes run)."""
+    out = []
+    p2p = P2P()
+    for ahead in RECV_AHEAD:
+        ex = ShapeOnlyExecutor(table, seconds=0.0005)
+        runner = ScheduleRunner(table, ctx.rank, ex, p2p=p2p, recv_ahead=ahead)
+        assert runner.recv_ahead == ahead  # gloo completes every op on its own
+        result = runner.step()
+        out.append((ex.errors, len(result.intervals)))
+    return out
