@@ -1,6 +1,6 @@
 """Runner overhead against torch.distributed.pipelining, where compute is negligible.
 
-    python bench/runner_overhead.py [--pp 4] [--mb 16] [--steps 30]
+    python bench/runner_overhead.py [--pp 4] [--mb 16] [--steps 30] [--recv-ahead N]
 
 4 ranks (gloo, one thread each), one Linear(8, 8) per stage, 16 microbatches of 1 row. For 1f1b and zbv,
 the same model runs under our runner and under torch's Schedule1F1B / ScheduleZBVZeroBubble, interleaved
@@ -88,9 +88,9 @@ def _torch_schedule(name: str, rank: int, pp: int, m: int, modules: dict[int, nn
     return ScheduleZBVZeroBubble(stages, m, loss_fn=loss_fn)
 
 
-def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y):
+def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead):
     """One training step of each implementation, as argument-less callables."""
-    pipe = TorchPipeline(table, rank, ours_mods, loss_fn, TensorSpec((1, 8)))
+    pipe = TorchPipeline(table, rank, ours_mods, loss_fn, TensorSpec((1, 8)), recv_ahead=recv_ahead)
     sched = _torch_schedule(name, rank, pp, m, theirs_mods)
     first = 0 in theirs_mods
     last = (2 * pp - 1 if name == "zbv" else pp - 1) in theirs_mods
@@ -108,7 +108,7 @@ def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, 
     return ours, theirs
 
 
-def worker(ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict) -> dict:
+def worker(ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict, recv_ahead: int | None) -> dict:
     rank = ctx.rank
     torch.manual_seed(0)
     x, y = torch.randn(m, 8), torch.randn(m, 8)
@@ -119,7 +119,9 @@ def worker(ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict) -> dic
         theirs_mods = {s: nn.Linear(8, 8) for s in ours_mods}
         for s in ours_mods:
             theirs_mods[s].load_state_dict(ours_mods[s].state_dict())
-        ours, theirs = _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y)
+        ours, theirs = _step_functions(
+            name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead
+        )
         times: dict[str, list[float]] = {"ours": [], "torch": [], "ours cpu": [], "torch cpu": []}
         pair = (("ours", ours), ("torch", theirs))
         for i in range(steps + 3):  # 3 warm-up steps
@@ -145,15 +147,19 @@ def main() -> None:
     ap.add_argument("--pp", type=int, default=4)
     ap.add_argument("--mb", type=int, default=16)
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument(
+        "--recv-ahead", type=int, default=None, help="receives posted ahead of their batch (default: all)"
+    )
     args = ap.parse_args()
     zbv, zbv_source = zbv_table(args.pp, args.mb)
     tables = {"1f1b": build_schedule("1f1b", args.pp, 1, args.mb), "zbv": zbv}
-    results = launch(worker, args.pp, args.pp, args.mb, args.steps, tables, backend="gloo")
+    results = launch(worker, args.pp, args.pp, args.mb, args.steps, tables, args.recv_ahead, backend="gloo")
     assert results is not None
     res = results[0]
+    ahead = "all" if args.recv_ahead is None else args.recv_ahead
     table = Table(
         title=f"runner overhead: {args.pp} ranks (gloo), Linear(8, 8) per stage, {args.mb} microbatches "
-        f"of 1 row, median of {args.steps} steps",
+        f"of 1 row, median of {args.steps} steps, receives ahead: {ahead}",
         title_justify="left",
     )
     cols = ("schedule", "ours ms", "torch ms", "ours / torch", "ours cpu ms", "torch cpu ms", "cpu ratio")

@@ -64,6 +64,7 @@ class TorchPipeline:
         track_memory: bool = True,
         offload_mode: str | None = None,
         check: bool = True,
+        recv_ahead: int | None = None,
     ) -> None:
         expected = table.placement.stages_of_rank(rank)
         if sorted(stages) != expected:
@@ -78,7 +79,9 @@ class TorchPipeline:
         meter: ActivationMeter | bool = False
         if track_memory:
             meter = ActivationMeter(offload_mode=offload_mode)
-        self.runner = ScheduleRunner(table, rank, self.executor, p2p=p2p, meter=meter, check=check)
+        self.runner = ScheduleRunner(
+            table, rank, self.executor, p2p=p2p, meter=meter, check=check, recv_ahead=recv_ahead
+        )
         self._replicated = bool(replica_groups(table.placement))
 
     def step(self, microbatches: Sequence[Microbatch], sync_start: bool = True) -> StepResult:
