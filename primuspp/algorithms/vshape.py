@@ -188,17 +188,18 @@ class SlotSchedule:
         return out
 
     def _earliest(self, op: int) -> int:
-        """First slot at which `op` may start, given where its inputs are now."""
-        n, slot = self.n, self.slot
-        kind, key = op % 3, op // 3
-        s = key % n
+        """First slot at which `op` may start, given where its inputs are now. Op ids are (key * 3 + kind),
+        key = mb * stages + stage: the previous stage's F is op - 3, the same cell's F (for B) or B (for W)
+        is op - 1, the next stage's B is op + 3."""
+        slot = self.slot
+        kind = op % 3
         if kind == _F:
-            return slot[(key - 1) * 3 + _F] + 1 if s > 0 else 0
-        if kind == _W:
-            return slot[key * 3 + _B] + 1
-        e = slot[key * 3 + _F] + 1
-        if s < n - 1:
-            e = max(e, slot[(key + 1) * 3 + _B] + 1)
+            return slot[op - 3] + 1 if (op // 3) % self.n else 0
+        e = slot[op - 1] + 1
+        if kind == _B and (op // 3) % self.n < self.n - 1:
+            b = slot[op + 3] + 1
+            if b > e:
+                return b
         return e
 
     # -- squeeze with explicit W's ------------------------------------------------------------------------
