@@ -73,7 +73,7 @@ def main() -> None:
             f"{result.metrics.step_time:,.0f}",
             f"{result.metrics.steady_bubble_rate:.2%}",
         )
-    Console().print(table)
+    Console(width=120).print(table)
 
 
 if __name__ == "__main__":
