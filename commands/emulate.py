@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from primuspp.algorithms.registry import build_schedule
 from primuspp.commands.console import err, out
+from primuspp.commands.launching import launched, run_table, step_bar
 from primuspp.config.loader import emulation_costs
 from primuspp.errors import ConfigError
 from primuspp.sim.engine import simulate
@@ -34,16 +32,9 @@ def train_emulated(
         raise ConfigError(f"--steps must be >= 1 (got {steps})", key="steps")
     chosen = emulation_costs({"forward": fwd, "backward": bwd, "wgrad": wgrad}, config, costs_from)
     costs = chosen.costs
-    table = build_schedule(
-        algo,
-        pp if pp is not None else (None if algo.startswith("file:") else 4),
-        vpp,
-        mb if mb is not None else (None if algo.startswith("file:") else 8),
-        costs,
-    )
+    table = run_table(algo, pp, vpp, mb, costs)
     # torch is imported here, not at CLI start-up
     from primuspp.runtime.emulate import UNIT_BYTES, EmulationSpec, dump_emulation, run_emulation
-    from primuspp.runtime.launch import LaunchError
 
     spec = EmulationSpec(table, costs, steps=steps, unit_bytes=chosen.bytes_per_unit or UNIT_BYTES)
     if chosen.comm_ignored:
@@ -52,31 +43,16 @@ def train_emulated(
             "p2p is real (gloo), so it is not added",
             highlight=False,
         )
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
-    task = bar.add_task(f"emulating {table.describe()}", total=steps, status="starting ranks")
     seen: dict[int, int] = {}
+    with step_bar(f"emulating {table.describe()}", steps) as update:
 
-    def on_report(rank: int, payload: object) -> None:
-        _, step, _, ms = payload  # type: ignore[misc]
-        seen[step] = seen.get(step, 0) + 1
-        if seen[step] == table.pp:
-            bar.update(task, advance=1, status=f"step {ms:,.1f} ms")
+        def on_report(rank: int, payload: object) -> None:
+            _, step, _, ms = payload  # type: ignore[misc]
+            seen[step] = seen.get(step, 0) + 1
+            if seen[step] == table.pp:
+                update(advance=1, status=f"step {ms:,.1f} ms")
 
-    try:
-        with bar:
-            run = run_emulation(spec, on_report=on_report)
-    except LaunchError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+        run = launched(lambda: run_emulation(spec, on_report=on_report))
     if run is None:  # a non-zero rank under torchrun
         return
     predicted = simulate(table, costs).metrics

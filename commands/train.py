@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from primuspp.commands.console import err, out
+from primuspp.commands.console import out
+from primuspp.commands.launching import launched, run_table, step_bar
 from primuspp.errors import ConfigError
 
 
@@ -218,19 +218,12 @@ def train(
     fault = _parse_fault(inject_fault) if inject_fault else None
 
     # torch is imported here, not at CLI start-up: the other verbs run without it
-    from primuspp.algorithms.registry import build_schedule
     from primuspp.backends.torch.gpt import GPTConfig
     from primuspp.backends.torch.session import dump_pp_data as write_dump
     from primuspp.backends.torch.session import run_training
     from primuspp.backends.torch.train import TrainSpec
-    from primuspp.runtime.launch import LaunchError
 
-    table = build_schedule(
-        algo,
-        pp if pp is not None else (None if algo.startswith("file:") else 4),
-        vpp,
-        mb if mb is not None else (None if algo.startswith("file:") else 8),
-    )
+    table = run_table(algo, pp, vpp, mb)
     parts = len(set(table.placement.model_part))
     n_layers = parts if layers is None else layers
     if n_layers + 2 < parts:
@@ -248,27 +241,12 @@ def train(
         seed=seed,
         fault=fault,
     )
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
-    task = bar.add_task(f"training {table.describe()}", total=steps, status="starting ranks")
+    with step_bar(f"training {table.describe()}", steps) as update:
 
-    def on_step(step: int, loss: float, ms: float) -> None:
-        bar.update(task, advance=1, status=f"loss {loss:.4f}  step {ms:,.1f} ms")
+        def on_step(step: int, loss: float, ms: float) -> None:
+            update(advance=1, status=f"loss {loss:.4f}  step {ms:,.1f} ms")
 
-    try:
-        with bar:
-            run = run_training(spec, verify=verify, on_step=on_step)
-    except LaunchError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+        run = launched(lambda: run_training(spec, verify=verify, on_step=on_step))
     if run is None:  # a non-zero rank under torchrun
         return
     if dump_pp_data is not None:
@@ -378,20 +356,13 @@ def _train_megatron(
     from primuspp.backends.megatron import require
 
     require()  # one line with the install hint when megatron-core is missing
-    from primuspp.algorithms.registry import build_schedule
     from primuspp.backends.megatron.model import GPTSpec
     from primuspp.backends.megatron.session import dump_pp_data as write_dump
     from primuspp.backends.megatron.session import parse_settings, run_training
     from primuspp.backends.megatron.train import TrainSpec
-    from primuspp.runtime.launch import LaunchError
 
     model_settings, ddp_settings = parse_settings(settings)
-    table = build_schedule(
-        algo,
-        pp if pp is not None else (None if algo.startswith("file:") else 4),
-        vpp,
-        mb if mb is not None else (None if algo.startswith("file:") else 8),
-    )
+    table = run_table(algo, pp, vpp, mb)
     spec = TrainSpec(
         table,
         GPTSpec(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, settings=model_settings),
@@ -407,33 +378,14 @@ def _train_megatron(
         fault=("save", fault[1]) if fault else None,
         fault_rank=fault[0] if fault else 0,
     )
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
     label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
-    task = bar.add_task(label, total=steps, status="starting ranks")
+    with step_bar(label, steps) as update:
 
-    def on_step(step: int, loss: float, ms: float) -> None:
-        tokens = spec.tokens_per_step / (ms / 1000) if ms > 0 else 0.0
-        bar.update(
-            task,
-            completed=step + 1,
-            status=f"loss {loss:.4f}  step {ms:,.0f} ms  {tokens:,.0f} tokens/s",
-        )
+        def on_step(step: int, loss: float, ms: float) -> None:
+            tokens = spec.tokens_per_step / (ms / 1000) if ms > 0 else 0.0
+            update(completed=step + 1, status=f"loss {loss:.4f}  step {ms:,.0f} ms  {tokens:,.0f} tokens/s")
 
-    try:
-        with bar:
-            run = run_training(spec, on_step=on_step)
-    except LaunchError as e:
-        err.print(f"error: {e}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+        run = launched(lambda: run_training(spec, on_step=on_step))
     if run is None:  # a non-zero rank under torchrun
         return
     if dump_pp_data is not None:

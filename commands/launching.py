@@ -1,0 +1,63 @@
+"""What the verbs that start ranks share: the table with the CLI's defaults, the per-step progress bar, and
+how a failed launch ends (one line, exit 1)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.commands.console import err
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.table import ScheduleTable
+
+T = TypeVar("T")
+
+DEFAULT_PP, DEFAULT_MB = 4, 8
+
+
+def run_table(
+    algo: str, pp: int | None, vpp: int | None, mb: int | None, costs: CostModel | None = None
+) -> ScheduleTable:
+    """The table a run executes: p=4, m=8 unless given (file: tables carry their own)."""
+    from_file = algo.startswith("file:")
+    return build_schedule(
+        algo,
+        pp if pp is not None or from_file else DEFAULT_PP,
+        vpp,
+        mb if mb is not None or from_file else DEFAULT_MB,
+        costs,
+    )
+
+
+@contextmanager
+def step_bar(label: str, steps: int) -> Iterator[Callable[..., None]]:
+    """A progress bar over `steps` on stderr (terminals only); yields `update(completed=..., status=...)`."""
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+    task = bar.add_task(label, total=steps, status="starting ranks")
+    with bar:
+        yield lambda **fields: bar.update(task, **fields)
+
+
+def launched(run: Callable[[], T]) -> T:
+    """`run()`, or the launch failure as one line on stderr and exit 1 (ranks are already reaped)."""
+    from primuspp.runtime.launch import LaunchError  # torch: imported only by verbs that start ranks
+
+    try:
+        return run()
+    except LaunchError as e:
+        err.print(f"error: {e}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
