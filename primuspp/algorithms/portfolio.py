@@ -125,6 +125,8 @@ def pick(
     best: tuple[str, ComputeOrder, Score] | None = None
     if len(candidates) == 1 and len(candidates[0]) == 2:  # nothing to compare: check the cap, skip timing
         name, order = candidates[0]
+        if cap is None:  # nor a cap to check: a lone candidate is not scored at all
+            return name, order, Score(float("nan"), float("nan"), float("nan"))
         peak = order_peak(order, memory_units(placement, costs.activation), costs.b_free_fraction)
         if cap is None or peak <= cap + 1e-9:
             return name, order, Score(float("nan"), float("nan"), peak)
