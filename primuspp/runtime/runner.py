@@ -2,15 +2,15 @@
 
 The runner walks `table.ranks[rank]` and dispatches by node kind. Compute nodes go to the executor (see
 `executor.py`); the comm nodes standing between two compute nodes are posted as one batch right before the
-next compute node (p2p.py); OFFLOAD/RELOAD move a cell's saved activations (memory.py).
+next compute node (p2p.py); OFFLOAD/RELOAD move a cell's saved activations (memory.py). Per-(microbatch,
+stage) state lives in dicts local to one `step()` call and is popped by the node that needs it last, so a
+step leaves nothing behind; a leftover means the table or the executor is broken and is reported.
 
 Receives may run ahead of their batch when the transport completes every op on its own (gloo): posting a
 receive never blocks there, and receives from one peer stay in table order, so the messages pair exactly as
 the table says. A receive posted early lets the sender's data go out at once instead of waiting for the
 receiver to ask for it: on gloo that halves the latency of a hand-off. With coalesced batches (NCCL) a batch
-completes as a whole, so there every op is posted at its table position. Per-(microbatch,
-stage) state lives in dicts local to one `step()` call and is popped by the node that needs it last, so a
-step leaves nothing behind; a leftover means the table or the executor is broken and is reported.
+completes as a whole, so there every op is posted at its table position.
 
 Every compute node is timed (timing.py) and the activation meter is sampled after it; `step()` returns a
 `RankStep` the caller turns into the shared trace model (trace.py). An exception inside a node becomes a
