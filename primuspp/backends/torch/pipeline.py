@@ -102,17 +102,37 @@ class TorchPipeline:
 
 
 def reference_step(
-    parts: Sequence[nn.Module], microbatches: Sequence[Microbatch], loss_fn: LossFn
+    parts: Sequence[nn.Module], microbatches: Sequence[Microbatch], loss_fn: LossFn, replicas: int = 1
 ) -> list[float]:
     """One process, whole model: each microbatch forward then backward of loss / m, in order.
 
-    `parts` are the model's parts in order (one copy each). Returns the scaled loss of each microbatch."""
+    `parts` are the model's parts in order (one copy each). Returns the scaled loss of each microbatch.
+    With `replicas` > 1 (a bidirectional placement: microbatch i runs on replica i % replicas) each
+    replica's microbatches accumulate into gradients of their own, which are then summed: the pipeline's
+    order of additions, so the two agree bit for bit rather than to fp32 rounding."""
     m = len(microbatches)
-    losses = []
-    for x, target in microbatches:
-        for part in parts:
-            x = part(x)
-        loss = loss_fn(x, target) / m
-        loss.backward()
-        losses.append(float(loss.detach()))
+    losses = [0.0] * m
+    params = [p for part in parts for p in part.parameters()]
+    totals: list[torch.Tensor | None] | None = None
+    for replica in range(replicas):
+        if replicas > 1:
+            for p in params:
+                p.grad = None
+        for i in range(replica, m, replicas):
+            x, target = microbatches[i]
+            for part in parts:
+                x = part(x)
+            loss = loss_fn(x, target) / m
+            loss.backward()
+            losses[i] = float(loss.detach())
+        if replicas > 1:
+            grads = [p.grad for p in params]
+            totals = grads if totals is None else [_add(a, b) for a, b in zip(totals, grads, strict=True)]
+    if totals is not None:
+        for p, g in zip(params, totals, strict=True):
+            p.grad = g
     return losses
+
+
+def _add(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    return b if a is None else a if b is None else a + b

@@ -154,7 +154,8 @@ def _reference_steps(spec: TrainSpec) -> list[ReferenceStep]:
     parts = gpt_parts(spec.gpt, spec.num_parts, spec.seed)
     out = []
     for step in range(spec.steps):
-        losses = reference_step(parts, step_data(spec, step), gpt_loss)
+        replicas = len(spec.table.placement.routes)
+        losses = reference_step(parts, step_data(spec, step), gpt_loss, replicas)
         grads = {
             (i, name): p.grad.detach().clone()
             for i, part in enumerate(parts)
