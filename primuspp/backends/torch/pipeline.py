@@ -113,7 +113,7 @@ def reference_step(
     m = len(microbatches)
     losses = [0.0] * m
     params = [p for part in parts for p in part.parameters()]
-    totals: list[torch.Tensor | None] | None = None
+    totals = [p.grad for p in params]  # gradients already there are added to, as with one replica
     for replica in range(replicas):
         if replicas > 1:
             for p in params:
@@ -126,9 +126,8 @@ def reference_step(
             loss.backward()
             losses[i] = float(loss.detach())
         if replicas > 1:
-            grads = [p.grad for p in params]
-            totals = grads if totals is None else [_add(a, b) for a, b in zip(totals, grads, strict=True)]
-    if totals is not None:
+            totals = [_add(a, p.grad) for a, p in zip(totals, params, strict=True)]
+    if replicas > 1:
         for p, g in zip(params, totals, strict=True):
             p.grad = g
     return losses
