@@ -105,6 +105,8 @@ class ScheduleRunner:
             meter = ActivationMeter()
         self.meter: ActivationMeter | None = meter or None
         self.observer = observer
+        #: why the last step failed (the runner then refuses further steps), or None
+        self.failed: str | None = None
         self.program = self._compile(table.ranks[rank])
         if recv_ahead is not None and recv_ahead < 0:
             raise ValueError(f"recv_ahead must be >= 0 or None, got {recv_ahead}")
@@ -161,7 +163,15 @@ class ScheduleRunner:
         return parse_node(op[-1])
 
     def step(self, sync_start: bool = True) -> RankStep:
-        """Run one step. With `sync_start` the ranks meet at a barrier first (their clocks then agree)."""
+        """Run one step. With `sync_start` the ranks meet at a barrier first (their clocks then agree).
+
+        After a step failed the runner refuses to run another: receives it posted may still be pending on
+        the transport and would take the next step's messages."""
+        if self.failed is not None:
+            raise RuntimeError(
+                f"rank {self.rank}: this runner failed ({self.failed}); its posted receives may still be "
+                "pending, so it cannot run another step (start a new process group)"
+            )
         ex, meter, p2p, observer = self.executor, self.meter, self.p2p, self.observer
         rank = self.rank
         pl = self.table.placement
@@ -365,10 +375,13 @@ class ScheduleRunner:
             ]
             if left:
                 raise RuntimeError(f"state left after the last node: {', '.join(left[:6])}")
-        except NodeFailure:
+        except NodeFailure as failure:
+            self.failed = str(failure)
             raise
         except Exception as err:
-            raise NodeFailure(rank, label, err) from err
+            failure = NodeFailure(rank, label, err)
+            self.failed = str(failure)
+            raise failure from err
         clock.finish()
         ms = clock.ms
         intervals = []

@@ -15,7 +15,7 @@ from primuspp.backends.torch.verify import relative_difference
 from primuspp.runtime.runner import NodeFailure, ScheduleRunner
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node, NodeKind
-from primuspp.schedule.placement import loop
+from primuspp.schedule.placement import bidirectional, loop
 from primuspp.schedule.table import ScheduleTable
 from tests.schedule.random_orders import random_order
 
@@ -88,6 +88,11 @@ def test_failure_names_rank_and_node():
     pipe.executor.fault = ("F", 2, 1)
     with pytest.raises(NodeFailure, match=r"rank 0 failed at F2\.1: RuntimeError: injected fault"):
         pipe.step(gpt_microbatches(CFG, 2, table.num_microbatches))
+    pipe.executor.fault = None
+    with pytest.raises(
+        RuntimeError, match=r"runner failed \(rank 0 failed at F2\.1.*cannot run another step"
+    ):
+        pipe.step(gpt_microbatches(CFG, 2, table.num_microbatches))
 
 
 def test_recv_ahead_needs_a_transport_that_completes_ops_alone():
@@ -98,3 +103,29 @@ def test_recv_ahead_needs_a_transport_that_completes_ops_alone():
     assert pipe.runner.recv_ahead == 0  # one rank: no P2P, every op at its table position
     with pytest.raises(ValueError, match="recv_ahead"):
         ScheduleRunner(table, 0, pipe.executor, recv_ahead=-1)
+
+
+def test_replicated_parts_accumulate_over_steps_like_the_reference():
+    """Bidirectional placement on one rank (both copies of the part here), three steps without zeroing the
+    gradients: each step adds its share once, exactly as the one-process reference does."""
+    pl = bidirectional(1)
+    m = 4
+    order = [Node(NodeKind.F, mb, mb % 2) for mb in range(m)]
+    order += [Node(NodeKind.BW, mb, mb % 2) for mb in range(m)]
+    table = ScheduleTable(pl, m, lower_comms(pl, m, [order]), "two copies")
+    parts = gpt_parts(CFG, 1)
+    ref = copy.deepcopy(parts)
+    stages = {0: parts[0], 1: copy.deepcopy(parts[0])}
+    data = gpt_microbatches(CFG, 2, m)
+    pipe = TorchPipeline(table, 0, stages, gpt_loss, CFG.boundary(2))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(3):
+            pipe.step(data)
+            reference_step(ref, data, gpt_loss, replicas=2)
+    finally:
+        torch.set_num_threads(threads)
+    for copy_ in stages.values():
+        for (name, p), q in zip(copy_.named_parameters(), ref[0].parameters(), strict=True):
+            assert torch.equal(p.grad, q.grad), name

@@ -92,6 +92,13 @@ class TorchPipeline:
         self.executor.begin_step(microbatches)
         if self.runner.meter is not None:  # parameters are not activations (wherever they live now)
             self.runner.meter.set_exclude(p for m in self.stages.values() for p in m.parameters())
+        if self._replicated:
+            # after the last step every copy of a part holds the part's gradient: keep it in the first copy
+            # only, or the sum below would count it twice
+            for stages in replica_groups(self.table.placement).values():
+                if stages[1] in self.stages:
+                    for p in self.stages[stages[1]].parameters():
+                        p.grad = None
         measured = self.runner.step(sync_start=sync_start)
         if self._replicated:
             params_of = {s: list(m.parameters()) for s, m in self.stages.items()}
@@ -113,9 +120,9 @@ def reference_step(
     m = len(microbatches)
     losses = [0.0] * m
     params = [p for part in parts for p in part.parameters()]
-    totals = [p.grad for p in params]  # gradients already there are added to, as with one replica
+    totals: list[torch.Tensor | None] = []
     for replica in range(replicas):
-        if replicas > 1:
+        if replica:  # the first replica adds to gradients already there (TorchPipeline.step does too)
             for p in params:
                 p.grad = None
         for i in range(replica, m, replicas):
@@ -125,11 +132,10 @@ def reference_step(
             loss = loss_fn(x, target) / m
             loss.backward()
             losses[i] = float(loss.detach())
-        if replicas > 1:
-            totals = [_add(a, p.grad) for a, p in zip(totals, params, strict=True)]
-    if replicas > 1:
-        for p, g in zip(params, totals, strict=True):
-            p.grad = g
+        grads = [p.grad for p in params]
+        totals = [_add(a, b) for a, b in zip(totals, grads, strict=True)] if replica else grads
+    for p, g in zip(params, totals, strict=True):
+        p.grad = g
     return losses
 
 
