@@ -19,7 +19,9 @@ Every compute node is timed (timing.py) and the activation meter is sampled afte
 
 from __future__ import annotations
 
+import math
 import socket
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,9 +81,10 @@ class ScheduleRunner:
 
     `p2p` is required when the table has comm nodes on this rank. `meter` counts saved activations (pass
     False to switch accounting off, or an `ActivationMeter` built with the parameters to exclude).
-    `observer(node)` is called after each node (tests use it to look between nodes). `recv_ahead` is how
-    many receives may be posted ahead of their table position where the transport allows it (None: all of
-    a step's receives at its start; 0: none ahead).
+    `observer(node)` is called after each node (tests use it to look between nodes). Where the transport
+    allows it, receives are posted ahead of their table position: at most `recv_ahead` of them (None: no
+    limit; 0: none ahead) and at most `recv_ahead_bytes` of receive buffers beyond those of the batch at
+    hand (these buffers are not activations: the meter does not count them).
     """
 
     def __init__(
@@ -95,6 +98,7 @@ class ScheduleRunner:
         observer: Callable[[Node], None] | None = None,
         check: bool = True,
         recv_ahead: int | None = None,
+        recv_ahead_bytes: int = 64 * 2**20,
     ) -> None:
         if not 0 <= rank < table.pp:
             raise ValueError(f"rank {rank} outside 0..{table.pp - 1}")
@@ -110,8 +114,9 @@ class ScheduleRunner:
         self.program = self._compile(table.ranks[rank])
         if recv_ahead is not None and recv_ahead < 0:
             raise ValueError(f"recv_ahead must be >= 0 or None, got {recv_ahead}")
-        #: receives posted ahead of their batch (0: every op at its table position)
+        #: receives posted ahead of their batch (0: every op at its table position), and their byte budget
         self.recv_ahead = recv_ahead if p2p is not None and p2p.independent_ops else 0
+        self.recv_ahead_bytes = recv_ahead_bytes
         self._recvs = [o for op, item, _ in self.program if op == _BATCH for o in item if not o[0]]
         self._batch_plan: list[tuple[tuple, int]] = []  # per batch: its sends, receives up to its end
         count = 0
@@ -286,8 +291,17 @@ class ScheduleRunner:
         ahead, all_recvs, plan = self.recv_ahead, self._recvs, self._batch_plan
         n_recvs = len(all_recvs)
         posted = [0, 0]  # receives posted so far, batches met so far
+        buffer_end = [0]  # buffer bytes of the receives before each one, and in all
+        if ahead != 0:
+            for op in all_recvs:
+                spec = boundary_spec(*op[4])
+                buffer_end.append(buffer_end[-1] + math.prod(spec.shape) * spec.dtype.itemsize)
 
-        def post_recvs(upto: int) -> None:
+        def post_recvs(done: int) -> None:
+            """Post the receives the limits allow ahead of the first `done` ones (which are due now)."""
+            upto = n_recvs if ahead is None else min(n_recvs, done + ahead)
+            fits = bisect_right(buffer_end, buffer_end[done] + self.recv_ahead_bytes) - 1
+            upto = max(done, min(upto, fits))
             if upto > posted[0]:
                 post(all_recvs[posted[0] : upto])
                 posted[0] = upto
@@ -300,7 +314,7 @@ class ScheduleRunner:
             posted[1] += 1
             if sends:
                 post(sends)
-            post_recvs(n_recvs if ahead is None else min(n_recvs, recv_end + ahead))
+            post_recvs(recv_end)
 
         if sync_start and p2p is not None:
             p2p.barrier()
@@ -310,8 +324,8 @@ class ScheduleRunner:
         mem_start = meter.current if meter is not None else 0
         label = "step start"
         try:
-            if ahead is None:
-                post_recvs(n_recvs)
+            if ahead != 0:
+                post_recvs(0)
             for op, item, label in self.program:  # noqa: B007 (label names the failing node)
                 if op == _COMPUTE:
                     node: Node = item

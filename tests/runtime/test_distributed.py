@@ -158,8 +158,8 @@ def test_messages_reach_their_consumer(runs, name):
     table, per_rank = runs[name]
     for rank, modes in enumerate(per_rank):
         assert len(modes) == len(RECV_AHEAD)
-        for ahead, (errors, computed) in zip(RECV_AHEAD, modes, strict=True):
-            assert errors == [], f"rank {rank}, recv_ahead={ahead}: {errors[:3]}"
+        for mode, (errors, computed) in zip(RECV_AHEAD, modes, strict=True):
+            assert errors == [], f"rank {rank}, {mode or 'defaults'}: {errors[:3]}"
             assert computed == sum(1 for n in table.ranks[rank] if n.kind.is_compute)
 
 

@@ -67,8 +67,14 @@ class ShapeOnlyExecutor:
         return self.backward_input(cell, grad)
 
 
-#: receives posted at their table position, one ahead, all at the step start (the default on gloo)
-RECV_AHEAD = (0, 1, None)
+#: receives posted at their table position, one ahead, as many as two buffers hold (the shape-only
+#: executor's are 24 bytes), all of them (the default on gloo, within 64 MiB)
+RECV_AHEAD: tuple[dict[str, Any], ...] = (
+    {"recv_ahead": 0},
+    {"recv_ahead": 1},
+    {"recv_ahead": None, "recv_ahead_bytes": 48},
+    {},
+)
 
 
 def shape_only_worker(ctx: WorkerContext, table: ScheduleTable) -> list[tuple[list[str], int]]:
@@ -76,10 +82,10 @@ def shape_only_worker(ctx: WorkerContext, table: ScheduleTable) -> list[tuple[li
     mismatches, compute nodes run)."""
     out = []
     p2p = P2P()
-    for ahead in RECV_AHEAD:
+    for mode in RECV_AHEAD:
         ex = ShapeOnlyExecutor(table, seconds=0.0005)
-        runner = ScheduleRunner(table, ctx.rank, ex, p2p=p2p, recv_ahead=ahead)
-        assert runner.recv_ahead == ahead  # gloo completes every op on its own
+        runner = ScheduleRunner(table, ctx.rank, ex, p2p=p2p, **mode)
+        assert runner.recv_ahead == mode.get("recv_ahead")  # gloo completes every op on its own
         result = runner.step()
         out.append((ex.errors, len(result.intervals)))
     return out
