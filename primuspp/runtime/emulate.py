@@ -223,30 +223,14 @@ class EmulatedRun:
 
     def summary(self) -> dict[str, Any]:
         """The `train --emulate --json` document (steps measured; the caller adds what it predicted)."""
-        from primuspp.trace.metrics import timeline_metrics
+        from primuspp.trace.metrics import step_record
 
-        table = self.spec.table
-        steps = []
-        for i, tl in enumerate(self.timelines):
-            m = timeline_metrics(tl)
-            steps.append(
-                {
-                    "step": i,
-                    "step_time_ms": m.step_time,
-                    "bubble_rate": m.bubble_rate,
-                    "peak_activation_bytes": [int(r.peak_memory) for r in m.per_rank],
-                }
-            )
         return {
             "backend": "emulate",
-            "algorithm": table.algorithm,
-            "placement": table.placement.kind,
-            "pp": table.pp,
-            "vpp": table.vpp,
-            "micro_batches": table.num_microbatches,
+            **self.spec.table.record(),
             "costs": costs_record(self.spec.costs),
             "unit_bytes": self.spec.unit_bytes,
-            "steps": steps,
+            "steps": [step_record(i, tl) for i, tl in enumerate(self.timelines)],
             "steady_step_time_ms": self.steady_step_time(),
         }
 

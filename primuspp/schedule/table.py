@@ -43,6 +43,16 @@ class ScheduleTable:
     def num_nodes(self) -> int:
         return sum(len(nodes) for nodes in self.ranks)
 
+    def record(self) -> dict[str, Any]:
+        """What a run's JSON document says of the table it ran."""
+        return {
+            "algorithm": self.algorithm,
+            "placement": self.placement.kind,
+            "pp": self.pp,
+            "vpp": self.vpp,
+            "micro_batches": self.num_microbatches,
+        }
+
     def describe(self) -> str:
         return (
             f"{self.algorithm} (placement={self.placement.kind}, pp={self.pp}, vpp={self.vpp}, "

@@ -34,7 +34,7 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     placement = table.placement
     stage_costs = costs.for_placement(placement)
     # Comm nodes neither take time nor block in this model: time the compute and memory nodes alone.
-    order = [[node for node in nodes if not node.kind.is_comm] for nodes in table.ranks]
+    order = table.compute_order()
     timing = node_times(placement, table.num_microbatches, order, stage_costs)
     f_end, g_end = timing.forward_end, timing.grad_end
     chunk = placement.stage_chunk

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from primuspp.trace.timeline import Timeline
 
@@ -28,6 +29,19 @@ class Metrics:
     peak_memory: float
     per_rank: tuple[RankMetrics, ...]
     p2p_transfers: int = 0
+
+
+def step_record(step: int, timeline: Timeline, **extra: Any) -> dict[str, Any]:
+    """One step of a run's JSON document: its number, `extra` (e.g. the loss), step time, bubble and the peak
+    activation bytes per rank."""
+    m = timeline_metrics(timeline)
+    return {
+        "step": step,
+        **extra,
+        "step_time_ms": m.step_time,
+        "bubble_rate": m.bubble_rate,
+        "peak_activation_bytes": [int(r.peak_memory) for r in m.per_rank],
+    }
 
 
 def timeline_metrics(timeline: Timeline) -> Metrics:

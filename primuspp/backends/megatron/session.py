@@ -132,11 +132,7 @@ class TrainingRun:
         total_ms = sum(r["step_time_ms"] for r in steady)
         return {
             "backend": "megatron",
-            "algorithm": table.algorithm,
-            "placement": table.placement.kind,
-            "pp": table.pp,
-            "vpp": table.vpp,
-            "micro_batches": table.num_microbatches,
+            **table.record(),
             "micro_batch_size": spec.micro_batch_size,
             "model": {**spec.model.as_dict(), "stages": table.num_stages},
             "data": spec.data or "synthetic",

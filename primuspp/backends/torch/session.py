@@ -12,7 +12,7 @@ from primuspp.backends.torch.train import StepRecord, TrainSpec, reference_run, 
 from primuspp.backends.torch.verify import VerifyReport, compare, step_losses
 from primuspp.runtime.launch import StepProgress, launch, under_torchrun
 from primuspp.runtime.trace import step_timeline
-from primuspp.trace.metrics import timeline_metrics
+from primuspp.trace.metrics import step_record
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -27,25 +27,13 @@ class TrainingRun:
     def summary(self) -> dict[str, Any]:
         """The `--json` document (without the verify part, which the caller adds)."""
         table, gpt = self.spec.table, self.spec.gpt
-        steps = []
-        for i, (loss, tl) in enumerate(zip(self.losses, self.timelines, strict=True)):
-            m = timeline_metrics(tl)
-            steps.append(
-                {
-                    "step": i,
-                    "loss": loss,
-                    "step_time_ms": m.step_time,
-                    "bubble_rate": m.bubble_rate,
-                    "peak_activation_bytes": [int(r.peak_memory) for r in m.per_rank],
-                }
-            )
+        steps = [
+            step_record(i, tl, loss=loss)
+            for i, (loss, tl) in enumerate(zip(self.losses, self.timelines, strict=True))
+        ]
         return {
             "backend": "torch",
-            "algorithm": table.algorithm,
-            "placement": table.placement.kind,
-            "pp": table.pp,
-            "vpp": table.vpp,
-            "micro_batches": table.num_microbatches,
+            **table.record(),
             "model": {
                 "name": "tiny-gpt",
                 "layers": gpt.layers,
