@@ -1,0 +1,143 @@
+"""Reading user-supplied files safely: regular files only, bounded size, strict UTF-8, bounded JSON/YAML.
+
+Every file primuspp reads on a user's behalf (configs, tables, pp_data dumps, result directories,
+checkpoint meta) goes through here, so that a FIFO cannot block a command forever, a 100 MB file is not
+read whole, and a malformed file ends in one line naming the file instead of an internal error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from primuspp.errors import ConfigError
+
+#: Largest input file read (configs, tables, one pp_rank file): 64 MiB. A 64×512 table is ~20 MB.
+MAX_INPUT_BYTES = 64 * 1024 * 1024
+#: Deepest nesting accepted in a JSON or YAML input (real files nest 4-6 levels).
+MAX_NESTING = 64
+
+
+def _where(path: Path, key: str | None) -> str:
+    return f"{key} {path}" if key else str(path)
+
+
+def check_regular(path: str | Path, key: str | None = None, max_bytes: int = MAX_INPUT_BYTES) -> Path:
+    """The path as a Path if it names an existing regular file (symlinks followed) of at most `max_bytes`."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise ConfigError(f"{_where(p, key)}: no such file", key=key) from None
+    except OSError as err:
+        raise ConfigError(f"{_where(p, key)}: cannot read ({err.strerror})", key=key) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{_where(p, key)}: is a directory, expected a file", key=key)
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(
+            f"{_where(p, key)}: not a regular file (a FIFO, socket or device); only regular files are read",
+            key=key,
+        )
+    if st.st_size > max_bytes:
+        raise ConfigError(
+            f"{_where(p, key)}: {st.st_size:,} bytes, over the {max_bytes:,}-byte limit for inputs", key=key
+        )
+    return p
+
+
+def read_bytes(path: str | Path, key: str | None = None, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
+    """A regular file's bytes, refused (one line) when it is special, missing, unreadable or too large."""
+    p = check_regular(path, key, max_bytes)
+    try:
+        # O_NONBLOCK: should the path be swapped for a FIFO after the check, open() still returns at once
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise ConfigError(f"{_where(p, key)}: cannot read ({err.strerror})", key=key) from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ConfigError(f"{_where(p, key)}: not a regular file", key=key)
+        data = f.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ConfigError(f"{_where(p, key)}: over the {max_bytes:,}-byte limit for inputs", key=key)
+    return data
+
+
+def decode_text(data: bytes, where: str, key: str | None = None) -> str:
+    """Strict UTF-8 (a BOM is dropped); the first bad byte's offset is named."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{where}: not UTF-8 text (bad byte at offset {err.start})", key=key) from None
+
+
+def read_text(path: str | Path, key: str | None = None, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """A regular file's text: strict UTF-8, bounded size."""
+    return decode_text(read_bytes(path, key, max_bytes), _where(Path(path), key), key)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number JSON allows (only finite numbers)")
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} overflows a float (only finite numbers)")
+    return number
+
+
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of a parsed document, iteratively (a deep document must not exhaust the stack)."""
+    deepest = 0
+    stack = [(value, 1)]
+    while stack:
+        item, d = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, d)
+        if deepest > limit:
+            return deepest
+        stack.extend((c, d + 1) for c in children)
+    return deepest
+
+
+def parse_json(text: str, where: str, key: str | None = None, max_nesting: int = MAX_NESTING) -> Any:
+    """JSON with NaN/Infinity refused, nesting bounded, huge or overflowing numbers refused."""
+    try:
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key) from None
+    except ValueError as err:  # JSONDecodeError is a ValueError; so is int()'s digit limit
+        raise ConfigError(f"{where}: not valid JSON ({' '.join(str(err).split())})", key=key) from None
+    if _depth(data, max_nesting) > max_nesting:
+        raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key)
+    return data
+
+
+def load_json(
+    path: str | Path, key: str | None = None, max_bytes: int = MAX_INPUT_BYTES, max_nesting: int = MAX_NESTING
+) -> Any:
+    """Read and parse one JSON input file under the limits above."""
+    return parse_json(read_text(path, key, max_bytes), _where(Path(path), key), key, max_nesting)
+
+
+def finite(value: float, key: str, *, minimum: float | None = None, allow_equal: bool = True) -> float:
+    """`value` if it is a finite number (and ≥ / > `minimum`); otherwise one line naming `key`."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{key}={value!r}: expected a finite number", key=key) from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{key}={value!r}: expected a finite number", key=key)
+    if minimum is not None and (number < minimum or (number == minimum and not allow_equal)):
+        relation = "≥" if allow_equal else ">"
+        raise ConfigError(f"{key}={value!r}: expected a number {relation} {minimum:g}", key=key)
+    return number
