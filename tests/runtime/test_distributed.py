@@ -7,7 +7,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
-import time
 from pathlib import Path
 
 import pytest
@@ -63,7 +62,8 @@ def algorithm_cases(p: int) -> dict[str, tuple[str, int, int]]:
 
 
 def algorithm_jobs(p: int, refused: dict[str, str]) -> dict[str, TrainSpec]:
-    """The cases' specs; a case whose generation refuses lands in `refused` (its test is skipped)."""
+    """The cases' specs; a case whose generation refuses lands in `refused` (its test fails: the sizes are
+    admissible, so a refusal is a bug)."""
     jobs = {}
     for job, (name, v, m) in algorithm_cases(p).items():
         try:
@@ -140,7 +140,7 @@ def _job_names() -> list[str]:
 @pytest.mark.parametrize("name", _job_names())
 def test_gradients_match_one_process(runs, name):
     if name in runs["refused"]:
-        pytest.skip(f"generation refused: {runs['refused'][name]}")
+        pytest.fail(f"generation refused an admissible size: {runs['refused'][name]}")
     spec, per_rank = runs[name]
     report = compare(per_rank, reference_run(spec))
     assert not report.missing
@@ -185,10 +185,8 @@ def test_1f1b_activation_pattern(runs, p):
 
 def test_failing_rank_stops_everyone(tmp_path):
     spec = spec_for(build_schedule("1f1b", 4, 1, 8), fault=(2, "F3.2"))
-    start = time.monotonic()
     with pytest.raises(LaunchError, match=r"rank 2 failed at F3\.2: RuntimeError: injected fault") as info:
         launch(train_worker, 4, spec)
-    assert time.monotonic() - start < 30
     assert info.value.rank == 2
     assert multiprocessing.active_children() == []
     assert _children(os.getpid()) == []

@@ -88,12 +88,3 @@ F0.0 F1.0+BW0.0 BW1.0
     r = simulate(fb, CostModel(forward=1, backward=1, wgrad=1, fb_overlap=0.5))
     assert r.metrics.step_time == pytest.approx(1 + 0.5 * 3 + 2)
     assert r.metrics.peak_memory == 2
-
-
-def test_scale_stays_event_driven():
-    import time
-
-    table = build_schedule("1f1b", 32, None, 256)
-    start = time.perf_counter()
-    simulate(table, EQUAL)
-    assert time.perf_counter() - start < 10  # generous: guards against quadratic rescans only
