@@ -13,11 +13,12 @@ from dataclasses import replace
 
 from primuspp.algorithms import greedy, one_f_one_b, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
+from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 
-SMALL = 20_000  # compute nodes up to which every policy is tried
+FULL_SEARCH_LIMIT = 20_000  # with effort="auto": compute nodes up to which every policy is tried
 LINEAR_POLICIES = tuple(
     p
     for p in greedy.POLICIES
@@ -53,7 +54,7 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     placement = linear(p)
     costs = planning_costs(req.costs, req.params).for_placement(placement)
     cap = default_cap(p, req.params)
-    small = 3 * p * m <= SMALL
+    small = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
     candidates: list[tuple[str, ComputeOrder]] = []
     for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:
         plan = greedy.schedule(placement, m, costs, cap, policy)
@@ -92,6 +93,7 @@ ALGORITHM = Algorithm(
         Param("cost_b", float, None, "planning input-grad time (default: the cost model's)"),
         Param("cost_w", float, None, "planning weight-grad time (default: the cost model's)"),
         Param("cost_comm", float, None, "planning p2p latency (default: the cost model's)"),
+        EFFORT,
     ),
     uses_costs=True,
     budget_param="max_mem",

@@ -20,13 +20,14 @@ import math
 
 from primuspp.algorithms import greedy, vshape
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
+from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 
-#: up to this many compute nodes both squeezes and the greedy policies are tried; beyond, only the block's
-#: preferred squeeze (keeps p=64, m=512 near a second)
-SMALL = 12_000
+#: with effort="auto", up to this many compute nodes both squeezes, the widest blocks and the greedy
+#: policies are tried; beyond, only the block's preferred squeeze (keeps p=64, m=512 near a second)
+FULL_SEARCH_LIMIT = 12_000
 GREEDY_POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "b-eager-deep", "b-eager-old"))
 AUTO_BLOCKS = (
     vshape.MIN,
@@ -44,14 +45,21 @@ AUTO_BLOCKS = (
 
 
 def v_orders(
-    p: int, m: int, cap: float, blocks: tuple[vshape.Block, ...], costs, report: dict, widest: int = 1
+    p: int,
+    m: int,
+    cap: float,
+    blocks: tuple[vshape.Block, ...],
+    costs,
+    report: dict,
+    widest: int = 1,
+    effort: str = "auto",
 ) -> ComputeOrder:
     """Best V order within `cap` (microbatch units per rank): the `widest` blocks of `blocks` that fit,
-    squeezed; on small instances both squeezes of each and the greedy policies too."""
+    squeezed; with a full search (`effort`) both squeezes of each and the greedy policies too."""
     placement = v_shape(p)
     stage_costs = costs.for_placement(placement)
     chunks = math.floor(cap * 2 + 1e-9)
-    small = 6 * p * m <= SMALL
+    small = full_search(effort, 6 * p * m, FULL_SEARCH_LIMIT, report)
     widest = widest if small else 1
     ranked = sorted(
         ((vshape.estimated_peak(p, b), i) for i, b in enumerate(blocks)), key=lambda x: (-x[0], x[1])
@@ -100,7 +108,8 @@ def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1):
     def generate(req: GenerationRequest) -> ComputeOrder:
         p, m = req.pp, req.micro_batches
         cap = budget(p, req.params)
-        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest)
+        effort = req.params.get("effort", "auto")
+        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest, effort)
         return with_offload(order, p) if req.params.get("offload") else order
 
     return generate
@@ -128,7 +137,7 @@ ZBV = Algorithm(
     memory="p",
     constraints="v = 2, any p >= 1, m >= 1",
     generate=_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT)),
-    params=(OFFLOAD,),
+    params=(OFFLOAD, EFFORT),
     **_COMMON,
 )
 V_HALF = Algorithm(
@@ -138,7 +147,7 @@ V_HALF = Algorithm(
     memory="floor((p+2)/2)",
     constraints="v = 2, any p >= 1, m >= 1",
     generate=_generator(lambda p, params: float((p + 2) // 2), (vshape.HALF,)),
-    params=(OFFLOAD,),
+    params=(OFFLOAD, EFFORT),
     **_COMMON,
 )
 V_MIN = Algorithm(
@@ -148,7 +157,7 @@ V_MIN = Algorithm(
     memory="floor((p+4)/3)",
     constraints="v = 2, any p >= 1, m >= 1",
     generate=_generator(lambda p, params: float((p + 4) // 3), (vshape.MIN,)),
-    params=(OFFLOAD,),
+    params=(OFFLOAD, EFFORT),
     **_COMMON,
 )
 V_AUTO = Algorithm(
@@ -162,6 +171,7 @@ V_AUTO = Algorithm(
     params=(
         Param("max_mem", float, None, "per-rank activation budget in microbatch units (default p)"),
         OFFLOAD,
+        EFFORT,
     ),
     budget_param="max_mem",
     **_COMMON,

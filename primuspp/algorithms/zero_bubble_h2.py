@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from primuspp.algorithms import greedy
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
+from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
 from primuspp.schedule.placement import linear
 
-SMALL = 20_000
+FULL_SEARCH_LIMIT = 20_000  # with effort="auto": compute nodes up to which every policy is tried
 POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "alt-eager", "b-eager-deep"))
 
 
@@ -24,7 +25,8 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     costs = req.costs.for_placement(placement)
     cap = float(2 * p - 1)
     candidates = []
-    for policy in POLICIES if 3 * p * m <= SMALL else POLICIES[:1]:
+    full = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
+    for policy in POLICIES if full else POLICIES[:1]:
         plan = greedy.schedule(placement, m, costs, cap, policy)
         candidates.append((policy.name, plan.order))
     name, order, _ = pick(placement, m, candidates, costs, cap, "span")
@@ -44,4 +46,5 @@ ALGORITHM = Algorithm(
     vpp_ok=lambda v: v == 1,
     generate=generate,
     uses_costs=True,
+    params=(EFFORT,),
 )
