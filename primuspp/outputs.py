@@ -14,10 +14,10 @@ Rules (a user's data is never lost):
   where the kernel offers one, else rename aside / rename in / remove the old). An existing directory is
   replaced only when it is *ours*:
 
-  * it holds the marker file `.primuspp` (JSON `{"writer": "primuspp", "kind": ...}`), which every
-    directory written here gets; directories from before the marker count when they hold what that kind
-    always wrote: `summary.json` for a simulate result, a `config.json` whose `backend` names a primuspp
-    backend for a training dump;
+  * it carries its kind's marker: a simulate result its `summary.json` (which no other writer makes); a
+    pp_data dump of `train` the file `.primuspp` (JSON `{"writer": "primuspp", "kind": "pp_data"}`), since
+    its other files are Primus' format (dumps from before the marker count when their `config.json` has a
+    `backend` naming a primuspp backend);
   * and every entry in it is a file this tool writes for that kind (`config.json`, `pp_rank_<r>.json`,
     `summary.json`, `schedule.json`, the marker). A directory holding anything else (a user's `NOTES.txt`)
     is not ours: replacing it would lose that file, so the command is refused, naming the file.
@@ -60,7 +60,8 @@ OLD_PREFIX = ".primuspp-old-"
 
 #: what each kind of owned directory may hold (besides the marker)
 _RESULT_FILES = re.compile(r"^(config\.json|summary\.json|schedule\.json|pp_rank_\d+\.json)$")
-_PP_DATA_FILES = re.compile(r"^(config\.json|pp_rank_\d+\.json)$")
+_PP_DATA_FILES = re.compile(r"^(\.primuspp|config\.json|pp_rank_\d+\.json)$")
+_MARKERS = {"result": "summary.json", "pp_data": f"{MARKER} marker"}
 KINDS = {"result": _RESULT_FILES, "pp_data": _PP_DATA_FILES}
 _TRAIN_BACKENDS = ("torch", "megatron", "emulate")
 
@@ -105,19 +106,20 @@ def _probe_dir(directory: Path, key: str, shown: str | Path) -> None:
     os.unlink(name)
 
 
-def check_writable_dir(path: str | Path, key: str) -> Path:
+def check_writable_dir(path: str | Path, key: str, shown: str | Path | None = None) -> Path:
     """`path` is an existing directory we can create files in, or can be created (its nearest existing
-    ancestor is a writable directory). Creates nothing."""
+    ancestor is a writable directory). Creates nothing. Errors name `shown` (default: `path`)."""
     p = Path(path)
+    name = p if shown is None else shown
     base = _nearest_existing(p)
     try:
         st = os.stat(base)  # follows symlinks: a link to a directory is fine as a place to write in
     except OSError as err:
-        raise _fail(key, p, f"cannot use {base} ({err.strerror})") from None
+        raise _fail(key, name, f"cannot use {base} ({err.strerror})") from None
     if not stat.S_ISDIR(st.st_mode):
-        what = "is not a directory" if base == p else f"{base} is not a directory"
-        raise _fail(key, p, what)
-    _probe_dir(base, key, p)
+        what = "is not a directory" if base == Path(name) else f"{base} is not a directory"
+        raise _fail(key, name, what)
+    _probe_dir(base, key, name)
     return p
 
 
@@ -127,7 +129,7 @@ def check_file_target(path: str | Path, key: str) -> Path:
     try:
         lst = os.lstat(p)
     except FileNotFoundError:
-        check_writable_dir(p.parent if str(p.parent) else Path("."), key)
+        check_writable_dir(p.parent, key, p)
         return p
     except OSError as err:
         raise _fail(key, p, f"cannot use ({err.strerror})") from None
@@ -136,7 +138,7 @@ def check_file_target(path: str | Path, key: str) -> Path:
         return check_file_target(target, key) if target != p else p
     _check_file_kind(p, lst.st_mode, key)
     if stat.S_ISREG(lst.st_mode):
-        check_writable_dir(p.parent if str(p.parent) else Path("."), key)
+        check_writable_dir(p.parent, key, p)
     return p
 
 
@@ -241,10 +243,12 @@ def _write_special(p: Path, raw: bytes, key: str) -> None:
 # -- owned directories -----------------------------------------------------------------------------------
 
 
-def _is_legacy(directory: Path, kind: str) -> bool:
-    """A directory written before the marker existed."""
+def _is_marked(directory: Path, kind: str) -> bool:
+    """The directory carries the marker of `kind` (see the module docstring)."""
     if kind == "result":
         return (directory / "summary.json").is_file()
+    if (directory / MARKER).is_file():
+        return True
     try:
         with open(directory / "config.json", encoding="utf-8") as f:
             config = json.loads(f.read(1 << 20))
@@ -261,7 +265,7 @@ def check_dir_target(path: str | Path, kind: str, key: str) -> Path:
     try:
         lst = os.lstat(p)
     except FileNotFoundError:
-        check_writable_dir(p.parent if str(p.parent) else Path("."), key)
+        check_writable_dir(p.parent, key, p)
         return p
     except OSError as err:
         raise _fail(key, p, f"cannot use ({err.strerror})") from None
@@ -274,15 +278,15 @@ def check_dir_target(path: str | Path, kind: str, key: str) -> Path:
     except OSError as err:
         raise _fail(key, p, f"cannot list ({err.strerror})") from None
     if entries:
-        if MARKER not in entries and not _is_legacy(p, kind):
+        if not _is_marked(p, kind):
             raise _fail(
                 key,
                 p,
-                f"exists and was not written by primuspp (no {MARKER} marker); not replaced. "
+                f"exists and was not written by primuspp (no {_MARKERS[kind]}); not replaced. "
                 "Move it away or choose another output",
             )
         # a directory named like one of our files is not ours either
-        foreign = [e for e in entries if e != MARKER and not (allowed.match(e) and (p / e).is_file())]
+        foreign = [e for e in entries if not (allowed.match(e) and (p / e).is_file())]
         if foreign:
             raise _fail(
                 key,
@@ -290,7 +294,7 @@ def check_dir_target(path: str | Path, kind: str, key: str) -> Path:
                 f"holds {foreign[0]!s}, which primuspp did not write; replacing the directory would lose it. "
                 "Move it away or choose another output",
             )
-    check_writable_dir(p.parent if str(p.parent) else Path("."), key)
+    check_writable_dir(p.parent, key, p)
     return p
 
 
@@ -328,7 +332,8 @@ def replace_dir(path: str | Path, kind: str, write: Callable[[Path], None], key:
         raise _fail(key, p, f"cannot create a directory beside it ({err.strerror})") from None
     try:
         write(tmp)
-        (tmp / MARKER).write_text(json.dumps({"writer": "primuspp", "kind": kind}) + "\n")
+        if kind == "pp_data":  # a simulate result is marked by its summary.json
+            (tmp / MARKER).write_text(json.dumps({"writer": "primuspp", "kind": kind}) + "\n")
         _swap_in(tmp, p, kind, key)
     except OSError as err:
         raise _fail(key, p, f"cannot write ({err.strerror})") from None
