@@ -148,17 +148,20 @@ def rank_files(checkpoint: Path, pp: int) -> list[Path]:
     return [found[r] for r in range(pp)]
 
 
-def load_state(path: Path, rank: int) -> dict[str, Any]:
-    """One rank's state, unpickled with `weights_only=True`: tensors, numbers, strings and containers only,
+def load_state(path: Path) -> Any:
+    """One rank's file, unpickled with `weights_only=True`: tensors, numbers, strings and containers only,
     so a crafted file cannot run code; anything else is refused in one line."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # UnpicklingError (a forbidden global), RuntimeError (not a torch file), ...
         detail = " ".join(str(err).split())[:200]
         raise ConfigError(
             f"--load {path}: not a checkpoint primuspp can load safely ({type(err).__name__}: {detail})",
             key="load",
         ) from None
+
+
+def _check_state(state: Any, path: Path, rank: int) -> dict[str, Any]:
     ok = (
         isinstance(state, dict)
         and isinstance(state.get("model"), dict)
@@ -186,7 +189,7 @@ def check(checkpoint: Path, model: dict[str, Any]) -> dict[str, Any]:
         )
     shapes: dict[str, tuple[int, ...]] = {}
     for r, path in enumerate(rank_files(checkpoint, meta["pp"])):
-        for name, tensor in load_state(path, r)["model"].items():
+        for name, tensor in _check_state(load_state(path), path, r)["model"].items():
             shape = tuple(tensor.shape)
             if shapes.setdefault(name, shape) != shape:
                 raise ConfigError(
@@ -200,4 +203,4 @@ def check(checkpoint: Path, model: dict[str, Any]) -> dict[str, Any]:
 def load_states(checkpoint: Path) -> list[dict[str, Any]]:
     """Every rank's saved state, in rank order (each loaded with `weights_only=True`)."""
     meta = read_meta(checkpoint)
-    return [load_state(p, r) for r, p in enumerate(rank_files(checkpoint, meta["pp"]))]
+    return [load_state(p) for p in rank_files(checkpoint, meta["pp"])]
