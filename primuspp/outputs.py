@@ -373,6 +373,7 @@ def locked_dir(directory: str | Path, key: str = "--out") -> Iterator[Path]:
     """Hold `<directory>/.primuspp.lock` (created with the directory if needed) for the block; a second
     holder, in this process or another, is refused with exit 2 naming the lock and its pid."""
     d = Path(directory)
+    check_writable_dir(d, key)
     created = not os.path.lexists(d)
     try:
         d.mkdir(parents=True, exist_ok=True)

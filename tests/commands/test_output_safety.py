@@ -357,3 +357,28 @@ def test_bare_compare_without_a_measured_run_says_what_it_compared(capsys, tmp_p
     assert code == 0, err
     text = " ".join(out.split())
     assert "compared the packaged config's runs, simulated now (no measured run in output/pp_data/" in text
+
+
+def test_immutable_out_is_one_line_before_any_work(capsys, tmp_path):
+    """An immutable directory (chattr +i, where the system lets us make one; else /proc/1, where nobody
+    may create files) as the place of every kind of output."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    immutable = subprocess.run(["chattr", "+i", str(ro)], capture_output=True).returncode == 0
+    where = ro if immutable else Path("/proc/1")
+    try:
+        for args in (
+            [*SIM, "--out", str(where / "out")],
+            ["dump", "--algo", "1f1b", "--pp", "2", "--mb", "2", "--out", str(where / "t.txt")],
+            ["viz", "configs/pp_simulation.yaml", "--chrome", str(where / "t.json")],
+        ):
+            code, out, err = _run(capsys, *args)
+            assert code == 2 and out == ""
+            _one_line_error(err, f"{args[-2]} {args[-1]}: cannot write in {where}")
+        proc = _train_in_child([*TRAIN, "--dump-pp-data", str(where / "pp")])
+        assert proc.returncode == 2 and proc.stdout.strip() == "torch never imported"
+        _one_line_error(proc.stderr, f"--dump-pp-data {where / 'pp'}: cannot write in {where}")
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(ro)], check=True)
+    assert list(ro.iterdir()) == []
