@@ -58,6 +58,10 @@ def compare(
     With --mem-limit and neither --algo nor SOURCES, every admissible algorithm, v and memory option is tried.
     A simulated run and a measured one (a pp_data dump of the same algorithm, p, v and m, or the only two
     given) are also shown predicted vs measured, with the error of each figure.
+
+    With no arguments at all, after `primuspp train` (which writes output/pp_data, or $DUMP_PP_DIR): the
+    measured run next to the latest `primuspp simulate` run of its schedule (else its schedule simulated now
+    on costs measured from it), predicted vs measured; without a measured run, the packaged config's runs.
     """
     if html is not None:
         check_file_target(html, "--html")  # before any work

@@ -156,7 +156,9 @@ def train(
 ) -> None:
     """Train with a schedule on real processes (gloo on CPU, nccl on GPU).
 
-    With --emulate, run the schedule on an emulated cluster instead (no model, no compute)."""
+    With --emulate, run the schedule on an emulated cluster instead (no model, no compute). Per-node
+    timings go to output/pp_data (Primus' pp_data format; $DUMP_PP_DIR or --dump-pp-data DIR elsewhere,
+    --no-dump nowhere), for `primuspp viz output/pp_data` and `primuspp compare`."""
     dump_pp_data = _dump_target(dump_pp_data, no_dump)
     emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
     if emulate:
