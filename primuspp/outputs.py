@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import json
@@ -304,8 +303,7 @@ _RENAME_EXCHANGE = 2
 def _exchange(a: Path, b: Path) -> bool:
     """Atomically swap two paths (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        fn = libc.renameat2
+        fn = ctypes.CDLL(None, use_errno=True).renameat2  # the process' own libc (glibc >= 2.28)
     except (OSError, AttributeError):
         return False
     at_fdcwd = -100
