@@ -77,7 +77,14 @@ def save(
     if rank == 0:
         _write(tmp / META, lambda f: f.write((json.dumps({**meta, "step": step}, indent=2) + "\n").encode()))
         _fsync_dir(tmp)
-        if final.exists():  # the same step saved again
+        if final.exists():  # the same step saved again: replaced only if it holds nothing but a checkpoint
+            foreign = [e.name for e in final.iterdir() if e.name != META and not _RANK_FILE.match(e.name)]
+            if foreign or final.is_symlink():
+                raise ConfigError(
+                    f"--save {final}: exists and holds {foreign[0] if foreign else 'a symlink'}, which "
+                    "primuspp did not write; not replaced",
+                    key="save",
+                )
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(root)
