@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from primuspp.algorithms.registry import ALGORITHMS
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
 from primuspp.commands.render import fidelity_table, results_table
 from primuspp.config.loader import load_config, run_specs
-from primuspp.sim.compare import rank_results
+from primuspp.errors import ConfigError
+from primuspp.outputs import check_file_target, default_pp_data_dir
+from primuspp.sim.compare import Latest, Ranking, describe_key, find_latest, rank_results
 from primuspp.sim.fidelity import load_runs, pair_runs, predicted_vs_measured
+from primuspp.sim.output import write_result
 from primuspp.sim.recommend import candidate_specs, simulate_candidates
 from primuspp.sim.runs import run, summary
 from primuspp.sim.sources import summaries_from_dir
@@ -53,7 +58,19 @@ def compare(
     With --mem-limit and neither --algo nor SOURCES, every admissible algorithm, v and memory option is tried.
     A simulated run and a measured one (a pp_data dump of the same algorithm, p, v and m, or the only two
     given) are also shown predicted vs measured, with the error of each figure.
+
+    With no arguments at all, after `primuspp train` (which writes output/pp_data, or $DUMP_PP_DIR): the
+    measured run next to the latest `primuspp simulate` run of its schedule (else its schedule simulated now
+    on costs measured from it), predicted vs measured; without a measured run, the packaged config's runs.
     """
+    if html is not None:
+        check_file_target(html, "--html")  # before any work
+    flags = (config, algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
+    if not sources and all(f is None for f in flags):
+        latest = find_latest(Path(load_config(None).output_dir), default_pp_data_dir())
+        if latest is not None:
+            _compare_latest(latest, json_, html)
+            return
     rows = []
     refused: list[tuple[str, str]] = []
     for src in sources or []:
@@ -73,6 +90,72 @@ def compare(
         specs = run_specs(load_config(config), ov)
         rows.extend(summary(run(spec)) for spec in progress(specs, "simulating"))
     ranking = rank_results(rows, mem_limit)
+    compared = ""
+    if not sources and not config:
+        compared = "the packaged config's runs, simulated now" if not algo else "the runs simulated now"
+        if all(f is None for f in flags):
+            compared += f" (no measured run in {default_pp_data_dir()}/: `primuspp train` writes one)"
+    _report(ranking, refused, pairs, mem_limit, json_, html, compared)
+
+
+def _compare_latest(latest: Latest, json_: bool, html: Path | None) -> None:
+    """Bare `compare` after `simulate` and `train`: the latest simulation of the measured schedule next to
+    the measured run, predicted vs measured; simulated now (costs measured from the run) when the latest
+    simulation does not hold that schedule."""
+    sim_root = Path(load_config(None).output_dir)
+    schedule = describe_key(latest.key)
+    algo, p, v, m = latest.key
+    real = load_runs(latest.measured)[0]
+    measured_row = summaries_from_dir(latest.measured)[0]
+    if latest.simulated is not None:
+        sim = load_runs(latest.simulated)[0]
+        pair = predicted_vs_measured(sim, real)
+        rows = [summaries_from_dir(latest.simulated)[0], measured_row]
+        compared = f"the latest simulation {latest.simulated}/ with the latest measured run {real.path}/"
+    else:
+        if algo not in ALGORITHMS:
+            raise ConfigError(
+                f"{latest.measured}: the measured run's schedule ({schedule}) is not one primuspp can "
+                "simulate; compare it with a simulate output: primuspp compare SIM_DIR PP_DATA_DIR",
+                key="path",
+            )
+        ov = o.overrides([algo], p, v if v > 1 else None, m, costs_from=latest.measured)
+        spec = run_specs(load_config(None), ov)[0]
+        with tempfile.TemporaryDirectory(prefix="primuspp-compare-") as tmp:
+            run_dir = write_result(run(spec), tmp)
+            sim = load_runs(run_dir)[0]
+            pair = predicted_vs_measured(sim, real)
+            rows = [summaries_from_dir(run_dir)[0], measured_row]
+        held = ", ".join(latest.held) if latest.held else "nothing"
+        compared = (
+            f"the latest measured run {real.path}/ ({schedule}) with its schedule simulated now on costs "
+            f"measured from it: {sim_root}/ holds no run of that schedule ({held})"
+        )
+    rows[0]["name"] += " (simulated)"
+    rows[1]["name"] += " (measured)"
+    ranking = rank_results(rows)
+    _report(ranking, [], [pair], None, json_, html, compared)
+    step = next((x for x in pair["metrics"] if x["metric"] == "step_time"), None)
+    if latest.simulated is not None and step and step["error"] is not None and abs(step["error"]) > 0.5:
+        ms = "" if v <= 1 else f" --vpp {v}"
+        hint = f"primuspp simulate --algo {algo} --pp {p}{ms} --mb {m} --costs-from {real.path}"
+        (err if json_ else out).print(
+            f"[dim]the simulation ran on its config's costs; for a prediction on the costs measured in "
+            f"this run: {hint}[/dim]",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _report(
+    ranking: Ranking,
+    refused: list[tuple[str, str]],
+    pairs: list[dict],
+    mem_limit: float | None,
+    json_: bool,
+    html: Path | None,
+    compared: str,
+) -> None:
     if json_:
         doc = {
             "results": ranking.rows,
@@ -82,8 +165,12 @@ def compare(
         }
         if pairs:
             doc["predicted_vs_measured"] = pairs
+        if compared:
+            doc["compared"] = compared
         print(json.dumps(doc))
     else:
+        if compared:
+            out.print(f"[dim]compared {compared}[/dim]", highlight=False, soft_wrap=True)
         out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
         for name, reason in refused:
             out.print(f"[dim]not admissible: {name}: {reason}[/dim]")

@@ -13,7 +13,7 @@ from primuspp.algorithms.registry import build_schedule
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out
 from primuspp.config.loader import load_config, run_specs
-from primuspp.errors import ConfigError
+from primuspp.outputs import check_file_target, safe_component, write_file
 from primuspp.schedule.formats import to_csv, to_json, to_text
 from primuspp.schedule.validation import validate
 from primuspp.sim.engine import simulate
@@ -61,6 +61,9 @@ def dump(
 ) -> None:
     """Write schedule tables (default: every run of the packaged config, as text on stdout)."""
     specs = run_specs(load_config(config), o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit))
+    if out_path is not None and not check:
+        for target in _targets(out_path, [spec.name for spec in specs], fmt):
+            check_file_target(target, "--out")  # before any table is built
     tables = []
     for spec in specs:
         table = build_schedule(
@@ -98,24 +101,18 @@ def dump(
                 print(("" if i == 0 else "\n") + f"## {name}")
             print(text, end="")
         return
-    if len(rendered) == 1 and not out_path.is_dir():
-        _write(out_path, rendered[0][1])
+    targets = _targets(out_path, [name for name, _ in rendered], fmt)
+    if len(targets) == 1 and targets[0] == out_path:
+        write_file(out_path, rendered[0][1], "--out")
         err.print(f"wrote {out_path}")
         return
-    try:
-        out_path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--out {out_path}: cannot create directory ({e.strerror})", key="out") from None
-    for name, text in rendered:
-        _write(out_path / f"{name}.{_EXT[fmt]}", text)
+    for target, (_, text) in zip(targets, rendered, strict=True):
+        write_file(target, text, "--out")
     err.print(f"wrote {len(rendered)} tables to {out_path}/")
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"--out {path}: cannot write ({e.strerror})", key="out") from None
+def _targets(out_path: Path, names: list[str], fmt: Format) -> list[Path]:
+    """One table: `out_path` itself unless it is a directory; several: `<out_path>/<name>.<ext>` each."""
+    if len(names) == 1 and not out_path.is_dir():
+        return [out_path]
+    return [out_path / f"{safe_component(name, 'run name')}.{_EXT[fmt]}" for name in names]

@@ -11,6 +11,7 @@ from primuspp.commands.console import err, out
 from primuspp.commands.launching import launched, run_table, step_bar
 from primuspp.config.loader import emulation_costs
 from primuspp.errors import ConfigError
+from primuspp.outputs import replace_dir
 from primuspp.sim.engine import simulate
 
 
@@ -65,7 +66,8 @@ def train_emulated(
         "peak_activation_bytes": [r.peak_memory * spec.unit_bytes for r in predicted.per_rank],
     }
     if dump_pp_data is not None:
-        dump_emulation(run, dump_pp_data, chosen.source)
+        key = "--dump-pp-data"
+        replace_dir(dump_pp_data, "pp_data", lambda d: dump_emulation(run, d, chosen.source), key)
         doc["pp_data"] = str(dump_pp_data)
     if json_:
         print(json.dumps(doc))

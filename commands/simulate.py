@@ -12,7 +12,7 @@ from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
 from primuspp.commands.render import results_table
 from primuspp.config.loader import load_config, run_specs
-from primuspp.sim.output import write_result
+from primuspp.sim.output import results_dir, write_result
 from primuspp.sim.runs import run, summary
 from primuspp.viz.terminal import render_timeline
 
@@ -38,10 +38,11 @@ def simulate(
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
     cfg = load_config(config)
     specs = run_specs(cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from))
-    results = [run(spec) for spec in progress(specs, "simulating")]
     target = out_dir or Path(cfg.output_dir)
-    for result in results:
-        write_result(result, target)
+    with results_dir(target, [spec.name for spec in specs]):  # locked, every target checked first
+        results = [run(spec) for spec in progress(specs, "simulating")]
+        for result in results:
+            write_result(result, target)
     summaries = [summary(r) for r in results]
     if json_:
         print(json.dumps({"results": summaries}))

@@ -16,6 +16,7 @@ from rich.table import Table
 from primuspp.commands.console import out
 from primuspp.commands.launching import launched, run_table, step_bar
 from primuspp.errors import ConfigError
+from primuspp.outputs import check_dir_target, check_writable_dir, default_pp_data_dir, replace_dir
 
 
 class Backend(StrEnum):
@@ -60,9 +61,13 @@ def train(
         typer.Option(
             "--dump-pp-data",
             envvar="DUMP_PP_DIR",
-            help="Write per-node timings (Primus pp_data) here (default: $DUMP_PP_DIR if set).",
+            help="Write per-node timings (Primus pp_data) here (default: $DUMP_PP_DIR if set, else "
+            "output/pp_data). An existing dump is replaced whole, only if primuspp wrote it.",
         ),
     ] = None,
+    no_dump: Annotated[
+        bool, typer.Option("--no-dump", help="Write no pp_data (overrides --dump-pp-data and $DUMP_PP_DIR).")
+    ] = False,
     layers: Annotated[
         int | None,
         typer.Option("--layers", help="Transformer layers (default: megatron 8, torch one block per stage)."),
@@ -151,7 +156,10 @@ def train(
 ) -> None:
     """Train with a schedule on real processes (gloo on CPU, nccl on GPU).
 
-    With --emulate, run the schedule on an emulated cluster instead (no model, no compute)."""
+    With --emulate, run the schedule on an emulated cluster instead (no model, no compute). Per-node
+    timings go to output/pp_data (Primus' pp_data format; $DUMP_PP_DIR or --dump-pp-data DIR elsewhere,
+    --no-dump nowhere), for `primuspp viz output/pp_data` and `primuspp compare`."""
+    dump_pp_data = _dump_target(dump_pp_data, no_dump)
     emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
     if emulate:
         from primuspp.commands.emulate import train_emulated
@@ -160,6 +168,7 @@ def train(
             flag = "--verify" if verify else "--inject-fault"
             raise ConfigError(f"{flag}: the emulated cluster computes nothing", key=flag[2:])
         steps = 3 if steps is None else steps
+        check_outputs(dump_pp_data)
         train_emulated(algo, pp, vpp, mb, steps, fwd, bwd, wgrad, config, costs_from, dump_pp_data, json_)
         return
     for flag, value in emulation.items():
@@ -216,6 +225,7 @@ def train(
     if hidden % heads:
         raise ConfigError(f"--hidden {hidden} must be a multiple of --heads {heads}", key="hidden")
     fault = _parse_fault(inject_fault) if inject_fault else None
+    check_outputs(dump_pp_data)
 
     # torch is imported here, not at CLI start-up: the other verbs run without it
     from primuspp.backends.torch.gpt import GPTConfig
@@ -249,15 +259,33 @@ def train(
         run = launched(lambda: run_training(spec, verify=verify, on_step=on_step))
     if run is None:  # a non-zero rank under torchrun
         return
-    if dump_pp_data is not None:
-        write_dump(run, dump_pp_data)
     doc = run.summary()
     if dump_pp_data is not None:
+        replace_dir(dump_pp_data, "pp_data", lambda d: write_dump(run, d), DUMP_KEY)
         doc["pp_data"] = str(dump_pp_data)
     if json_:
         print(json.dumps(doc))
         return
     _render(doc, table.describe())
+
+
+DUMP_KEY = "--dump-pp-data"
+
+
+def _dump_target(given: Path | None, no_dump: bool) -> Path | None:
+    """Where the pp_data goes: --dump-pp-data (or $DUMP_PP_DIR), else output/pp_data; --no-dump: nowhere."""
+    if no_dump:
+        return None
+    return given if given is not None and str(given) != "" else default_pp_data_dir()
+
+
+def check_outputs(dump: Path | None, save: Path | None = None) -> None:
+    """Every output location, before any rank starts: the dump is absent, empty or a dump primuspp wrote
+    (it is replaced whole at the end); --save is a directory, or can be created."""
+    if dump is not None:
+        check_dir_target(dump, "pp_data", DUMP_KEY)
+    if save is not None:
+        check_writable_dir(save, "--save")
 
 
 def _parse_fault(text: str) -> tuple[int, str]:
@@ -352,6 +380,7 @@ def _train_megatron(
         raise ConfigError("--save-interval needs --save DIR", key="save-interval")
     if not lr > 0:
         raise ConfigError(f"--lr must be > 0 (got {lr})", key="lr")
+    check_outputs(dump_pp_data, save)
 
     from primuspp.backends.megatron import require
 
@@ -388,10 +417,9 @@ def _train_megatron(
         run = launched(lambda: run_training(spec, on_step=on_step))
     if run is None:  # a non-zero rank under torchrun
         return
-    if dump_pp_data is not None:
-        write_dump(run, dump_pp_data)
     doc = run.summary()
     if dump_pp_data is not None:
+        replace_dir(dump_pp_data, "pp_data", lambda d: write_dump(run, d), DUMP_KEY)
         doc["pp_data"] = str(dump_pp_data)
     if save is not None:
         doc["checkpoint"] = str(save)

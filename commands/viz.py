@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from primuspp.commands.console import err
+from primuspp.outputs import check_file_target
 from primuspp.trace.chrome import chrome_traces
 from primuspp.viz.html import timeline_page, write_file
 from primuspp.viz.sources import load_sources, shown_iterations, with_transfers
@@ -47,9 +48,12 @@ def viz(
     ] = None,
 ) -> None:
     """Draw pipeline timelines: an interactive HTML page that opens offline, and/or a Chrome trace."""
-    sources = load_sources(paths)
     if out is None and chrome is None:
         out = DEFAULT_OUT
+    for target, key in ((out, "--out"), (chrome, "--chrome")):
+        if target is not None:
+            check_file_target(target, key)  # before reading and drawing anything
+    sources = load_sources(paths)
     if out is not None:
         html = timeline_page(sources, iteration)
         write_file(out, html)

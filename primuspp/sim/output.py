@@ -1,29 +1,46 @@
-"""Result directories: `<out>/<name>/config.json + pp_rank_<r>.json + summary.json`, written atomically."""
+"""Result directories: `<out>/<name>/config.json + pp_rank_<r>.json + summary.json + schedule.json`.
+
+Each is written whole through `primuspp.outputs.replace_dir` (an existing one is replaced only when primuspp
+wrote it, and never when it holds a file primuspp did not write); `results_dir` holds the lock of `<out>`
+for the whole run and checks every target before anything is simulated."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
-from primuspp.errors import ConfigError
+from primuspp.outputs import check_dir_target, locked_dir, replace_dir, safe_component
 from primuspp.schedule.formats import to_json_dict
 from primuspp.sim.engine import SimResult
 from primuspp.sim.runs import summary
 from primuspp.trace.pp_data import write_pp_data
 
+KEY = "--out"
+
+
+def check_results(out_dir: str | Path, names: Sequence[str]) -> None:
+    """Every run's directory under `out_dir` can be written (names safe, targets absent or ours)."""
+    out = Path(out_dir)
+    for name in names:
+        check_dir_target(out / safe_component(name, "run name"), "result", KEY)
+
+
+@contextmanager
+def results_dir(out_dir: str | Path, names: Sequence[str]) -> Iterator[Path]:
+    """Lock `out_dir` and check the targets of `names` before the work inside the block."""
+    with locked_dir(out_dir, KEY) as out:
+        check_results(out, names)
+        yield out
+
 
 def write_result(result: SimResult, out_dir: str | Path) -> Path:
-    """Write one run's directory; an earlier one of the same name is replaced only once all is written."""
-    out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(f"--out {out}: cannot create ({err.strerror})", key="out") from None
-    target = out / result.name
-    tmp = Path(tempfile.mkdtemp(prefix=f".{result.name}.", dir=out))
-    try:
+    """Write one run's directory; an earlier one of the same name (ours) is replaced only once all is
+    written."""
+    name = safe_component(result.name, "run name")  # again here: no name may leave `out_dir`
+
+    def write(tmp: Path) -> None:
         costs = result.costs
         extra = {
             "placement": result.table.placement.kind,
@@ -32,14 +49,5 @@ def write_result(result: SimResult, out_dir: str | Path) -> Path:
         write_pp_data([result.timeline], tmp, extra)
         (tmp / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n")
         (tmp / "schedule.json").write_text(json.dumps(to_json_dict(result.table)) + "\n")
-        if target.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{result.name}.old.", dir=out))
-            target.rename(old / "x")
-            tmp.rename(target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+
+    return replace_dir(Path(out_dir) / name, "result", write, KEY)

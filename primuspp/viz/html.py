@@ -10,7 +10,7 @@ from typing import Any
 
 from plotly.offline import get_plotlyjs
 
-from primuspp.errors import ConfigError
+from primuspp import outputs
 from primuspp.trace.timeline import Timeline
 from primuspp.viz.compare_figure import compare_figure, compare_table_html
 from primuspp.viz.sources import Source, shown_iterations
@@ -86,15 +86,9 @@ def page(title: str, body: str, data: dict[str, Any], script: str, intro: str = 
 
 
 def write_file(path: Path, text: str, option: str = "--out") -> None:
-    """Write `text` atomically; a failure is a one-line error naming `option` and the path."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise ConfigError(f"{option} {path}: cannot write ({err.strerror})", key=option.lstrip("-")) from None
+    """Write `text` through `primuspp.outputs.write_file` (atomic for regular files, written through
+    symlinks, straight into devices and FIFOs); a failure is a one-line error naming `option` and the path."""
+    outputs.write_file(path, text, option)
 
 
 def _embedded(source: Source, pick: int) -> list[Timeline]:

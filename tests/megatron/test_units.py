@@ -137,7 +137,8 @@ def test_streams_are_deterministic_by_position(tmp_path):
 def test_checkpoint_keeps_the_newest_complete(tmp_path):
     root = tmp_path / "ckpt"
     for step in (1, 2, 3):
-        checkpoint.save(root, step, 0, {"x": torch.tensor([step])}, {"data_position": step}, keep=2)
+        meta = {"data_position": step, "pp": 1, "model": {}}
+        checkpoint.save(root, step, 0, {"x": torch.tensor([step])}, meta, keep=2)
     assert [p.name for p in checkpoint.complete(root)] == ["step_0000002", "step_0000003"]
     found = checkpoint.find(root)
     assert checkpoint.read_meta(found)["step"] == 3
@@ -156,11 +157,12 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
         import os, signal, torch
         from primuspp.backends.megatron import checkpoint
         root = {str(root)!r}
-        checkpoint.save(root, 1, 0, {{"w": torch.ones(3)}}, {{"data_position": 8}})
+        meta = {{"pp": 1, "model": {{}}}}
+        checkpoint.save(root, 1, 0, {{"w": torch.ones(3)}}, {{**meta, "data_position": 8}})
         def die():
             os.kill(os.getpid(), signal.SIGKILL)
         # two ranks' files; the process dies after the first
-        checkpoint.save(root, 2, 0, {{"w": torch.zeros(3)}}, {{"data_position": 16}}, after_write=die)
+        checkpoint.save(root, 2, 0, {{"w": torch.zeros(3)}}, {{**meta, "data_position": 16}}, after_write=die)
         """
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -169,7 +171,7 @@ def test_a_save_killed_midway_leaves_the_previous_checkpoint(tmp_path):
     found = checkpoint.find(root)
     assert found.name == "step_0000001" and checkpoint.read_meta(found)["data_position"] == 8
     assert torch.equal(checkpoint.load_states(found)[0]["w"], torch.ones(3))
-    checkpoint.save(root, 2, 0, {"w": torch.zeros(3)}, {"data_position": 16})
+    checkpoint.save(root, 2, 0, {"w": torch.zeros(3)}, {"data_position": 16, "pp": 1, "model": {}})
     assert not list(root.glob(".tmp-*"))
     assert checkpoint.find(root).name == "step_0000002"
 

@@ -25,6 +25,7 @@ import torch
 from primuspp.errors import ConfigError
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+_RANK_FILE = re.compile(r"^rank_(\d+)\.pt$")
 META = "meta.json"
 
 
@@ -76,7 +77,14 @@ def save(
     if rank == 0:
         _write(tmp / META, lambda f: f.write((json.dumps({**meta, "step": step}, indent=2) + "\n").encode()))
         _fsync_dir(tmp)
-        if final.exists():  # the same step saved again
+        if final.exists():  # the same step saved again: replaced only if it holds nothing but a checkpoint
+            foreign = [e.name for e in final.iterdir() if e.name != META and not _RANK_FILE.match(e.name)]
+            if foreign or final.is_symlink():
+                raise ConfigError(
+                    f"--save {final}: exists and holds {foreign[0] if foreign else 'a symlink'}, which "
+                    "primuspp did not write; not replaced",
+                    key="save",
+                )
             shutil.rmtree(final)
         os.rename(tmp, final)
         _fsync_dir(root)
@@ -110,13 +118,96 @@ def find(path: str | Path) -> Path:
 
 
 def read_meta(checkpoint: Path) -> dict[str, Any]:
+    """The checkpoint's meta.json, checked: an object with the fields a resume needs, of the right types."""
+    from primuspp.inputs import load_json
+
+    meta = load_json(checkpoint / META, "--load")
+    where = f"--load {checkpoint / META}"
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{where}: expected a JSON object", key="load")
+    for field, kind in (("step", int), ("data_position", int), ("pp", int), ("model", dict)):
+        value = meta.get(field)
+        if not isinstance(value, kind) or isinstance(value, bool) or (kind is int and value < 0):
+            what = "a non-negative integer" if kind is int else "an object"
+            raise ConfigError(f"{where}: '{field}' must be {what} (got {value!r})", key="load")
+    if meta["pp"] < 1:
+        raise ConfigError(f"{where}: 'pp' must be >= 1 (got {meta['pp']})", key="load")
+    return meta
+
+
+def rank_files(checkpoint: Path, pp: int) -> list[Path]:
+    """`rank_0.pt` .. `rank_<pp-1>.pt`, all regular files, and no others: the ranks the meta says saved."""
+    found = {}
+    for p in checkpoint.iterdir():
+        match = _RANK_FILE.match(p.name)
+        if match:
+            found[int(match.group(1))] = p
+    if sorted(found) != list(range(pp)):
+        have = ", ".join(p.name for _, p in sorted(found.items())) or "none"
+        raise ConfigError(
+            f"--load {checkpoint}: meta.json says {pp} ranks saved (rank_0.pt .. rank_{pp - 1}.pt); "
+            f"found {have}",
+            key="load",
+        )
+    for p in found.values():
+        if not p.is_file():  # a FIFO would block the load
+            raise ConfigError(f"--load {p}: not a regular file", key="load")
+    return [found[r] for r in range(pp)]
+
+
+def load_state(path: Path) -> Any:
+    """One rank's file, unpickled with `weights_only=True`: tensors, numbers, strings and containers only,
+    so a crafted file cannot run code; anything else is refused in one line."""
     try:
-        return json.loads((checkpoint / META).read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"--load {checkpoint}: unreadable {META} ({err})", key="load") from None
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # UnpicklingError (a forbidden global), RuntimeError (not a torch file), ...
+        detail = " ".join(str(err).split())[:200]
+        raise ConfigError(
+            f"--load {path}: not a checkpoint primuspp can load safely ({type(err).__name__}: {detail})",
+            key="load",
+        ) from None
+
+
+def _check_state(state: Any, path: Path, rank: int) -> dict[str, Any]:
+    ok = (
+        isinstance(state, dict)
+        and isinstance(state.get("model"), dict)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state["model"].items())
+        and isinstance(state.get("optimizer"), dict)
+        and isinstance(state.get("param_groups"), list)
+        and state.get("rank") == rank
+    )
+    if not ok:
+        raise ConfigError(
+            f"--load {path}: not rank {rank}'s state (expected 'model' tensors by name, 'optimizer', "
+            f"'param_groups' and 'rank': {rank})",
+            key="load",
+        )
+    return state
+
+
+def check(checkpoint: Path, model: dict[str, Any]) -> dict[str, Any]:
+    """Launcher side, before any rank starts: the meta (model, rank count) and every rank's file (loadable
+    safely, the right structure, one shape per parameter name). Returns the meta."""
+    meta = read_meta(checkpoint)
+    if meta["model"] != model:
+        raise ConfigError(
+            f"--load {checkpoint}: saved for model {meta['model']}, this run's model is {model}", key="load"
+        )
+    shapes: dict[str, tuple[int, ...]] = {}
+    for r, path in enumerate(rank_files(checkpoint, meta["pp"])):
+        for name, tensor in _check_state(load_state(path), path, r)["model"].items():
+            shape = tuple(tensor.shape)
+            if shapes.setdefault(name, shape) != shape:
+                raise ConfigError(
+                    f"--load {path}: parameter {name} has shape {list(shape)}, another rank saved "
+                    f"{list(shapes[name])}",
+                    key="load",
+                )
+    return meta
 
 
 def load_states(checkpoint: Path) -> list[dict[str, Any]]:
-    """Every rank's saved state, in rank order."""
-    files = sorted(checkpoint.glob("rank_*.pt"), key=lambda p: int(p.stem.split("_")[1]))
-    return [torch.load(p, map_location="cpu", weights_only=False) for p in files]
+    """Every rank's saved state, in rank order (each loaded with `weights_only=True`)."""
+    meta = read_meta(checkpoint)
+    return [load_state(p) for p in rank_files(checkpoint, meta["pp"])]

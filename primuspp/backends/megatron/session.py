@@ -75,12 +75,7 @@ def check_inputs(spec: TrainSpec) -> None:
     make_stream(spec.model.seq_len, spec.seed, spec.data)  # reads the data file: missing / too short
     if spec.load is not None:
         ckpt = checkpoint.find(spec.load)
-        meta = checkpoint.read_meta(ckpt)
-        want = spec.model.as_dict()
-        if meta.get("model") != want:
-            raise ConfigError(
-                f"--load {ckpt}: saved for model {meta.get('model')}, this run's model is {want}", key="load"
-            )
+        meta = checkpoint.check(ckpt, spec.model.as_dict())  # every rank's file loaded safely, here
         if int(meta["step"]) >= spec.steps:
             raise ConfigError(
                 f"--load {ckpt}: the checkpoint is at step {meta['step']}, --steps is {spec.steps} "
