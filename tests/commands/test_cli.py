@@ -168,7 +168,10 @@ def test_json_stdout_stays_clean_with_the_solver(tmp_path):
 
 BAD_INPUT = [
     (["simulate", "--algo", "nope"], "unknown algorithm 'nope' (allowed: gpipe, 1f1b"),
-    (["simulate", "--algo", "1f1b", "--pp", "0"], "Invalid value for '--pp': 0: expected an integer from 1 to"),
+    (
+        ["simulate", "--algo", "1f1b", "--pp", "0"],
+        "Invalid value for '--pp': 0: expected an integer from 1 to",
+    ),
     (["simulate", "--algo", "1f1b", "--mb", "0"], "'--micro-batches': 0: expected an integer from 1 to"),
     (["simulate", "--algo", "1f1b", "--vpp", "2"], "vpp=2 is not allowed for 1f1b (allowed: 1)"),
     (
