@@ -14,7 +14,7 @@ from primuspp.config.schema import SimulationConfig, parse_model
 from primuspp.errors import ConfigError
 from primuspp.inputs import parse_yaml, read_text
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.limits import DEFAULT_MAX_NODES, check_nodes, estimate_nodes
+from primuspp.schedule.limits import DEFAULT_MAX_NODES, check_nodes, estimate_nodes, finite_cost
 from primuspp.sim.runs import RunSpec
 
 DEFAULT_CONFIG = "pp_simulation.yaml"
@@ -148,6 +148,9 @@ def _check_sizes(specs: list[RunSpec], max_nodes: int) -> None:
 
 #: the emulated cluster's default cost model: 20 ms per F, B and W of a rank's share, one activation unit
 EMULATION_DEFAULTS: dict[str, Any] = {"forward": 20.0, "backward": 20.0, "wgrad": 20.0}
+#: longest wait (ms) an emulated compute node may be given: a rank really waits it
+MAX_EMULATED_MS = 60_000.0
+_EMULATION_FLAGS = {"forward": "--fwd", "backward": "--bwd", "wgrad": "--wgrad"}
 
 
 @dataclass(frozen=True)
@@ -186,7 +189,14 @@ def emulation_costs(
         if cal.memory_unit == "bytes" and cal.activation_per_microbatch > 0:
             per_byte = round(cal.activation_per_microbatch)  # activation comes in units of this
     given = {k: v for k, v in explicit.items() if v is not None}
+    for k, v in given.items():
+        finite_cost(v, _EMULATION_FLAGS.get(k, f"--{k}"), high=MAX_EMULATED_MS)
     values.update(given)
+    origin = f"--costs-from {costs_from}: " if costs_from is not None else f"--config {config}: costs."
+    for k in _EMULATION_FLAGS:  # from a config or a measured run: each value, named by where it came from
+        for x in values[k] if isinstance(values[k], tuple | list) else (values[k],):
+            if k not in given:
+                finite_cost(x, f"{origin}{k}", high=MAX_EMULATED_MS)
     if given:
         source += " with " + ", ".join(f"{k}={v:g}" for k, v in given.items())
     comm = float(values.pop("comm", 0.0) or 0.0)

@@ -62,8 +62,13 @@ def finite_cost(
     below = number <= low if open_low else number < low
     if not math.isfinite(number) or below or number > high:
         relation = ">" if open_low else "≥"
+        shown = (
+            f"{key} {value:g}"
+            if key.startswith("--") and isinstance(value, float | int)
+            else f"{key}={value!r}"
+        )
         raise ConfigError(
-            f"{key}={value!r}: expected a finite number {relation} {low:g} and ≤ {high:g}", key=key
+            f"{shown}: expected a finite number {relation} {low:g} and ≤ {high:g}", key=key.lstrip("-")
         )
     return number
 
