@@ -79,17 +79,6 @@ def read_text(path: str | Path, key: str | None = None, max_bytes: int = MAX_INP
     return decode_text(read_bytes(path, key, max_bytes), _where(Path(path), key), key)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows (only finite numbers)")
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text} overflows a float (only finite numbers)")
-    return number
-
-
 def _depth(value: Any, limit: int) -> int:
     """Nesting depth of a parsed document, iteratively (a deep document must not exhaust the stack)."""
     deepest = 0
@@ -111,14 +100,17 @@ def _depth(value: Any, limit: int) -> int:
 
 def parse_json(text: str, where: str, key: str | None = None, max_nesting: int = MAX_NESTING) -> Any:
     """JSON with NaN/Infinity refused, nesting bounded, huge or overflowing numbers refused."""
-    try:
-        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    try:  # NaN, Infinity and overflowing numbers are read, then refused below with the key they stand under
+        data = json.loads(text)
     except RecursionError:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key) from None
     except ValueError as err:  # JSONDecodeError is a ValueError; so is int()'s digit limit
         raise ConfigError(f"{where}: not valid JSON ({' '.join(str(err).split())})", key=key) from None
     if _depth(data, max_nesting) > max_nesting:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key)
+    bad = _non_finite(data)
+    if bad is not None:
+        raise ConfigError(f"{where}: {bad[0]}={bad[1]!r}: expected a finite number", key=bad[0] or key)
     return data
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import pydantic
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from primuspp.errors import ConfigError
 from primuspp.schedule.limits import MAX_COST, MAX_MB, MAX_MEM_LIMIT, MAX_PP, MAX_VPP
@@ -47,9 +47,21 @@ def _mem_limit(value: float | int) -> float | int:
 Number = Annotated[float | int, AfterValidator(_finite)]
 PerStageValue = Number | list[Number]
 RunName = Annotated[str, AfterValidator(_safe_name)]
-Pp = Annotated[int, Field(ge=1, le=MAX_PP)]
-Vpp = Annotated[int, Field(ge=1, le=MAX_VPP)]
-Microbatches = Annotated[int, Field(ge=1, le=MAX_MB)]
+
+
+def _int_from_1_to(high: int) -> Callable[[Any], int]:
+    def check(value: Any) -> int:
+        integral = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not integral or not 1 <= value <= high:
+            raise ValueError(f"expected an integer from 1 to {high:,}")
+        return int(value)
+
+    return check
+
+
+Pp = Annotated[int, BeforeValidator(_int_from_1_to(MAX_PP))]
+Vpp = Annotated[int, BeforeValidator(_int_from_1_to(MAX_VPP))]
+Microbatches = Annotated[int, BeforeValidator(_int_from_1_to(MAX_MB))]
 
 
 class CostsConfig(BaseModel):
@@ -111,9 +123,17 @@ def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
     return current
 
 
+def _is_validator_step(part: object) -> bool:
+    """pydantic's names for union members and validator steps in an error location (`function-after[...]`,
+    `list[...]`, `float`), which are not keys the user wrote."""
+    return isinstance(part, str) and (part in ("float", "int", "str") or part.endswith("]"))
+
+
 def _dotted(loc: tuple) -> str:
     text = ""
     for part in loc:
+        if text and _is_validator_step(part):
+            continue
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
