@@ -46,6 +46,7 @@ def from_text(text: str) -> ScheduleTable:
     _check_kind(kind, "text schedule header")
     placement = make_placement(kind, pp, vpp)
     ranks = _nodes([ln.split() for ln in lines[1:]], "text schedule")
+    _check_ranges(ranks, placement, m, "text schedule")
     return ScheduleTable(placement, m, ranks, fields.get("algorithm", "custom"))
 
 
@@ -83,6 +84,35 @@ def _check_kind(kind: Any, source: str) -> None:
         )
 
 
+def _check_placement(placement: Placement, source: str) -> None:
+    """Field lengths and ranges agree (routes were checked to cover 0..n-1 by Placement itself)."""
+    n = placement.num_stages
+    for key, values, high in (
+        ("stage_chunk", placement.stage_chunk, placement.vpp),
+        ("model_part", placement.model_part, n),
+    ):
+        if len(values) != n or any(not 0 <= x < high for x in values):
+            raise ValidationError(
+                f"{source}: placement.{key}: expected {n} values (one per stage) in 0..{high - 1}"
+            )
+
+
+def _check_ranges(nodes: tuple[tuple[Node, ...], ...], placement: Placement, m: int, source: str) -> None:
+    """Every node names a microbatch < m, a stage < the stage count and a peer < pp (checked before the
+    validator, which indexes by them)."""
+    n, pp = placement.num_stages, placement.pp
+    for rank, row in enumerate(nodes):
+        for pos, node in enumerate(row):
+            for part in node.parts or (node,):
+                if not (0 <= part.microbatch < m and 0 <= part.stage < n) or not (
+                    part.peer is None or 0 <= part.peer < pp
+                ):
+                    raise ValidationError(
+                        f"{source}: ranks[{rank}][{pos}]={format_node(node)!r}: microbatch, stage or peer "
+                        f"out of range (micro_batches={m}, {n} stages, pp={pp})"
+                    )
+
+
 def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
     """A table from its JSON document; sizes, the placement kind and field types are checked first (a table
     is user input: `1e30` microbatches or an unknown placement kind is refused in one line)."""
@@ -107,7 +137,12 @@ def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
     for key in ("stage_rank", "stage_chunk", "routes", "model_part"):
         if key in place and not isinstance(place[key], list):
             raise ValidationError(f"{source}: placement.{key}: expected a list")
+    n = len(place.get("stage_rank", []))
+    routes = place.get("routes", [])
+    if not all(isinstance(r, list) and all(isinstance(x, int) and 0 <= x < n for x in r) for r in routes):
+        raise ValidationError(f"{source}: placement.routes: expected lists of stages in 0..{n - 1}")
     placement = Placement.from_dict(place)
+    _check_placement(placement, source)
     ranks = data["ranks"]
     if not isinstance(ranks, list) or not all(isinstance(r, list) for r in ranks):
         raise ValidationError(f"{source}: 'ranks' must be a list of lists of node strings")
@@ -117,6 +152,7 @@ def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
     if not isinstance(params, dict):
         raise ValidationError(f"{source}: params={params!r}: expected an object")
     nodes = _nodes(ranks, source)
+    _check_ranges(nodes, placement, data["micro_batches"], source)
     return ScheduleTable(
         placement, data["micro_batches"], nodes, str(data.get("algorithm", "custom")), params
     )
