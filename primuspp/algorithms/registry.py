@@ -23,7 +23,15 @@ from primuspp.gcpause import without_gc
 from primuspp.inputs import parse_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json_dict, from_text
-from primuspp.schedule.limits import DEFAULT_MAX_NODES, MAX_MB, MAX_PP, MAX_VPP, check_nodes, estimate_nodes
+from primuspp.schedule.limits import (
+    DEFAULT_MAX_NODES,
+    MAX_COST,
+    MAX_MB,
+    MAX_PP,
+    MAX_VPP,
+    check_nodes,
+    estimate_nodes,
+)
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
@@ -142,6 +150,11 @@ def _resolve_params(algo: Algorithm, params: dict[str, Any]) -> dict[str, Any]:
             raise ScheduleError(
                 f"{algo.name}: parameter {key}={value!r} must be {spec.type.__name__}", key=key
             ) from None
+        if isinstance(value, float) and not abs(value) <= MAX_COST:  # NaN, inf, 1e308 (doubles to inf)
+            raise ScheduleError(
+                f"{algo.name}: parameter {key}={value!r} must be a finite number of magnitude ≤ {MAX_COST:g}",
+                key=key,
+            )
         if spec.choices and value not in spec.choices:
             choices = ", ".join(map(str, spec.choices))
             raise ScheduleError(f"{algo.name}: {key}={value!r} not allowed (allowed: {choices})", key=key)

@@ -197,6 +197,14 @@ CASES = [
         "mem_limit=-1",
     ),
     (
+        "param-1e308",
+        lambda t: [
+            "simulate",
+            *_config(t, "c.yaml", "runs: [{algorithm: v-auto, params: {max_mem: 1.0e+308}}]\n"),
+        ],
+        "max_mem=1e+308",
+    ),
+    (
         "primus-fwd-inf",
         lambda t: ["simulate", *_config(t, "p.yaml", PRIMUS.replace("fwd_time: 1", "fwd_time: .inf") % "ok")],
         "fwd_time=inf",
