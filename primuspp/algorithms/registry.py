@@ -112,6 +112,7 @@ def build_schedule(
         f"{algo.name} with pp={pp}, vpp={vpp}, micro_batches={micro_batches}",
         estimate_nodes(algo.placement, pp, vpp, micro_batches),
         DEFAULT_MAX_NODES if max_nodes is None else max_nodes,
+        flag=max_nodes is not None,
     )
     resolved = _resolve_params(algo, params)
     reason = algo.refuse(pp, vpp, micro_batches, resolved)

@@ -73,8 +73,11 @@ def finite_cost(
     return number
 
 
-def check_nodes(described: str, estimate: int, max_nodes: int, *, total: bool = False) -> None:
-    """Refuse a run (or, with `total`, a command's runs together) estimated over `max_nodes` nodes."""
+def check_nodes(
+    described: str, estimate: int, max_nodes: int, *, total: bool = False, flag: bool = True
+) -> None:
+    """Refuse a run (or, with `total`, a command's runs together) estimated over `max_nodes` nodes.
+    `flag`: the limit came from (or defaults) `--max-nodes`; otherwise it is the built-in default (train)."""
     if estimate <= max_nodes:
         return
     size = estimate * BYTES_PER_NODE
@@ -82,6 +85,10 @@ def check_nodes(described: str, estimate: int, max_nodes: int, *, total: bool = 
     what = "together need" if total else "needs"
     raise ConfigError(
         f"{described} {what} an estimated {estimate:,} nodes (compute + p2p, ~{shown}), over "
-        f"--max-nodes={max_nodes:,}: lower --pp, --vpp or --mb, or raise --max-nodes",
+        + (
+            f"--max-nodes={max_nodes:,}: lower --pp, --vpp or --mb, or raise --max-nodes"
+            if flag
+            else f"the limit of {max_nodes:,} nodes: lower --pp, --vpp or --mb"
+        ),
         key="max-nodes",
     )

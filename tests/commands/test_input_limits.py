@@ -71,6 +71,11 @@ CASES = [
     ("huge-run", lambda t: ["simulate", "--algo", "1f1b", "--pp", "4096", "--mb", "65536"], "--max-nodes"),
     ("huge-dump", lambda t: ["dump", "--algo", "zbv", "--pp", "4096", "--mb", "65536"], "--max-nodes"),
     ("huge-compare", lambda t: ["compare", "--algo", "1f1b", "--pp", "4096", "--mb", "65536"], "--max-nodes"),
+    (
+        "huge-train",
+        lambda t: ["train", "--backend", "torch", "--pp", "4096", "--mb", "65536"],
+        "over the limit of 10,000,000 nodes",
+    ),
     ("small-limit", lambda t: ["simulate", "--algo", "1f1b", "--max-nodes", "100"], "--max-nodes=100"),
     ("max-nodes-0", lambda t: ["simulate", "--max-nodes", "0"], "'--max-nodes': 0"),
     # item 8: special and oversized inputs
