@@ -47,6 +47,7 @@ def compare(
     comm: o.CommOpt = None,
     mem_limit: o.MemLimitOpt = None,
     costs_from: o.CostsFromOpt = None,
+    max_nodes: o.MaxNodesOpt = o.DEFAULT_MAX_NODES,
     json_: o.JsonOpt = False,
     html: Annotated[
         Path | None,
@@ -80,7 +81,7 @@ def compare(
         records = [r for src in sources for r in load_runs(src)]
         matched, _ = pair_runs(records)
         pairs = [predicted_vs_measured(sim, real) for sim, real in matched]
-    ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
+    ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
     if mem_limit is not None and not algo and not sources:
         base = run_specs(load_config(config), ov)[0]
         candidates = candidate_specs(base.pp, base.micro_batches, base.costs, mem_limit)

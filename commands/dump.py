@@ -42,6 +42,7 @@ def dump(
     wgrad: o.WgradOpt = None,
     comm: o.CommOpt = None,
     mem_limit: o.MemLimitOpt = None,
+    max_nodes: o.MaxNodesOpt = o.DEFAULT_MAX_NODES,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.text,
     out_path: Annotated[
         Path | None,
@@ -60,14 +61,23 @@ def dump(
     ] = False,
 ) -> None:
     """Write schedule tables (default: every run of the packaged config, as text on stdout)."""
-    specs = run_specs(load_config(config), o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit))
+    specs = run_specs(
+        load_config(config),
+        o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, max_nodes=max_nodes),
+    )
     if out_path is not None and not check:
         for target in _targets(out_path, [spec.name for spec in specs], fmt):
             check_file_target(target, "--out")  # before any table is built
     tables = []
     for spec in specs:
         table = build_schedule(
-            spec.algorithm, spec.pp, spec.vpp, spec.micro_batches, spec.costs, **spec.params
+            spec.algorithm,
+            spec.pp,
+            spec.vpp,
+            spec.micro_batches,
+            spec.costs,
+            max_nodes=spec.max_nodes,
+            **spec.params,
         )
         tables.append((spec, table))
     if check:

@@ -1,7 +1,14 @@
-"""Options shared by several verbs."""
+"""Options shared by several verbs.
+
+Numbers are bounded where they are typed (primuspp.schedule.limits): --pp 1..65,536, --vpp 1..1,024,
+--mb 1..1,048,576, costs (--fwd/--bwd/--wgrad/--comm) finite and 0..1e15, --mem-limit finite in (0, 1e9],
+--max-nodes the estimated nodes a command may build (default 10 million, ~4 GiB). A value outside is one
+line naming the flag, exit 2."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -9,7 +16,47 @@ import typer
 
 from primuspp.commands.console import err
 from primuspp.config.loader import Overrides
+from primuspp.schedule.limits import DEFAULT_MAX_NODES, MAX_COST, MAX_MB, MAX_MEM_LIMIT, MAX_PP, MAX_VPP
 from primuspp.sim.calibrate import costs_from_dir
+
+
+def finite_check(
+    low: float = 0.0, high: float = MAX_COST, *, open_low: bool = False
+) -> Callable[[float | None], float | None]:
+    """A typer callback refusing NaN, ±inf and values outside [low, high] ((low, high] with `open_low`)."""
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return None
+        below = value <= low if open_low else value < low
+        if not math.isfinite(value) or below or value > high:
+            relation = ">" if open_low else "≥"
+            raise typer.BadParameter(f"{value:g}: expected a finite number {relation} {low:g} and ≤ {high:g}")
+        return value
+
+    return check
+
+
+def int_check(low: int, high: int) -> Callable[[int | None], int | None]:
+    """A typer callback refusing integers outside [low, high], naming the value and the range."""
+
+    def check(value: int | None) -> int | None:
+        if value is not None and not low <= value <= high:
+            raise typer.BadParameter(f"{value}: expected an integer from {low:,} to {high:,}")
+        return value
+
+    return check
+
+
+def check_finite_flag(value: float | None, flag: str, low: float = 0.0, high: float = MAX_COST) -> None:
+    """For options declared outside this module (train's --lr): the same rule as `finite_check`, > low."""
+    from primuspp.errors import ConfigError
+
+    if value is not None and not (math.isfinite(value) and low < value <= high):
+        raise ConfigError(
+            f"{flag} {value:g}: expected a finite number > {low:g} and ≤ {high:g}", key=flag.lstrip("-")
+        )
+
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Simulation YAML (ours or Primus' pp_simulation.yaml).")
@@ -20,19 +67,48 @@ AlgoOpt = Annotated[
         "--algo", "-a", help="Algorithm name or alias, or file:PATH (repeatable). See `primuspp algorithms`."
     ),
 ]
-PpOpt = Annotated[int | None, typer.Option("--pp", help="Pipeline ranks p.")]
-VppOpt = Annotated[int | None, typer.Option("--vpp", help="Chunks per rank v (algorithms that allow it).")]
-MbOpt = Annotated[int | None, typer.Option("--mb", "--micro-batches", help="Microbatches per iteration m.")]
-FwdOpt = Annotated[
-    float | None, typer.Option("--fwd", help="Forward time of one rank's share per microbatch.")
+PpOpt = Annotated[int | None, typer.Option("--pp", callback=int_check(1, MAX_PP), help="Pipeline ranks p.")]
+VppOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--vpp", callback=int_check(1, MAX_VPP), help="Chunks per rank v (algorithms that allow it)."
+    ),
 ]
-BwdOpt = Annotated[float | None, typer.Option("--bwd", help="Input-grad (B) time; a full backward is B + W.")]
-WgradOpt = Annotated[float | None, typer.Option("--wgrad", help="Weight-grad (W) time.")]
-CommOpt = Annotated[float | None, typer.Option("--comm", help="Latency of one p2p transfer.")]
+MbOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--mb", "--micro-batches", callback=int_check(1, MAX_MB), help="Microbatches per iteration m."
+    ),
+]
+FwdOpt = Annotated[
+    float | None,
+    typer.Option("--fwd", callback=finite_check(), help="Forward time of one rank's share per microbatch."),
+]
+BwdOpt = Annotated[
+    float | None,
+    typer.Option("--bwd", callback=finite_check(), help="Input-grad (B) time; a full backward is B + W."),
+]
+WgradOpt = Annotated[
+    float | None, typer.Option("--wgrad", callback=finite_check(), help="Weight-grad (W) time.")
+]
+CommOpt = Annotated[
+    float | None, typer.Option("--comm", callback=finite_check(), help="Latency of one p2p transfer.")
+]
 MemLimitOpt = Annotated[
     float | None,
     typer.Option(
-        "--mem-limit", help="Per-rank activation cap in microbatch units (1 = one microbatch, whole rank)."
+        "--mem-limit",
+        callback=finite_check(0.0, MAX_MEM_LIMIT, open_low=True),
+        help="Per-rank activation cap in microbatch units (1 = one microbatch, whole rank); > 0.",
+    ),
+]
+MaxNodesOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-nodes",
+        callback=int_check(1, 10**12),
+        help="Refuse runs whose tables are estimated above this many nodes in all (compute + p2p; about "
+        "400 bytes each: the default keeps a command near 4 GiB).",
     ),
 ]
 CostsFromOpt = Annotated[
@@ -59,6 +135,7 @@ def overrides(
     comm: float | None = None,
     mem_limit: float | None = None,
     costs_from: Path | None = None,
+    max_nodes: int = DEFAULT_MAX_NODES,
 ) -> Overrides:
     costs: dict[str, Any] = {}
     if costs_from is not None:
@@ -77,4 +154,4 @@ def overrides(
         )
     explicit = (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))
     costs.update({k: v for k, v in explicit if v is not None})
-    return Overrides(tuple(algo or ()), pp, vpp, mb, costs, mem_limit)
+    return Overrides(tuple(algo or ()), pp, vpp, mb, costs, mem_limit, max_nodes)

@@ -29,6 +29,7 @@ def simulate(
     comm: o.CommOpt = None,
     mem_limit: o.MemLimitOpt = None,
     costs_from: o.CostsFromOpt = None,
+    max_nodes: o.MaxNodesOpt = o.DEFAULT_MAX_NODES,
     out_dir: Annotated[
         Path | None, typer.Option("--out", "-o", help="Results directory (default: the config's output_dir).")
     ] = None,
@@ -37,7 +38,9 @@ def simulate(
 ) -> None:
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
     cfg = load_config(config)
-    specs = run_specs(cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from))
+    specs = run_specs(
+        cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
+    )
     target = out_dir or Path(cfg.output_dir)
     with results_dir(target, [spec.name for spec in specs]):  # locked, every target checked first
         results = [run(spec) for spec in progress(specs, "simulating")]

@@ -378,8 +378,8 @@ def _train_megatron(
             raise ConfigError(f"--{key} must be >= {low} (got {value})", key=key)
     if save_interval is not None and save is None:
         raise ConfigError("--save-interval needs --save DIR", key="save-interval")
-    if not lr > 0:
-        raise ConfigError(f"--lr must be > 0 (got {lr})", key="lr")
+    if not 0 < lr < float("inf"):
+        raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
     check_outputs(dump_pp_data, save)
 
     from primuspp.backends.megatron import require

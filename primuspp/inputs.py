@@ -79,17 +79,6 @@ def read_text(path: str | Path, key: str | None = None, max_bytes: int = MAX_INP
     return decode_text(read_bytes(path, key, max_bytes), _where(Path(path), key), key)
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a number JSON allows (only finite numbers)")
-
-
-def _finite_float(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise ValueError(f"{text} overflows a float (only finite numbers)")
-    return number
-
-
 def _depth(value: Any, limit: int) -> int:
     """Nesting depth of a parsed document, iteratively (a deep document must not exhaust the stack)."""
     deepest = 0
@@ -111,14 +100,17 @@ def _depth(value: Any, limit: int) -> int:
 
 def parse_json(text: str, where: str, key: str | None = None, max_nesting: int = MAX_NESTING) -> Any:
     """JSON with NaN/Infinity refused, nesting bounded, huge or overflowing numbers refused."""
-    try:
-        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    try:  # NaN, Infinity and overflowing numbers are read, then refused below with the key they stand under
+        data = json.loads(text)
     except RecursionError:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key) from None
     except ValueError as err:  # JSONDecodeError is a ValueError; so is int()'s digit limit
         raise ConfigError(f"{where}: not valid JSON ({' '.join(str(err).split())})", key=key) from None
     if _depth(data, max_nesting) > max_nesting:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key)
+    bad = _non_finite(data)
+    if bad is not None:
+        raise ConfigError(f"{where}: {bad[0]}={bad[1]!r}: expected a finite number", key=bad[0] or key)
     return data
 
 
@@ -141,3 +133,144 @@ def finite(value: float, key: str, *, minimum: float | None = None, allow_equal:
         relation = "≥" if allow_equal else ">"
         raise ConfigError(f"{key}={value!r}: expected a number {relation} {minimum:g}", key=key)
     return number
+
+
+#: Most values a YAML input may expand to through its aliases (a real config has a few hundred).
+MAX_YAML_VALUES = 100_000
+
+
+class _TooDeep(Exception):
+    pass
+
+
+def _bounded_loader(max_nesting: int) -> type:
+    """A SafeLoader whose composer stops at `max_nesting` levels (PyYAML composes recursively)."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            self.depth += 1
+            try:
+                if self.depth > max_nesting + 1:  # +1: a scalar is a node too, JSON does not count it
+                    raise _TooDeep
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return Loader
+
+
+def _children(node: Any) -> list:
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _expanded(root: Any) -> tuple[int, int] | None:
+    """(values, depth) of the document with every alias expanded, computed on the shared node graph (an alias
+    bomb is measured without being expanded); None when an alias contains itself."""
+    memo: dict[int, tuple[int, int]] = {}
+    on_path: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        nid = id(node)
+        if done:
+            kids = _children(node)
+            memo[nid] = (
+                1 + sum(memo[id(k)][0] for k in kids),
+                1 + max((memo[id(k)][1] for k in kids), default=0),
+            )
+            on_path.discard(nid)
+            continue
+        if nid in memo:
+            continue
+        if nid in on_path:
+            return None
+        on_path.add(nid)
+        stack.append((node, True))
+        stack.extend((k, False) for k in _children(node) if id(k) not in memo)
+    return memo[id(root)]
+
+
+def _path(parts: list) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _non_finite(data: Any) -> tuple[str, float] | None:
+    """The key path and value of the first infinite or NaN float in a parsed document."""
+    stack: list[tuple[Any, list]] = [(data, [])]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return _path(path), item
+        if isinstance(item, dict):
+            stack.extend((v, [*path, str(k)]) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((v, [*path, i]) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def parse_yaml(
+    text: str,
+    where: str,
+    key: str | None = None,
+    max_nesting: int = MAX_NESTING,
+    max_values: int = MAX_YAML_VALUES,
+) -> Any:
+    """YAML (safe subset) with nesting and alias expansion bounded and non-finite numbers (.inf, .nan)
+    refused, each in one line naming `where` (and the key inside for a number)."""
+    import yaml
+
+    loader = _bounded_loader(max_nesting)(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded(node)
+        if size is None:
+            raise ConfigError(f"{where}: an alias contains itself (recursive YAML is not accepted)", key=key)
+        if size[0] > max_values:
+            raise ConfigError(
+                f"{where}: expands to {size[0]:,} values through its aliases, over the limit of "
+                f"{max_values:,} for YAML inputs",
+                key=key,
+            )
+        if size[1] > max_nesting + 1:
+            raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key)
+        data = loader.construct_document(node)
+    except _TooDeep:
+        raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key) from None
+    except RecursionError:
+        raise ConfigError(f"{where}: nested too deeply", key=key) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "malformed YAML"
+        raise ConfigError(f"{where}: malformed YAML{at}: {problem}", key=key) from None
+    except (ValueError, TypeError, OverflowError) as err:  # e.g. an integer over Python's digit limit
+        raise ConfigError(
+            f"{where}: a value cannot be read ({' '.join(str(err).split())})", key=key
+        ) from None
+    finally:
+        loader.dispose()
+    bad = _non_finite(data)
+    if bad is not None:
+        raise ConfigError(f"{where}: {bad[0]}={bad[1]!r}: expected a finite number", key=bad[0] or key)
+    return data
+
+
+def load_yaml(
+    path: str | Path, key: str | None = None, max_bytes: int = MAX_INPUT_BYTES, max_nesting: int = MAX_NESTING
+) -> Any:
+    """Read and parse one YAML input file under the limits above."""
+    return parse_yaml(read_text(path, key, max_bytes), _where(Path(path), key), key, max_nesting)

@@ -18,10 +18,20 @@ from primuspp.algorithms import (
     zero_bubble_h2,
 )
 from primuspp.algorithms.base import Algorithm, GenerationRequest
-from primuspp.errors import ScheduleError, ValidationError
+from primuspp.errors import ConfigError, ScheduleError, ValidationError
 from primuspp.gcpause import without_gc
+from primuspp.inputs import parse_json, read_text
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.formats import from_json, from_text
+from primuspp.schedule.formats import from_json_dict, from_text
+from primuspp.schedule.limits import (
+    DEFAULT_MAX_NODES,
+    MAX_COST,
+    MAX_MB,
+    MAX_PP,
+    MAX_VPP,
+    check_nodes,
+    estimate_nodes,
+)
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
@@ -71,9 +81,14 @@ def build_schedule(
     vpp: int | None = None,
     micro_batches: int | None = None,
     costs: CostModel | None = None,
+    *,
+    max_nodes: int | None = None,
     **params: Any,
 ) -> ScheduleTable:
-    """Generate, lower and validate a schedule, or raise ScheduleError with a one-line reason."""
+    """Generate, lower and validate a schedule, or raise ScheduleError with a one-line reason.
+
+    p, v and m are bounded (schedule.limits) and the table's estimated node count must stay within
+    `max_nodes` (default DEFAULT_MAX_NODES), checked before anything is generated."""
     if algorithm.startswith(FILE_PREFIX):
         return load_table(algorithm[len(FILE_PREFIX) :], pp, vpp, micro_batches)
     algo = get_algorithm(algorithm)
@@ -84,8 +99,21 @@ def build_schedule(
     if micro_batches < 1:
         raise ScheduleError(f"micro_batches must be >= 1 (got {micro_batches})", key="micro_batches")
     vpp = algo.vpp_default if vpp is None else vpp
+    for key, value, high in (
+        ("pp", pp, MAX_PP),
+        ("vpp", vpp, MAX_VPP),
+        ("micro_batches", micro_batches, MAX_MB),
+    ):
+        if not 1 <= value <= high:
+            raise ScheduleError(f"{key}={value}: expected an integer from 1 to {high:,}", key=key)
     if not algo.vpp_ok(vpp):
         raise ScheduleError(f"vpp={vpp} is not allowed for {algo.name} (allowed: {algo.vpp_rule})", key="vpp")
+    check_nodes(
+        f"{algo.name} with pp={pp}, vpp={vpp}, micro_batches={micro_batches}",
+        estimate_nodes(algo.placement, pp, vpp, micro_batches),
+        DEFAULT_MAX_NODES if max_nodes is None else max_nodes,
+        flag=max_nodes is not None,
+    )
     resolved = _resolve_params(algo, params)
     reason = algo.refuse(pp, vpp, micro_batches, resolved)
     if reason:
@@ -123,6 +151,11 @@ def _resolve_params(algo: Algorithm, params: dict[str, Any]) -> dict[str, Any]:
             raise ScheduleError(
                 f"{algo.name}: parameter {key}={value!r} must be {spec.type.__name__}", key=key
             ) from None
+        if isinstance(value, float) and not abs(value) <= MAX_COST:  # NaN, inf, 1e308 (doubles to inf)
+            raise ScheduleError(
+                f"{algo.name}: parameter {key}={value!r} must be a finite number of magnitude ≤ {MAX_COST:g}",
+                key=key,
+            )
         if spec.choices and value not in spec.choices:
             choices = ", ".join(map(str, spec.choices))
             raise ScheduleError(f"{algo.name}: {key}={value!r} not allowed (allowed: {choices})", key=key)
@@ -136,17 +169,27 @@ def _resolve_params(algo: Algorithm, params: dict[str, Any]) -> dict[str, Any]:
 def load_table(
     path: str | Path, pp: int | None = None, vpp: int | None = None, micro_batches: int | None = None
 ) -> ScheduleTable:
-    """Read a table written by `primuspp dump --format json` (or text) and validate it."""
+    """Read a table written by `primuspp dump --format json` (or text) and validate it.
+
+    The file goes through primuspp.inputs: a regular file (a FIFO is refused, not waited on) of at most
+    MAX_INPUT_BYTES, UTF-8, JSON without NaN/Infinity and nested at most MAX_NESTING deep."""
     path = Path(path)
+    where = f"file:{path}"
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ScheduleError(f"file:{path}: cannot read ({err.strerror})", key="algorithm") from None
+        text = read_text(path)
+    except ConfigError as err:  # "PATH: not a regular file ..." -> "file:PATH: ..."
+        raise ConfigError(f"file:{err}", key="algorithm") from None
+    if text.startswith("# primuspp schedule"):
+        try:
+            table = from_text(text)
+        except (ValidationError, ScheduleError) as err:
+            raise ValidationError(f"{where}: {err}") from None
+    else:
+        table = from_json_dict(parse_json(text, where, "algorithm"), where)
     try:
-        table = from_text(text) if text.startswith("# primuspp schedule") else from_json(text, str(path))
         validate(table)
     except ValidationError as err:
-        raise ValidationError(f"file:{path}: {err}") from None
+        raise ValidationError(f"{where}: {err}") from None
     for key, given, actual in (
         ("pp", pp, table.pp),
         ("vpp", vpp, table.vpp),

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from primuspp.config.schema import run_name_problem
 from primuspp.errors import ConfigError
 
 TOP_KEYS = (
@@ -42,6 +44,21 @@ _CLASSES = {
     "ScheduleDualPipeV": "dualpipe-v",
 }
 _GREEDY = {"half": "v-half", "min": "v-min"}
+#: our schema's keys -> Primus' (for naming the key the user wrote in an error)
+_RUN_KEYS = {"name": "name", "pp": "pp_size", "vpp": "vpp_size", "micro_batches": "micro_batches"}
+_COST_KEYS = {"forward": "fwd_time", "backward": "bwd_time", "wgrad": "wgrad_time", "comm": "comm_time"}
+
+
+def native_key_to_primus(key: str) -> str:
+    """`runs[2].pp` -> `schedulers[2].pp_size`, `costs.forward` -> `fwd_time`: the key as a Primus config
+    spells it."""
+    run = re.fullmatch(r"runs\[(\d+)\]\.(\w+)(.*)", key)
+    if run and run.group(2) in _RUN_KEYS:
+        return f"schedulers[{run.group(1)}].{_RUN_KEYS[run.group(2)]}{run.group(3)}"
+    cost = re.fullmatch(r"costs\.(\w+)(.*)", key)
+    if cost and cost.group(1) in _COST_KEYS:
+        return f"{_COST_KEYS[cost.group(1)]}{cost.group(2)}"
+    return key
 
 
 def is_primus(data: Any) -> bool:
@@ -95,6 +112,9 @@ def to_native(data: dict, source: str) -> dict:
                 )
         if "class" not in entry:
             raise ConfigError(f"{where}: missing key 'class'", key="class")
+        if "name" in entry and (problem := run_name_problem(entry["name"])):
+            key = f"schedulers[{i}].name"
+            raise ConfigError(f"{source}: {key}={entry['name']!r}: {problem}", key=key)
         params = {k: entry[k] for k in ("cost_f", "cost_b", "cost_w", "cost_comm", "max_mem") if k in entry}
         run = {"algorithm": _algorithm(entry, where), "params": params}
         for ours, theirs in (

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from primuspp.errors import ConfigError
+from primuspp.schedule.limits import MAX_COST
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 
@@ -44,8 +45,11 @@ class CostModel:
             if not values:
                 raise ConfigError(f"costs.{f.name}: needs at least one value", key=f"costs.{f.name}")
             for x in values:
-                if not isinstance(x, int | float) or isinstance(x, bool) or x != x:
-                    raise ConfigError(f"costs.{f.name}: must be a number (got {x!r})", key=f"costs.{f.name}")
+                if not isinstance(x, int | float) or isinstance(x, bool) or not abs(x) <= MAX_COST:
+                    raise ConfigError(
+                        f"costs.{f.name}: must be a finite number of magnitude ≤ {MAX_COST:g} (got {x!r})",
+                        key=f"costs.{f.name}",
+                    )
                 if f.name == "b_free_fraction":
                     if x > 1:
                         raise ConfigError(

@@ -7,9 +7,11 @@ import io
 import json
 from typing import Any
 
-from primuspp.errors import ValidationError
+from primuspp.errors import ConfigError, ValidationError
+from primuspp.inputs import parse_json
+from primuspp.schedule.limits import MAX_MB, MAX_PP, MAX_VPP
 from primuspp.schedule.nodes import Node, NodeKind, format_node, parse_node
-from primuspp.schedule.placement import Placement, make_placement
+from primuspp.schedule.placement import PLACEMENT_KINDS, Placement, make_placement
 from primuspp.schedule.table import ScheduleTable
 
 JSON_FORMAT = "primuspp.schedule/1"
@@ -35,12 +37,24 @@ def from_text(text: str) -> ScheduleTable:
         key, _, value = item.partition("=")
         fields[key] = value
     try:
-        placement = make_placement(fields["placement"], int(fields["pp"]), int(fields["vpp"]))
-        m = int(fields["micro_batches"])
+        pp, vpp, m = (int(fields[k]) for k in ("pp", "vpp", "micro_batches"))
+        kind = fields["placement"]
     except (KeyError, ValueError) as err:
         raise ValidationError(f"text schedule header: missing or bad field {err}") from None
-    ranks = tuple(tuple(parse_node(tok) for tok in ln.split()) for ln in lines[1:])
+    for key, value, high in (("pp", pp, MAX_PP), ("vpp", vpp, MAX_VPP), ("micro_batches", m, MAX_MB)):
+        _check_int(value, key, high, "text schedule header")
+    _check_kind(kind, "text schedule header")
+    placement = make_placement(kind, pp, vpp)
+    ranks = _nodes([ln.split() for ln in lines[1:]], "text schedule")
+    _check_ranges(ranks, placement, m, "text schedule")
     return ScheduleTable(placement, m, ranks, fields.get("algorithm", "custom"))
+
+
+def _nodes(ranks: list[list[Any]], source: str) -> tuple[tuple[Node, ...], ...]:
+    try:
+        return tuple(tuple(parse_node(str(tok)) for tok in r) for r in ranks)
+    except ValueError as err:  # e.g. a microbatch number over Python's digit limit
+        raise ValidationError(f"{source}: bad node ({' '.join(str(err).split())})") from None
 
 
 def to_json_dict(table: ScheduleTable) -> dict[str, Any]:
@@ -58,7 +72,50 @@ def to_json(table: ScheduleTable) -> str:
     return json.dumps(to_json_dict(table), indent=1) + "\n"
 
 
+def _check_int(value: Any, key: str, high: int, source: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise ValidationError(f"{source}: {key}={value!r}: expected an integer from 1 to {high:,}")
+
+
+def _check_kind(kind: Any, source: str) -> None:
+    if kind not in PLACEMENT_KINDS:
+        raise ValidationError(
+            f"{source}: placement.kind={kind!r}: unknown placement (allowed: {', '.join(PLACEMENT_KINDS)})"
+        )
+
+
+def _check_placement(placement: Placement, source: str) -> None:
+    """Field lengths and ranges agree (routes were checked to cover 0..n-1 by Placement itself)."""
+    n = placement.num_stages
+    for key, values, high in (
+        ("stage_chunk", placement.stage_chunk, placement.vpp),
+        ("model_part", placement.model_part, n),
+    ):
+        if len(values) != n or any(not 0 <= x < high for x in values):
+            raise ValidationError(
+                f"{source}: placement.{key}: expected {n} values (one per stage) in 0..{high - 1}"
+            )
+
+
+def _check_ranges(nodes: tuple[tuple[Node, ...], ...], placement: Placement, m: int, source: str) -> None:
+    """Every node names a microbatch < m, a stage < the stage count and a peer < pp (checked before the
+    validator, which indexes by them)."""
+    n, pp = placement.num_stages, placement.pp
+    for rank, row in enumerate(nodes):
+        for pos, node in enumerate(row):
+            for part in node.parts or (node,):
+                if not (0 <= part.microbatch < m and 0 <= part.stage < n) or not (
+                    part.peer is None or 0 <= part.peer < pp
+                ):
+                    raise ValidationError(
+                        f"{source}: ranks[{rank}][{pos}]={format_node(node)!r}: microbatch, stage or peer "
+                        f"out of range (micro_batches={m}, {n} stages, pp={pp})"
+                    )
+
+
 def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
+    """A table from its JSON document; sizes, the placement kind and field types are checked first (a table
+    is user input: `1e30` microbatches or an unknown placement kind is refused in one line)."""
     if not isinstance(data, dict) or data.get("format") != JSON_FORMAT:
         raise ValidationError(
             f'{source}: not a primuspp schedule (expected a JSON object with "format": "{JSON_FORMAT}", '
@@ -67,25 +124,46 @@ def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
     for key in ("micro_batches", "placement", "ranks"):
         if key not in data:
             raise ValidationError(f"{source}: missing key {key!r}")
-    placement = Placement.from_dict(data["placement"])
+    _check_int(data["micro_batches"], "micro_batches", MAX_MB, source)
+    place = data["placement"]
+    if not isinstance(place, dict):
+        raise ValidationError(
+            f"{source}: placement={place!r}: expected an object (as `dump --format json` writes)"
+        )
+    _check_kind(place.get("kind"), source)
+    for key, high in (("pp", MAX_PP), ("vpp", MAX_VPP)):
+        if key in place:
+            _check_int(place[key], f"placement.{key}", high, source)
+    for key in ("stage_rank", "stage_chunk", "routes", "model_part"):
+        if key in place and not isinstance(place[key], list):
+            raise ValidationError(f"{source}: placement.{key}: expected a list")
+    n = len(place.get("stage_rank", []))
+    routes = place.get("routes", [])
+    if not all(isinstance(r, list) and all(isinstance(x, int) and 0 <= x < n for x in r) for r in routes):
+        raise ValidationError(f"{source}: placement.routes: expected lists of stages in 0..{n - 1}")
+    placement = Placement.from_dict(place)
+    _check_placement(placement, source)
     ranks = data["ranks"]
     if not isinstance(ranks, list) or not all(isinstance(r, list) for r in ranks):
         raise ValidationError(f"{source}: 'ranks' must be a list of lists of node strings")
-    nodes = tuple(tuple(parse_node(str(tok)) for tok in r) for r in ranks)
+    if len(ranks) != placement.pp:
+        raise ValidationError(f"{source}: ranks: {len(ranks)} lists for placement.pp={placement.pp}")
+    params = data.get("params", {})
+    if not isinstance(params, dict):
+        raise ValidationError(f"{source}: params={params!r}: expected an object")
+    nodes = _nodes(ranks, source)
+    _check_ranges(nodes, placement, data["micro_batches"], source)
     return ScheduleTable(
-        placement,
-        int(data["micro_batches"]),
-        nodes,
-        str(data.get("algorithm", "custom")),
-        data.get("params", {}),
+        placement, data["micro_batches"], nodes, str(data.get("algorithm", "custom")), params
     )
 
 
 def from_json(text: str, source: str = "schedule") -> ScheduleTable:
+    """A table from JSON text, read under primuspp.inputs' limits (no NaN/Infinity, bounded nesting)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValidationError(f"{source}: invalid JSON ({err.msg} at line {err.lineno})") from None
+        data = parse_json(text, source)
+    except ConfigError as err:
+        raise ValidationError(str(err).replace("not valid JSON", "invalid JSON", 1)) from None
     return from_json_dict(data, source)
 
 

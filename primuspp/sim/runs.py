@@ -19,10 +19,19 @@ class RunSpec:
     vpp: int | None = None
     costs: CostModel = field(default_factory=CostModel)
     params: dict[str, Any] = field(default_factory=dict)
+    max_nodes: int | None = None  # None: primuspp.schedule.limits.DEFAULT_MAX_NODES
 
 
 def run(spec: RunSpec) -> SimResult:
-    table = build_schedule(spec.algorithm, spec.pp, spec.vpp, spec.micro_batches, spec.costs, **spec.params)
+    table = build_schedule(
+        spec.algorithm,
+        spec.pp,
+        spec.vpp,
+        spec.micro_batches,
+        spec.costs,
+        max_nodes=spec.max_nodes,
+        **spec.params,
+    )
     return simulate(table, spec.costs, spec.name)
 
 

@@ -168,21 +168,24 @@ def test_json_stdout_stays_clean_with_the_solver(tmp_path):
 
 BAD_INPUT = [
     (["simulate", "--algo", "nope"], "unknown algorithm 'nope' (allowed: gpipe, 1f1b"),
-    (["simulate", "--algo", "1f1b", "--pp", "0"], "pp must be >= 1"),
-    (["simulate", "--algo", "1f1b", "--mb", "0"], "micro_batches must be >= 1"),
+    (
+        ["simulate", "--algo", "1f1b", "--pp", "0"],
+        "Invalid value for '--pp': 0: expected an integer from 1 to",
+    ),
+    (["simulate", "--algo", "1f1b", "--mb", "0"], "'--micro-batches': 0: expected an integer from 1 to"),
     (["simulate", "--algo", "1f1b", "--vpp", "2"], "vpp=2 is not allowed for 1f1b (allowed: 1)"),
     (
         ["simulate", "--algo", "interleaved", "--vpp", "1"],
         "vpp=1 is not allowed for 1f1b-interleaved (allowed: >= 2)",
     ),
-    (["simulate", "--fwd", "-1"], "costs.forward: must be a number >= 0"),
-    (["simulate", "--comm", "-0.5"], "costs.comm: must be a number >= 0"),
+    (["simulate", "--fwd", "-1"], "'--fwd': -1: expected a finite number ≥ 0"),
+    (["simulate", "--comm", "-0.5"], "'--comm': -0.5: expected a finite number ≥ 0"),
     (["simulate", "--pp", "abc"], "--pp"),
     (["simulate", "--bogus"], "No such option: --bogus"),
     (["dump", "--format", "xml"], "'xml' is not one of 'text', 'json', 'csv', 'chrome'"),
-    (["dump", "--algo", "file:/nonexistent.json"], "file:/nonexistent.json: cannot read"),
+    (["dump", "--algo", "file:/nonexistent.json"], "file:/nonexistent.json: no such file"),
     (["compare", "/nonexistent/dir"], "/nonexistent/dir: no such file or directory"),
-    (["simulate", "--config", "/nonexistent.yaml"], "config: cannot read /nonexistent.yaml"),
+    (["simulate", "--config", "/nonexistent.yaml"], "--config /nonexistent.yaml: no such file"),
     (["frobnicate"], "No such command"),
     (["simulate", "--algo", "1f1b", "--mem-limit", "x"], "--mem-limit"),
 ]

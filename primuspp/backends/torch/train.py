@@ -7,6 +7,7 @@ same steps on one process with the whole model; `verify.compare` measures the di
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -15,6 +16,7 @@ from torch import nn
 
 from primuspp.backends.torch.gpt import GPTConfig, gpt_loss, gpt_microbatches, gpt_parts
 from primuspp.backends.torch.pipeline import TorchPipeline, reference_step
+from primuspp.errors import ConfigError
 from primuspp.runtime.launch import WorkerContext
 from primuspp.runtime.runner import RankStep
 from primuspp.schedule.nodes import parse_node
@@ -36,6 +38,18 @@ class TrainSpec:
     offload_mode: str | None = None
     #: (rank, node text) where the executor raises, e.g. (2, "F3.2"): failure-handling tests
     fault: tuple[int, str] | None = None
+
+    def __post_init__(self) -> None:
+        # as the megatron backend: every stage holds at least one transformer block (with fewer, a stage
+        # would hold the embedding or the head alone and the blocks would not be the schedule's stages)
+        if not 1 <= self.num_parts <= self.gpt.layers:
+            raise ConfigError(
+                f"--layers {self.gpt.layers}: the model has {self.gpt.layers} transformer blocks, fewer than "
+                f"the {self.num_parts} pipeline stages of this table (every stage needs at least one block)",
+                key="layers",
+            )
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ConfigError(f"--lr {self.lr}: expected a finite number > 0", key="lr")
 
     @property
     def num_parts(self) -> int:
