@@ -90,7 +90,7 @@ def test_iteration_selects_what_is_shown(capsys, tmp_path, primus_samples):
             lambda d: (d / "pp_rank_0.json").write_text('{"1": {"fwd_start": "x", "fwd_end": []}}') and d,
             "{d}/pp_rank_0.json iteration 1: 'fwd_start' must be a list of numbers",
         ),
-        (lambda d: (d / "pp_rank_0.json").write_text("{") and d, "{d}/pp_rank_0.json: invalid JSON"),
+        (lambda d: (d / "pp_rank_0.json").write_text("{") and d, "{d}/pp_rank_0.json: not valid JSON"),
     ],
 )
 def test_bad_path_is_one_line_naming_the_file(capsys, tmp_path, make, message):

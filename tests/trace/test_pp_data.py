@@ -57,7 +57,7 @@ def test_reads_primus_old_real_run_format(primus_samples):
         (lambda d: None, "no pp_rank_<r>.json files"),
         (lambda d: (d / "pp_rank_0.json").write_text("[1]"), "expected an object keyed by iteration"),
         (lambda d: (d / "pp_rank_0.json").write_text('{"1": {"x": 1}}'), "expected an object with fwd_start"),
-        (lambda d: (d / "pp_rank_0.json").write_text("{"), "invalid JSON"),
+        (lambda d: (d / "pp_rank_0.json").write_text("{"), "not valid JSON"),
         (lambda d: (d / "pp_rank_1.json").write_text("{}"), "numbered 0..0"),
     ],
 )
