@@ -6,7 +6,6 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from primuspp.algorithms.registry import build_schedule
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError, PrimusppError
 from primuspp.schedule.costs import CostModel
@@ -14,7 +13,7 @@ from primuspp.schedule.formats import from_json
 from primuspp.sim.engine import simulate
 from primuspp.sim.runs import run
 from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.reconstruct import label_from_table, needs_labels
+from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Timeline
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -114,22 +113,5 @@ def _run_dir(path: Path) -> Source:
     label = timelines[0].name or path.name
     if not needs_labels(timelines[0]):
         return Source(label, str(path), tuple(timelines))
-    labelled, note = _reconstruct(timelines)
-    return Source(label, str(path), labelled, note)
-
-
-def _reconstruct(timelines: list[Timeline]) -> tuple[tuple[Timeline, ...], str]:
-    """Primus' older real-run dumps carry no microbatch numbers: take them from Megatron's schedule for the
-    run's p, v and m (1F1B, or interleaved 1F1B when v > 1), the one Primus runs by default."""
-    first = timelines[0]
-    algo = "1f1b-interleaved" if first.vpp > 1 else "1f1b"
-    try:
-        table = build_schedule(algo, first.pp, first.vpp if first.vpp > 1 else None, first.micro_batches)
-    except PrimusppError as err:
-        return tuple(timelines), f"microbatch order unknown ({algo} for this run: {err})"
-    results = [label_from_table(tl, table) for tl in timelines]
-    failed = [r for r in results if not r.labelled]
-    note = results[0].reason if not failed else f"microbatch order unknown: {failed[0].reason}"
-    if failed and len(failed) < len(results):
-        note += f" (in {len(failed)} of {len(results)} iterations)"
-    return tuple(r.timeline for r in results), note
+    labelled, note = reconstruct_megatron(timelines)
+    return Source(label, str(path), tuple(labelled), note)
