@@ -4,12 +4,13 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
-PRIMUS_SAMPLES = SHARED / "primus-samples"
+#: Fixtures shipped with the tests (tests/data/README.md; regenerate with tests/data/make_fixtures.py)
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture
-def primus_samples() -> Path:
-    if not PRIMUS_SAMPLES.is_dir():
-        pytest.skip("../shared/primus-samples not present")
-    return PRIMUS_SAMPLES
+def primus_data() -> Path:
+    """Primus-format samples: pp_simulation.yaml, simulator_output_p8_m32/<name>/, pp_data_example/<run>/."""
+    root = DATA / "primus"
+    assert root.is_dir(), f"{root} missing: run python tests/data/make_fixtures.py"
+    return root

@@ -42,8 +42,8 @@ def test_projection_from_calibrated_costs_matches():
     assert again.metrics.step_time == pytest.approx(measured.metrics.step_time)
 
 
-def test_primus_output_calibrates_per_rank(primus_samples):
-    (tl,) = read_pp_data(primus_samples / "simulator_output_p8_m32" / "zerobubble")
+def test_primus_output_calibrates_per_rank(primus_data):
+    (tl,) = read_pp_data(primus_data / "simulator_output_p8_m32" / "zerobubble")
     cal = calibrate([tl])
     assert cal.costs.forward == pytest.approx((1000.0,) * 8)
     assert cal.costs.wgrad == pytest.approx((1000.0,) * 8)

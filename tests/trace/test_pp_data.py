@@ -30,25 +30,25 @@ def test_write_replaces_atomically(tmp_path):
 
 
 @pytest.mark.parametrize("sample", ["basic_1f1b", "zerobubble", "zbv-formatted", "v-half"])
-def test_reads_primus_simulator_output(primus_samples, sample):
-    (tl,) = read_pp_data(primus_samples / "simulator_output_p8_m32" / sample)
+def test_reads_primus_simulator_output(primus_data, sample):
+    (tl,) = read_pp_data(primus_data / "simulator_output_p8_m32" / sample)
     m = timeline_metrics(tl)
     totals = [
-        json.loads((primus_samples / "simulator_output_p8_m32" / sample / f"pp_rank_{r}.json").read_text())[
-            "0"
-        ]["total"]
+        json.loads((primus_data / "simulator_output_p8_m32" / sample / f"pp_rank_{r}.json").read_text())["0"][
+            "total"
+        ]
         for r in range(8)
     ]
     assert m.step_time == max(totals)
     assert [r.total for r in m.per_rank] == totals
 
 
-def test_reads_primus_old_real_run_format(primus_samples):
-    timelines = read_pp_data(primus_samples / "pp_data_example" / "pp8_vpp2")
-    assert len(timelines) == 20 and timelines[0].pp == 8 and timelines[0].vpp == 2
-    assert timelines[0].micro_batches == 16
+def test_reads_primus_old_real_run_format(primus_data):
+    timelines = read_pp_data(primus_data / "pp_data_example" / "pp4_vpp2")
+    assert len(timelines) == 6 and timelines[0].pp == 4 and timelines[0].vpp == 2
+    assert timelines[0].micro_batches == 8
     rank0 = timelines[5].ranks[0]
-    assert sum(iv.kind == "F" for iv in rank0.intervals) == 32 and rank0.intervals[0].microbatch == -1
+    assert sum(iv.kind == "F" for iv in rank0.intervals) == 16 and rank0.intervals[0].microbatch == -1
 
 
 @pytest.mark.parametrize(
@@ -67,10 +67,10 @@ def test_bad_pp_data_names_the_file(tmp_path, setup, match):
         read_pp_data(tmp_path)
 
 
-def test_source_and_memory_unit_follow_the_writer(primus_samples, tmp_path):
-    (real, *_) = read_pp_data(primus_samples / "pp_data_example" / "pp8")
+def test_source_and_memory_unit_follow_the_writer(primus_data, tmp_path):
+    (real, *_) = read_pp_data(primus_data / "pp_data_example" / "pp4")
     assert (real.source, real.memory_unit) == ("measured", "GiB")
-    (sim,) = read_pp_data(primus_samples / "simulator_output_p8_m32" / "basic_1f1b")
+    (sim,) = read_pp_data(primus_data / "simulator_output_p8_m32" / "basic_1f1b")
     assert (sim.source, sim.memory_unit) == ("simulated", "microbatches")
     ours = write_result(simulate(build_schedule("1f1b", 2, None, 2)), tmp_path)
     (back,) = read_pp_data(ours)
