@@ -307,7 +307,7 @@ def _shape(config: dict, cfg_path: Path, pp_files: int) -> _Shape:
                 key="pp_size",
             )
     vkey = "vpp_size" if "vpp_size" in config else "vp_size"
-    vpp = _int_value(config.get(vkey, 1) or 1, where, vkey)
+    vpp = _int_value(config[vkey], where, vkey) if config.get(vkey) is not None else 1
     mkey = "micro_batches" if "micro_batches" in config else "num_mbs"
     mbs = _int_value(config[mkey], where, mkey) if config.get(mkey) is not None else None
     return _Shape(pp_files, vpp, mbs)
