@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError, PrimusppError
+from primuspp.inputs import load_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
 from primuspp.sim.engine import simulate
@@ -76,6 +76,12 @@ def load_path(path: Path) -> list[Source]:
             if str(path) in str(err):
                 raise
             raise type(err)(f"{path}: {err}", key=err.key) from None
+    if not path.is_dir():
+        raise ConfigError(
+            f"{path}: not a regular file nor a directory (a FIFO, socket or device); expected a simulate "
+            "output directory, a pp_data directory or a YAML config",
+            key="path",
+        )
     if any(path.glob("pp_rank_*.json")):
         return [_run_dir(path)]
     runs = sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("pp_rank_*.json")))
@@ -97,8 +103,8 @@ def with_transfers(source: Source, index: int) -> Timeline:
     if timeline.transfers or timeline.source != "simulated" or not (run_dir / "schedule.json").is_file():
         return timeline
     try:
-        costs = CostModel(**json.loads((run_dir / "config.json").read_text())["costs"])
-        table = from_json((run_dir / "schedule.json").read_text(), str(run_dir / "schedule.json"))
+        costs = CostModel(**load_json(run_dir / "config.json")["costs"])
+        table = from_json(read_text(run_dir / "schedule.json"), str(run_dir / "schedule.json"))
         again = simulate(table, costs, timeline.name).timeline
     except (OSError, KeyError, TypeError, ValueError, PrimusppError):
         return timeline
