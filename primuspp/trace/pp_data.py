@@ -188,10 +188,14 @@ def _parse_rank(rec: Any, rank: int, where: str) -> tuple[list[Interval], dict[i
             iv = Interval(kinds[i], mbs[i], stages[i], chunks[i], starts[i], ends[i], backs[i])
             intervals.append(iv)
             origin[id(iv)] = f"{prefix}_start[{i}]"
-    intervals = _merge_combined(intervals, origin)
     levels = _floats(rec, "activation_memory_usage", where) if "activation_memory_usage" in rec else []
     times = _floats(rec, "activation_memory_time", where) if "activation_memory_time" in rec else []
+    if levels and not times:
+        # Primus writes no times: its levels follow each forward and backward event in time order
+        events = sorted((iv for iv in intervals if iv.kind != "W"), key=lambda iv: (iv.start, iv.kind != "F"))
+        times = [iv.end for iv in events] if len(events) == len(levels) else []
     sampled = list(zip(times, levels, strict=True)) if times and len(times) == len(levels) else []
+    intervals = _merge_combined(intervals, origin)
     memory = [(0.0, 0.0), *sampled]
     peak = rec.get("memory", max(levels, default=0.0))
     peak = finite(peak, f"{where}: memory") if peak is not None else 0.0

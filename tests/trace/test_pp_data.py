@@ -245,3 +245,12 @@ def test_malformed_keys_are_one_line(tmp_path, patch, message):
         (d / "pp_rank_0.json").write_text('{"1": {"fwd_start": [0], "fwd_end": [1e400]}}')
     with pytest.raises(ConfigError, match=re.escape(message)):
         read_pp_data(d)
+
+
+def test_primus_memory_levels_get_the_times_of_their_events(primus_data):
+    """Primus writes `activation_memory_usage` without times: one level after each F and B, in time order."""
+    (tl,) = read_pp_data(primus_data / "simulator_output_p8_m32" / "basic_1f1b")
+    rank7 = tl.ranks[7]  # 1F1B's last rank: F, B, F, B, ... holding one microbatch at a time
+    events = sorted(rank7.intervals, key=lambda iv: iv.start)
+    assert [t for t, _ in rank7.memory[1:]] == [iv.end for iv in events]
+    assert {level for _, level in rank7.memory[1:]} == {0.0, 1.0} and rank7.peak_memory == 1.0
