@@ -307,7 +307,7 @@ def _shape(config: dict, cfg_path: Path, pp_files: int) -> _Shape:
         if pp != pp_files:
             raise ConfigError(
                 f"{where}: pp_size={config['pp_size']!r} but {cfg_path.parent} holds {pp_files} pp_rank "
-                f"files (pp_rank_0..{pp_files - 1}.json)",
+                f"files (pp_rank_0..{pp_files - 1}.json): expected pp_size {pp_files}",
                 key="pp_size",
             )
     vkey = "vpp_size" if "vpp_size" in config else "vp_size"

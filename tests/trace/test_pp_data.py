@@ -126,7 +126,8 @@ GOOD = [_rank([(0, 1)], [(3, 5)]), _rank([(1.5, 2.5)], [(2.5, 3)])]
     [
         (
             {"pp_size": 1e9},
-            "config.json: pp_size=1000000000.0 but {d} holds 8 pp_rank files (pp_rank_0..7.json)",
+            "config.json: pp_size=1000000000.0 but {d} holds 8 pp_rank files (pp_rank_0..7.json): "
+            "expected pp_size 8",
         ),
         ({"pp_size": 4}, "config.json: pp_size=4 but {d} holds 8 pp_rank files"),
         ({"pp_size": "8"}, "config.json: pp_size='8': expected an integer >= 1"),
