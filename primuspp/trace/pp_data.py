@@ -2,6 +2,13 @@
 
 Written for simulated and real runs alike; read back from ours and from Primus' own files, including its
 older format without minibatch/chunk/wgrad keys (those intervals get microbatch/chunk -1).
+
+Reading checks before it builds anything: `config.json` against the pp_rank files present (`pp_size`, then
+`micro_batches` x `vpp_size` against each rank's forwards), every file regular and bounded (primuspp.inputs),
+and every interval sane: no negative start, no end before its start, no overlap on one rank. A measured
+trace's small overlaps (timer jitter: at most CLIP_MS and CLIP_FRACTION of the shorter interval) are clipped
+with one warning line on stderr naming them; anything else is one error naming the file, rank, iteration
+and key.
 """
 
 from __future__ import annotations
@@ -98,7 +105,9 @@ _BACKWARD_KINDS = ("B", "BW")
 
 def _int_value(value: Any, where: str, key: str, minimum: int = 1) -> int:
     """A config count: an integer (an integral float such as 8.0 too) >= `minimum`."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and float(value).is_integer()
+    ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, float) and value.is_integer()
+    )
     if not ok or value < minimum:
         raise ConfigError(f"{where}: {key}={value!r}: expected an integer >= {minimum}", key=key)
     return int(value)
