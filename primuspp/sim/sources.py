@@ -59,6 +59,8 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
         "peak_memory": m.peak_memory,
         "iteration": tl.iteration,
         "source": tl.source,
+        "memory_unit": tl.memory_unit,
+        "has_memory_curve": any(len(rt.memory) > 1 for rt in tl.ranks),
         "per_rank": [
             {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}
             for r in m.per_rank
