@@ -25,6 +25,7 @@ from itertools import pairwise
 from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
 from primuspp.trace.pp_data import read_pp_data
+from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Interval, Timeline
 
 
@@ -44,6 +45,8 @@ class Calibration:
     memory_unit: str = "microbatches"
     memory_per_stage: bool = False
     stage_rank: tuple[int, ...] = ()
+    #: how a run without microbatch/chunk labels was labelled before measuring ("" when it had them)
+    labels: str = ""
 
     def portable(self) -> CostModel:
         """The costs with one value per rank (a rank's stages summed; its B-freed part weighted by
@@ -93,6 +96,10 @@ def _scaled(value: float | tuple[float, ...], k: float) -> float | tuple[float, 
     return tuple(x * k for x in value) if isinstance(value, tuple) else value * k
 
 
+#: the chunk slot of intervals that do not say which chunk they ran (per-rank calibration)
+_UNKNOWN = 999
+
+
 def _median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
@@ -110,7 +117,7 @@ def calibrate(timelines: list[Timeline], bw_split: float = 0.5) -> Calibration:
             for iv in rt.intervals:
                 if iv.kind == "FB":
                     continue  # overlapped: says nothing about F or B alone
-                where = iv.stage if per_stage else rt.rank * 1000 + max(iv.chunk, 0)
+                where = iv.stage if per_stage else rt.rank * 1000 + (iv.chunk if iv.chunk >= 0 else _UNKNOWN)
                 by_key.setdefault((iv.kind, where), []).append(iv.end - iv.start)
                 n += 1
     if not n:
@@ -131,7 +138,9 @@ def calibrate(timelines: list[Timeline], bw_split: float = 0.5) -> Calibration:
             return tuple(cost(kind, s) for s in keys)
         ranks: dict[int, float] = {}
         for where in keys:
-            ranks[where // 1000] = ranks.get(where // 1000, 0.0) + cost(kind, where)
+            # a chunk-less interval is one of the rank's v chunks: the rank's share is v of them
+            share = cost(kind, where) * (first.vpp if where % 1000 == _UNKNOWN else 1)
+            ranks[where // 1000] = ranks.get(where // 1000, 0.0) + share
         return tuple(ranks.get(r, 0.0) for r in range(first.pp))
 
     stage_rank = _stage_ranks(timelines) if per_stage else ()
@@ -246,7 +255,14 @@ def _activation_per_microbatch(timelines: list[Timeline]) -> float:
 
 
 def costs_from_dir(path: str, bw_split: float = 0.5) -> Calibration:
-    """Calibrate from a pp_data directory (a real-run dump or a simulate result directory)."""
+    """Calibrate from a pp_data directory (a real-run dump or a simulate result directory).
+
+    A dump without microbatch/chunk labels (Primus' older format) is labelled first from the schedule that
+    produced it (as `viz` does): with v > 1 each chunk is then measured on its own, instead of both chunks'
+    intervals pooled into one median that stands for only one of them."""
     timelines = read_pp_data(path)
+    labels = ""
+    if needs_labels(timelines[0]):
+        timelines, labels = reconstruct_megatron(timelines)
     steady = timelines[1:] if len(timelines) > 2 else timelines  # the first iteration includes warm-up
-    return calibrate(steady, bw_split)
+    return replace(calibrate(steady, bw_split), labels=labels)

@@ -6,29 +6,33 @@ when exactly one of each is given, those two); `predicted_vs_measured(sim, real)
 
 - step time and bubble: the measured side is the median over its iterations, leaving out the first
   (warm-up) when there are more than two; the simulated side has one iteration;
-- peak memory per rank: units differ (a simulation counts microbatch units unless its costs were measured
-  in bytes; a real run counts bytes), so the prediction is converted with what one microbatch's
-  activations of each rank weigh on each side: from the measured run, the calibration's per-stage rise at F
-  summed over the rank's stages (or the median rise of the curve); from the simulation, its cost model's
-  activation summed the same way. predicted bytes = predicted units x measured / simulated per microbatch.
+- peak memory per rank, only when the measured run has a memory curve (Primus' older dumps hold only
+  torch's peak reserved memory, not what the simulator predicts: then `has_memory` is false, the memory
+  figures are left out and the note says so). Units differ (a simulation counts microbatch units unless its
+  costs were measured in bytes; a real run counts bytes), so the prediction is converted with what one
+  microbatch's activations of each rank weigh on each side: from the measured run, the calibration's
+  per-stage rise at F summed over the rank's stages (or the median rise of the curve); from the simulation,
+  its cost model's activation summed the same way.
+  predicted bytes = predicted units x measured / simulated per microbatch.
 
 error = predicted / measured - 1 (a positive error: the simulator predicted more than was measured).
 """
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from primuspp.errors import ConfigError, PrimusppError
+from primuspp.inputs import load_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
 from primuspp.sim.calibrate import calibrate
 from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.pp_data import read_pp_data
+from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Timeline
 
 
@@ -59,8 +63,15 @@ class RunRecord:
         return self.timelines[1:] if len(self.timelines) > 2 else self.timelines
 
 
+def has_memory_curve(timeline: Timeline) -> bool:
+    """Whether the run recorded activation memory over time (not only a peak figure)."""
+    return any(len(rt.memory) > 1 for rt in timeline.ranks)
+
+
 def load_runs(path: str | Path) -> list[RunRecord]:
-    """A simulate output root (every run in it), one run directory, or a pp_data dump."""
+    """A simulate output root (every run in it), one run directory, or a pp_data dump. A dump without
+    microbatch labels (Primus' older format) is labelled from the schedule that produced it, as `viz` does;
+    it then names that schedule (so that it pairs with a simulation of it)."""
     path = Path(path)
     if not path.is_dir():
         raise ConfigError(f"{path}: not a directory", key="path")
@@ -76,11 +87,11 @@ def load_runs(path: str | Path) -> list[RunRecord]:
     for d in dirs:
         config: dict[str, Any] = {}
         if (d / "config.json").is_file():
-            try:
-                config = json.loads((d / "config.json").read_text())
-            except json.JSONDecodeError:
-                config = {}
-        records.append(RunRecord(d, read_pp_data(d), config if isinstance(config, dict) else {}))
+            config = load_json(d / "config.json")
+        timelines = read_pp_data(d)
+        if needs_labels(timelines[0]):
+            timelines, _ = reconstruct_megatron(timelines)
+        records.append(RunRecord(d, timelines, config if isinstance(config, dict) else {}))
     return records
 
 
@@ -117,7 +128,7 @@ def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
     if record.simulated:
         try:
             costs = CostModel(**record.config["costs"])
-            table = from_json((record.path / "schedule.json").read_text(), str(record.path))
+            table = from_json(read_text(record.path / "schedule.json"), str(record.path))
             act = costs.for_placement(table.placement).activation
             per_rank = [0.0] * pp
             for s, a in enumerate(act):
@@ -158,7 +169,14 @@ def predicted_vs_measured(sim: RunRecord, real: RunRecord) -> dict[str, Any]:
             f"{sim.path} has {len(p_peaks)} ranks but {real.path} has {len(m_peaks)}: not the same pipeline",
             key="path",
         )
-    if sim.first.memory_unit == unit:
+    has_memory = has_memory_curve(real.first)
+    if not has_memory:
+        note = (
+            f"not in the dump: {real.path} records no activation-memory curve (its `memory` figure, "
+            f"{_fmt(max(m_peaks))} {unit} at most, is the framework's peak reserved memory), so the "
+            f"predicted peak is not converted to {unit}"
+        )
+    elif sim.first.memory_unit == unit:
         factors = [1.0] * len(p_peaks)
         note = f"both in {unit}"
     else:
@@ -174,12 +192,22 @@ def predicted_vs_measured(sim: RunRecord, real: RunRecord) -> dict[str, Any]:
         )
         if unit not in ("bytes", "microbatches"):
             note += f"; {unit} in a real-run dump may include more than activations"
-    p_bytes = [p * f for p, f in zip(p_peaks, factors, strict=True)]
-    per_rank = [
-        {"rank": r, "predicted": p, "measured": m, "error": _error(p, m)}
-        for r, (p, m) in enumerate(zip(p_bytes, m_peaks, strict=True))
+    metrics = [
+        {"metric": "step_time", "unit": "ms", "predicted": p_step, "measured": m_step},
+        {"metric": "bubble_rate", "unit": "", "predicted": p_bubble, "measured": m_bubble},
     ]
-    p_peak, m_peak = max(p_bytes), max(m_peaks)
+    per_rank = []
+    if has_memory:
+        p_bytes = [p * f for p, f in zip(p_peaks, factors, strict=True)]
+        per_rank = [
+            {"rank": r, "predicted": p, "measured": m, "error": _error(p, m)}
+            for r, (p, m) in enumerate(zip(p_bytes, m_peaks, strict=True))
+        ]
+        metrics.append(
+            {"metric": "peak_memory", "unit": unit, "predicted": max(p_bytes), "measured": max(m_peaks)}
+        )
+    for m in metrics:
+        m["error"] = _error(m["predicted"], m["measured"])
     return {
         "simulated": {"name": sim.name, "path": str(sim.path)},
         "measured": {
@@ -197,29 +225,8 @@ def predicted_vs_measured(sim: RunRecord, real: RunRecord) -> dict[str, Any]:
         "vpp": real.first.vpp,
         "micro_batches": real.first.micro_batches,
         "same_schedule": sim.key == real.key,
-        "metrics": [
-            {
-                "metric": "step_time",
-                "unit": "ms",
-                "predicted": p_step,
-                "measured": m_step,
-                "error": _error(p_step, m_step),
-            },
-            {
-                "metric": "bubble_rate",
-                "unit": "",
-                "predicted": p_bubble,
-                "measured": m_bubble,
-                "error": _error(p_bubble, m_bubble),
-            },
-            {
-                "metric": "peak_memory",
-                "unit": unit,
-                "predicted": p_peak,
-                "measured": m_peak,
-                "error": _error(p_peak, m_peak),
-            },
-        ],
+        "metrics": metrics,
         "per_rank_peak_memory": per_rank,
+        "has_memory": has_memory,
         "memory_note": note,
     }

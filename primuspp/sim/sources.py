@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from primuspp.errors import ConfigError
+from primuspp.inputs import finite, load_json
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.pp_data import read_pp_data
 
@@ -29,13 +29,16 @@ def summaries_from_dir(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: invalid JSON ({err.msg})", key="path") from None
+    data = load_json(path)
     required = ("name", "step_time", "bubble_rate", "peak_memory", "per_rank")
     if not isinstance(data, dict) or any(k not in data for k in required):
         raise ConfigError(f"{path}: not a primuspp summary (needs {', '.join(required)})", key="path")
+    if not isinstance(data["name"], str) or not isinstance(data["per_rank"], list):
+        raise ConfigError(f"{path}: 'name' must be a string and 'per_rank' a list", key="name")
+    for key in ("step_time", "bubble_rate", "peak_memory"):
+        if isinstance(data[key], bool):
+            raise ConfigError(f"{path}: {key}={data[key]!r}: expected a finite number", key=key)
+        data[key] = finite(data[key], f"{path}: {key}", minimum=0)
     return data
 
 
@@ -56,6 +59,8 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
         "peak_memory": m.peak_memory,
         "iteration": tl.iteration,
         "source": tl.source,
+        "memory_unit": tl.memory_unit,
+        "has_memory_curve": any(len(rt.memory) > 1 for rt in tl.ranks),
         "per_rank": [
             {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}
             for r in m.per_rank

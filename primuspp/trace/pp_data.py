@@ -2,16 +2,26 @@
 
 Written for simulated and real runs alike; read back from ours and from Primus' own files, including its
 older format without minibatch/chunk/wgrad keys (those intervals get microbatch/chunk -1).
+
+Reading checks before it builds anything: `config.json` against the pp_rank files present (`pp_size`, then
+`micro_batches` x `vpp_size` against each rank's forwards), every file regular and bounded (primuspp.inputs),
+and every interval sane: no negative start, no end before its start, no overlap on one rank. A measured
+trace's small overlaps (timer jitter: at most CLIP_MS and CLIP_FRACTION of the shorter interval) are clipped
+with one warning line on stderr naming them; anything else is one error naming the file, rank, iteration
+and key.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from primuspp.errors import ConfigError
+from primuspp.inputs import check_regular, finite, load_json
 from primuspp.trace.timeline import Interval, RankTimeline, Timeline
 
 _RANK_FILE = re.compile(r"^pp_rank_(\d+)\.json$")
@@ -67,50 +77,146 @@ def write_pp_data(timelines: list[Timeline], directory: Path, extra: dict[str, A
         (directory / f"pp_rank_{r}.json").write_text(json.dumps(data) + "\n")
 
 
+def _source_and_unit(config: dict) -> tuple[str, str]:
+    """Ours say; Primus' real-run dumps (`num_mbs`, `train_iters`) hold measured times and
+    `torch.cuda.max_memory_reserved()` in GiB; Primus' simulator output (`micro_batches`) is simulated, in
+    activation units."""
+    measured = "num_mbs" in config or "train_iters" in config
+    source = str(config.get("source", "measured" if measured or not config else "simulated"))
+    unit = str(config.get("memory_unit", "GiB" if source == "measured" else "microbatches"))
+    return source, unit
+
+
+# -- reading -----------------------------------------------------------------------------------------------
+
+#: Overlaps of two intervals on one rank that a measured trace may show from timer jitter and that are
+#: clipped (the later interval starts where the earlier ends) with a warning: at most `CLIP_MS` and at most
+#: `CLIP_FRACTION` of the shorter interval. Larger overlaps, and any in a simulated run beyond float
+#: rounding (`EXACT_MS`), are refused.
+CLIP_MS = 1.0
+CLIP_FRACTION = 0.1
+EXACT_MS = 1e-6
+#: Most warnings listed by name in the one warning line of a dump with clipped overlaps.
+_SHOWN_CLIPS = 3
+
+_KIND_OF = {"fwd": "F", "wgrad": "W", "fb": "FB"}
+_BACKWARD_KINDS = ("B", "BW")
+
+
+def _int_value(value: Any, where: str, key: str, minimum: int = 1) -> int:
+    """A config count: an integer (an integral float such as 8.0 too) >= `minimum`."""
+    ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+        isinstance(value, float) and value.is_integer()
+    )
+    if not ok or value < minimum:
+        raise ConfigError(f"{where}: {key}={value!r}: expected an integer >= {minimum}", key=key)
+    return int(value)
+
+
 def _floats(rec: dict, key: str, where: str) -> list[float]:
     value = rec.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(x, int | float) for x in value):
+    if not isinstance(value, list) or not all(
+        isinstance(x, int | float) and not isinstance(x, bool) for x in value
+    ):
         raise ConfigError(f"{where}: '{key}' must be a list of numbers", key=key)
-    return [float(x) for x in value]
+    return [finite(x, f"{where}: {key}") for x in value]
 
 
-def _parse_rank(rec: Any, rank: int, where: str) -> RankTimeline:
+def _ints(rec: dict, key: str, n: int, where: str) -> list[int]:
+    """Integer labels (`*_minibatch`, `*_chunk`, `*_stage`), -1 for each when absent or empty."""
+    value = rec.get(key)
+    if not value:
+        return [-1] * n
+    if not isinstance(value, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        raise ConfigError(f"{where}: '{key}' must be a list of integers", key=key)
+    if len(value) != n:
+        raise ConfigError(f"{where}: '{key}' has {len(value)} entries, its intervals {n}", key=key)
+    return value
+
+
+def _bwd_kinds(rec: dict, n: int, default: str, where: str) -> list[str]:
+    value = rec.get("bwd_kind")
+    if not value:
+        return [default] * n
+    if not isinstance(value, list) or any(k not in _BACKWARD_KINDS for k in value):
+        raise ConfigError(f'{where}: \'bwd_kind\' must be a list of "B" or "BW"', key="bwd_kind")
+    if len(value) != n:
+        raise ConfigError(f"{where}: 'bwd_kind' has {len(value)} entries, bwd intervals {n}", key="bwd_kind")
+    return value
+
+
+def _fb_backward(rec: dict, n: int, where: str) -> list[tuple[str, int, int, int] | None]:
+    """The backward part of each FB interval: [kind, microbatch, stage, chunk] (or [] when unknown)."""
+    value = rec.get("fb_backward")
+    if not value:
+        return [None] * n
+    if not isinstance(value, list) or len(value) != n:
+        raise ConfigError(f"{where}: 'fb_backward' must be a list of {n} entries", key="fb_backward")
+    backs: list[tuple[str, int, int, int] | None] = []
+    for item in value:
+        if item == []:
+            backs.append(None)
+            continue
+        ok = isinstance(item, list) and len(item) == 4 and item[0] in _BACKWARD_KINDS
+        ok = ok and all(isinstance(x, int) and not isinstance(x, bool) for x in item[1:])
+        if not ok:
+            raise ConfigError(
+                f'{where}: \'fb_backward\' entries must be ["B"|"BW", microbatch, stage, chunk], '
+                f"not {item!r}",
+                key="fb_backward",
+            )
+        backs.append((item[0], item[1], item[2], item[3]))
+    return backs
+
+
+def _parse_rank(rec: Any, rank: int, where: str) -> tuple[list[Interval], dict[int, str], RankTimeline]:
+    """One rank's record of one iteration: its intervals (unsorted, unchecked), where each came from
+    (`fwd_start[3]`, for messages) and the rank's timeline."""
     if not isinstance(rec, dict) or "fwd_start" not in rec or "fwd_end" not in rec:
         raise ConfigError(f"{where}: expected an object with fwd_start/fwd_end lists (Primus pp_data format)")
-    intervals = []
+    intervals: list[Interval] = []
+    origin: dict[int, str] = {}
     has_w = bool(rec.get("wgrad_start"))
-    for prefix, default_kind in (("fwd", "F"), ("bwd", "B" if has_w else "BW"), ("wgrad", "W"), ("fb", "FB")):
+    for prefix in ("fwd", "bwd", "wgrad", "fb"):
         starts, ends = _floats(rec, f"{prefix}_start", where), _floats(rec, f"{prefix}_end", where)
         if len(starts) != len(ends):
-            raise ConfigError(f"{where}: {prefix}_start and {prefix}_end differ in length")
-        n = len(starts)
-        mbs = rec.get(f"{prefix}_minibatch") or [-1] * n
-        chunks = rec.get(f"{prefix}_chunk") or [-1] * n
-        stages = rec.get(f"{prefix}_stage") or [-1] * n
-        kinds = rec.get("bwd_kind") if prefix == "bwd" and rec.get("bwd_kind") else [default_kind] * n
-        backs = rec.get("fb_backward") or [None] * n
-        if not all(len(x) == n for x in (mbs, chunks, stages, kinds, backs)):
-            raise ConfigError(f"{where}: {prefix}_* lists differ in length")
-        for i in range(n):
-            back = tuple(backs[i]) if prefix == "fb" and backs[i] else None
-            intervals.append(
-                Interval(kinds[i], int(mbs[i]), int(stages[i]), int(chunks[i]), starts[i], ends[i], back)
+            raise ConfigError(
+                f"{where}: {prefix}_start has {len(starts)} entries, {prefix}_end {len(ends)}",
+                key=f"{prefix}_end",
             )
-    intervals = _merge_combined(intervals)
-    intervals.sort(key=lambda iv: (iv.start, iv.end))
+        n = len(starts)
+        mbs = _ints(rec, f"{prefix}_minibatch", n, where)
+        chunks = _ints(rec, f"{prefix}_chunk", n, where)
+        stages = _ints(rec, f"{prefix}_stage", n, where)
+        if prefix == "bwd":
+            kinds = _bwd_kinds(rec, n, "B" if has_w else "BW", where)
+        else:
+            kinds = [_KIND_OF[prefix]] * n
+        backs = _fb_backward(rec, n, where) if prefix == "fb" else [None] * n
+        for i in range(n):
+            iv = Interval(kinds[i], mbs[i], stages[i], chunks[i], starts[i], ends[i], backs[i])
+            intervals.append(iv)
+            origin[id(iv)] = f"{prefix}_start[{i}]"
     levels = _floats(rec, "activation_memory_usage", where) if "activation_memory_usage" in rec else []
     times = _floats(rec, "activation_memory_time", where) if "activation_memory_time" in rec else []
-    memory = [(0.0, 0.0)] + (list(zip(times, levels, strict=False)) if len(times) == len(levels) else [])
-    peak = float(rec.get("memory", max(levels, default=0.0)) or 0.0)
-    return RankTimeline(rank, intervals, memory, peak)
+    if levels and not times:
+        # Primus writes no times: its levels follow each forward and backward event in time order
+        events = sorted((iv for iv in intervals if iv.kind != "W"), key=lambda iv: (iv.start, iv.kind != "F"))
+        times = [iv.end for iv in events] if len(events) == len(levels) else []
+    sampled = list(zip(times, levels, strict=True)) if times and len(times) == len(levels) else []
+    intervals = _merge_combined(intervals, origin)
+    memory = [(0.0, 0.0), *sampled]
+    peak = rec.get("memory", max(levels, default=0.0))
+    peak = finite(peak, f"{where}: memory") if peak is not None else 0.0
+    return intervals, origin, RankTimeline(rank, intervals, memory, peak)
 
 
-def _merge_combined(intervals: list[Interval]) -> list[Interval]:
+def _merge_combined(intervals: list[Interval], origin: dict[int, str]) -> list[Interval]:
     """Primus records a combined forward+backward call (its FB overlap) as an fwd and a bwd event with the
     same [start, end]: make those one FB interval instead of two boxes on top of each other."""
     backward = {}
     for iv in intervals:
-        if iv.kind in ("B", "BW") and iv.end > iv.start:
+        if iv.kind in _BACKWARD_KINDS and iv.end > iv.start:
             backward.setdefault((iv.start, iv.end), iv)
     if not backward:
         return intervals
@@ -122,25 +228,64 @@ def _merge_combined(intervals: list[Interval]) -> list[Interval]:
             continue
         absorbed.add(id(twin))
         back = (twin.kind, twin.microbatch, twin.stage, twin.chunk)
-        merged.append(Interval("FB", iv.microbatch, iv.stage, iv.chunk, iv.start, iv.end, back))
+        fb = Interval("FB", iv.microbatch, iv.stage, iv.chunk, iv.start, iv.end, back)
+        origin[id(fb)] = origin[id(iv)]
+        merged.append(fb)
     return [iv for iv in merged if id(iv) not in absorbed]
 
 
-def _source_and_unit(config: dict) -> tuple[str, str]:
-    """Ours say; Primus' real-run dumps (`num_mbs`, `train_iters`) hold measured times and
-    `torch.cuda.max_memory_reserved()` in GiB; Primus' simulator output (`micro_batches`) is simulated, in
-    activation units."""
-    measured = "num_mbs" in config or "train_iters" in config
-    source = str(config.get("source", "measured" if measured or not config else "simulated"))
-    unit = str(config.get("memory_unit", "GiB" if source == "measured" else "microbatches"))
-    return source, unit
+@dataclass
+class _Clips:
+    """Overlaps clipped in measured traces, reported in one warning line per directory."""
+
+    count: int = 0
+    largest: float = 0.0
+    shown: list[str] = field(default_factory=list)
 
 
-def read_pp_data(directory: str | Path) -> list[Timeline]:
-    """All iterations of a pp_data directory, as timelines (one per iteration, in file order)."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise ConfigError(f"{directory}: not a directory", key="path")
+def _checked(
+    intervals: list[Interval], origin: dict[int, str], where: str, measured: bool, clips: _Clips
+) -> list[Interval]:
+    """The intervals in time order, after the sanity checks: no negative start, no end before start, no
+    overlap (see CLIP_MS)."""
+    for iv in intervals:
+        if iv.start < 0:
+            key = origin[id(iv)]
+            raise ConfigError(
+                f"{where}: {key} = {iv.start:g} is negative (times are ms from the iteration start)", key=key
+            )
+        if iv.end < iv.start:
+            key = origin[id(iv)]
+            raise ConfigError(
+                f"{where}: {key.replace('_start', '_end')} = {iv.end:g} is before its start {iv.start:g}",
+                key=key.replace("_start", "_end"),
+            )
+    ordered = sorted(intervals, key=lambda iv: (iv.start, iv.end))
+    for i in range(1, len(ordered)):
+        prev, iv = ordered[i - 1], ordered[i]
+        overlap = prev.end - iv.start
+        if overlap <= EXACT_MS:
+            continue
+        a, b = origin[id(prev)], origin[id(iv)]
+        shorter = min(prev.duration, iv.duration)
+        if not measured or overlap > CLIP_MS or overlap > CLIP_FRACTION * shorter:
+            raise ConfigError(
+                f"{where}: {b} [{iv.start:g}, {iv.end:g}] overlaps {a} [{prev.start:g}, {prev.end:g}] by "
+                f"{overlap:g} ms (one rank runs one node at a time; a measured trace's overlaps of at most "
+                f"{CLIP_MS:g} ms and {CLIP_FRACTION:.0%} of the shorter interval are clipped)",
+                key=b,
+            )
+        clipped = replace(iv, start=prev.end, end=max(iv.end, prev.end))
+        origin[id(clipped)] = b
+        ordered[i] = clipped
+        clips.count += 1
+        clips.largest = max(clips.largest, overlap)
+        if len(clips.shown) < _SHOWN_CLIPS:
+            clips.shown.append(f"{where}: {b} by {overlap:.3g} ms")
+    return ordered
+
+
+def _rank_files(directory: Path) -> dict[int, Path]:
     rank_files = {}
     for p in directory.iterdir():
         match = _RANK_FILE.match(p.name)
@@ -152,37 +297,105 @@ def read_pp_data(directory: str | Path) -> list[Timeline]:
         )
     if sorted(rank_files) != list(range(len(rank_files))):
         raise ConfigError(f"{directory}: pp_rank files must be numbered 0..{len(rank_files) - 1}", key="path")
+    return rank_files
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What config.json says, checked against the files present before any rank file is read."""
+
+    pp: int
+    vpp: int
+    micro_batches: int | None  # None: not given, counted from the forwards
+
+
+def _shape(config: dict, cfg_path: Path, pp_files: int) -> _Shape:
+    where = str(cfg_path)
+    if "pp_size" in config:
+        pp = _int_value(config["pp_size"], where, "pp_size")
+        if pp != pp_files:
+            raise ConfigError(
+                f"{where}: pp_size={config['pp_size']!r} but {cfg_path.parent} holds {pp_files} pp_rank "
+                f"files (pp_rank_0..{pp_files - 1}.json): expected pp_size {pp_files}",
+                key="pp_size",
+            )
+    vkey = "vpp_size" if "vpp_size" in config else "vp_size"
+    vpp = _int_value(config[vkey], where, vkey) if config.get(vkey) is not None else 1
+    mkey = "micro_batches" if "micro_batches" in config else "num_mbs"
+    mbs = _int_value(config[mkey], where, mkey) if config.get(mkey) is not None else None
+    return _Shape(pp_files, vpp, mbs)
+
+
+def _check_counts(shape: _Shape, config: dict, cfg_path: Path, ranks: list[RankTimeline], where: str) -> int:
+    """The microbatch count, checked against every rank's forwards: m × v of them (m with a bidirectional
+    placement, where each rank holds one stage of each direction's copy)."""
+    forwards = [sum(iv.kind in ("F", "FB") for iv in rt.intervals) for rt in ranks]
+    if shape.micro_batches is None:
+        if shape.vpp > max(forwards[0], 1):
+            vkey = "vpp_size" if "vpp_size" in config else "vp_size"
+            raise ConfigError(
+                f"{cfg_path}: {vkey}={shape.vpp} but rank 0 ran {forwards[0]} forwards in {where}", key=vkey
+            )
+        return forwards[0] // shape.vpp
+    m, v = shape.micro_batches, shape.vpp
+    allowed = {m * v} | ({m} if v == 2 else set())
+    for rank, count in enumerate(forwards):
+        if count not in allowed:
+            mkey = "micro_batches" if "micro_batches" in config else "num_mbs"
+            vkey = "vpp_size" if "vpp_size" in config else "vp_size"
+            raise ConfigError(
+                f"{cfg_path}: {mkey}={m} with {vkey}={v} means {m * v} forwards per rank, "
+                f"but rank {rank} ran {count} in {where}",
+                key=mkey,
+            )
+    return m
+
+
+def read_pp_data(directory: str | Path) -> list[Timeline]:
+    """All iterations of a pp_data directory, as timelines (one per iteration, in file order).
+
+    `config.json` is checked against the pp_rank files present before any is read; every interval is
+    checked (no negative start, no end before start, no overlap on a rank beyond what `_checked` clips,
+    with one warning line on stderr naming the clipped intervals)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ConfigError(f"{directory}: not a directory", key="path")
+    rank_files = _rank_files(directory)
     config: dict = {}
     cfg_path = directory / "config.json"
-    if cfg_path.exists():
-        config = _load_json(cfg_path)
+    if cfg_path.exists() or cfg_path.is_symlink():
+        config = load_json(cfg_path)
         if not isinstance(config, dict):
             raise ConfigError(f"{cfg_path}: expected a JSON object", key="path")
+    shape = _shape(config, cfg_path, len(rank_files))
+    for path in rank_files.values():
+        check_regular(path)  # every file before reading any: a FIFO among them must not block
     per_rank = []
-    for r in range(len(rank_files)):
-        data = _load_json(rank_files[r])
+    for r in range(shape.pp):
+        data = load_json(rank_files[r])
         if not isinstance(data, dict) or not data:
             raise ConfigError(f"{rank_files[r]}: expected an object keyed by iteration", key="path")
         per_rank.append(data)
-    iterations = list(per_rank[0])
-    pp = len(per_rank)
-    vpp = int(config.get("vpp_size", config.get("vp_size", 1)) or 1)
-    mbs = int(config.get("micro_batches", config.get("num_mbs", 0)) or 0)
     source, memory_unit = _source_and_unit(config)
+    measured = source != "simulated"
+    clips = _Clips()
     timelines = []
-    for it in iterations:
+    for it in per_rank[0]:
         ranks = []
-        for r in range(pp):
+        for r in range(shape.pp):
             if it not in per_rank[r]:
                 raise ConfigError(f"{rank_files[r]}: iteration {it!r} missing", key="path")
-            ranks.append(_parse_rank(per_rank[r][it], r, f"{rank_files[r]} iteration {it}"))
+            where = f"{rank_files[r]} iteration {it}"
+            intervals, origin, rt = _parse_rank(per_rank[r][it], r, where)
+            rt.intervals = _checked(intervals, origin, f"{where} (rank {r})", measured, clips)
+            ranks.append(rt)
+        mbs = _check_counts(shape, config, cfg_path, ranks, f"iteration {it}")
         timelines.append(
             Timeline(
                 name=str(config.get("name", directory.name)),
-                pp=pp,
-                vpp=vpp,
-                micro_batches=mbs
-                or max((len([iv for iv in ranks[0].intervals if iv.kind in ("F", "FB")]) // vpp), 0),
+                pp=shape.pp,
+                vpp=shape.vpp,
+                micro_batches=mbs,
                 ranks=ranks,
                 algorithm=str(config.get("algorithm", "")),
                 source=source,
@@ -190,13 +403,13 @@ def read_pp_data(directory: str | Path) -> list[Timeline]:
                 memory_unit=memory_unit,
             )
         )
+    if clips.count:
+        more = f" and {clips.count - len(clips.shown)} more" if clips.count > len(clips.shown) else ""
+        print(
+            f"warning: {directory}: clipped {clips.count} overlapping interval(s) "
+            f"(largest {clips.largest:.3g} ms; each now starts where the previous ends): "
+            + "; ".join(clips.shown)
+            + more,
+            file=sys.stderr,
+        )
     return timelines
-
-
-def _load_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ConfigError(f"{path}: invalid JSON ({err.msg} at line {err.lineno})", key="path") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read ({err.strerror})", key="path") from None

@@ -66,6 +66,27 @@ def label_from_table(timeline: Timeline, table: ScheduleTable) -> Reconstruction
     return Reconstruction(labelled, True, order_matches, reason)
 
 
+def reconstruct_megatron(timelines: list[Timeline]) -> tuple[list[Timeline], str]:
+    """Labels for the iterations of a run that carries none (Primus' older real-run dumps), from Megatron's
+    schedule for the run's p, v and m (1F1B, or interleaved 1F1B when v > 1), the one Primus runs by
+    default; and one line saying what was done. Iterations whose counts do not fit stay unlabelled."""
+    from primuspp.algorithms.registry import build_schedule
+    from primuspp.errors import PrimusppError
+
+    first = timelines[0]
+    algo = "1f1b-interleaved" if first.vpp > 1 else "1f1b"
+    try:
+        table = build_schedule(algo, first.pp, first.vpp if first.vpp > 1 else None, first.micro_batches)
+    except PrimusppError as err:
+        return list(timelines), f"microbatch order unknown ({algo} for this run: {err})"
+    results = [label_from_table(tl, table) for tl in timelines]
+    failed = [r for r in results if not r.labelled]
+    note = results[0].reason if not failed else f"microbatch order unknown: {failed[0].reason}"
+    if failed and len(failed) < len(results):
+        note += f" (in {len(failed)} of {len(results)} iterations)"
+    return [r.timeline for r in results], note
+
+
 def _labelled(iv: Interval, node, chunk: tuple[int, ...]) -> Interval:
     backward = None
     if node.parts:

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from primuspp.algorithms.registry import build_schedule
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError, PrimusppError
+from primuspp.inputs import load_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
 from primuspp.sim.engine import simulate
 from primuspp.sim.runs import run
 from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.reconstruct import label_from_table, needs_labels
+from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Timeline
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -77,6 +76,12 @@ def load_path(path: Path) -> list[Source]:
             if str(path) in str(err):
                 raise
             raise type(err)(f"{path}: {err}", key=err.key) from None
+    if not path.is_dir():
+        raise ConfigError(
+            f"{path}: not a regular file nor a directory (a FIFO, socket or device); expected a simulate "
+            "output directory, a pp_data directory or a YAML config",
+            key="path",
+        )
     if any(path.glob("pp_rank_*.json")):
         return [_run_dir(path)]
     runs = sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("pp_rank_*.json")))
@@ -98,8 +103,8 @@ def with_transfers(source: Source, index: int) -> Timeline:
     if timeline.transfers or timeline.source != "simulated" or not (run_dir / "schedule.json").is_file():
         return timeline
     try:
-        costs = CostModel(**json.loads((run_dir / "config.json").read_text())["costs"])
-        table = from_json((run_dir / "schedule.json").read_text(), str(run_dir / "schedule.json"))
+        costs = CostModel(**load_json(run_dir / "config.json")["costs"])
+        table = from_json(read_text(run_dir / "schedule.json"), str(run_dir / "schedule.json"))
         again = simulate(table, costs, timeline.name).timeline
     except (OSError, KeyError, TypeError, ValueError, PrimusppError):
         return timeline
@@ -114,22 +119,5 @@ def _run_dir(path: Path) -> Source:
     label = timelines[0].name or path.name
     if not needs_labels(timelines[0]):
         return Source(label, str(path), tuple(timelines))
-    labelled, note = _reconstruct(timelines)
-    return Source(label, str(path), labelled, note)
-
-
-def _reconstruct(timelines: list[Timeline]) -> tuple[tuple[Timeline, ...], str]:
-    """Primus' older real-run dumps carry no microbatch numbers: take them from Megatron's schedule for the
-    run's p, v and m (1F1B, or interleaved 1F1B when v > 1), the one Primus runs by default."""
-    first = timelines[0]
-    algo = "1f1b-interleaved" if first.vpp > 1 else "1f1b"
-    try:
-        table = build_schedule(algo, first.pp, first.vpp if first.vpp > 1 else None, first.micro_batches)
-    except PrimusppError as err:
-        return tuple(timelines), f"microbatch order unknown ({algo} for this run: {err})"
-    results = [label_from_table(tl, table) for tl in timelines]
-    failed = [r for r in results if not r.labelled]
-    note = results[0].reason if not failed else f"microbatch order unknown: {failed[0].reason}"
-    if failed and len(failed) < len(results):
-        note += f" (in {len(failed)} of {len(results)} iterations)"
-    return tuple(r.timeline for r in results), note
+    labelled, note = reconstruct_megatron(timelines)
+    return Source(label, str(path), tuple(labelled), note)

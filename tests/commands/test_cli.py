@@ -55,9 +55,9 @@ def test_simulate_default_table(capsys, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*expected, "1f1b-interleaved-v2"])
 
 
-def test_primus_yaml_output_matches_primus(capsys, tmp_path, primus_samples):
+def test_primus_yaml_output_matches_primus(capsys, tmp_path, primus_data):
     cfg = tmp_path / "cfg.yaml"
-    text = (primus_samples / "pp_simulation.yaml").read_text()
+    text = (primus_data / "pp_simulation.yaml").read_text()
     # only the schedulers this build knows; the file is otherwise Primus' own
     cfg.write_text(text)
     code, out, err = run_cli(
@@ -123,12 +123,12 @@ def test_algorithms_json(capsys):
     assert code == 0 and all(name[:8] in out for name in ALGORITHMS)
 
 
-def test_primus_config_runs_every_scheduler(capsys, tmp_path, primus_samples):
+def test_primus_config_runs_every_scheduler(capsys, tmp_path, primus_data):
     code, out, err = run_cli(
         capsys,
         "simulate",
         "--config",
-        str(primus_samples / "pp_simulation.yaml"),
+        str(primus_data / "pp_simulation.yaml"),
         "--json",
         "--out",
         str(tmp_path),

@@ -68,13 +68,13 @@ def test_chrome_only(capsys, tmp_path, sim_dir):
     assert len(flows) == 2 * 3 * 8  # 1f1b, p=4, m=8: an activation and a gradient per link and microbatch
 
 
-def test_iteration_selects_what_is_shown(capsys, tmp_path, primus_samples):
+def test_iteration_selects_what_is_shown(capsys, tmp_path, primus_data):
     trace = tmp_path / "t.json"
-    sample = str(primus_samples / "pp_data_example" / "pp8")
+    sample = str(primus_data / "pp_data_example" / "pp4")
     assert run_cli(capsys, "viz", sample, "--iteration", "3", "--chrome", str(trace))[0] == 0
     assert json.loads(trace.read_text())["otherData"]["iteration"] == "3"
     code, _, err = run_cli(capsys, "viz", sample, "--iteration", "99", "--chrome", str(trace))
-    assert code == 2 and err == "error: --iteration 99: no source has it (pp8: 1..20)\n"
+    assert code == 2 and err == "error: --iteration 99: no source has it (pp4: 1..6)\n"
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,7 @@ def test_iteration_selects_what_is_shown(capsys, tmp_path, primus_samples):
             lambda d: (d / "pp_rank_0.json").write_text('{"1": {"fwd_start": "x", "fwd_end": []}}') and d,
             "{d}/pp_rank_0.json iteration 1: 'fwd_start' must be a list of numbers",
         ),
-        (lambda d: (d / "pp_rank_0.json").write_text("{") and d, "{d}/pp_rank_0.json: invalid JSON"),
+        (lambda d: (d / "pp_rank_0.json").write_text("{") and d, "{d}/pp_rank_0.json: not valid JSON"),
     ],
 )
 def test_bad_path_is_one_line_naming_the_file(capsys, tmp_path, make, message):

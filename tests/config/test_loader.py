@@ -12,8 +12,8 @@ def test_packaged_default():
     assert all(s.costs.forward == 1000 for s in specs)
 
 
-def test_primus_config_is_read_unchanged(primus_samples):
-    cfg = load_config(primus_samples / "pp_simulation.yaml")
+def test_primus_config_is_read_unchanged(primus_data):
+    cfg = load_config(primus_data / "pp_simulation.yaml")
     names = [(r.name, r.algorithm) for r in cfg.runs]
     assert ("basic_1f1b", "1f1b") in names and ("v-min", "v-min") in names and ("v-half", "v-half") in names
     assert ("zb-heuristic-mem8", "zero-bubble-heuristic") in names

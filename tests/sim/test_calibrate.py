@@ -1,3 +1,4 @@
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -5,8 +6,9 @@ import pytest
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
-from primuspp.sim.calibrate import calibrate
+from primuspp.sim.calibrate import calibrate, costs_from_dir
 from primuspp.sim.output import write_result
+from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.pp_data import read_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -42,8 +44,8 @@ def test_projection_from_calibrated_costs_matches():
     assert again.metrics.step_time == pytest.approx(measured.metrics.step_time)
 
 
-def test_primus_output_calibrates_per_rank(primus_samples):
-    (tl,) = read_pp_data(primus_samples / "simulator_output_p8_m32" / "zerobubble")
+def test_primus_output_calibrates_per_rank(primus_data):
+    (tl,) = read_pp_data(primus_data / "simulator_output_p8_m32" / "zerobubble")
     cal = calibrate([tl])
     assert cal.costs.forward == pytest.approx((1000.0,) * 8)
     assert cal.costs.wgrad == pytest.approx((1000.0,) * 8)
@@ -91,3 +93,42 @@ def test_per_stage_memory_from_sampled_curves():
     assert portable.b_free_fraction == pytest.approx(((400 * -0.25 + 100) / 500, 0.5))
     predicted = simulate(table, cal.costs).metrics.per_rank
     assert [r.peak_memory for r in predicted] == [rt.peak_memory for rt in measured.ranks]
+
+
+# -- Primus' real-run dumps (tests/data fixtures: replayed with jitter, p2p latency and a warm-up step) ------
+
+
+def _measured_median(path) -> float:
+    timelines = read_pp_data(path)[1:]  # the first iteration is the warm-up
+    return statistics.median(timeline_metrics(tl).step_time for tl in timelines)
+
+
+@pytest.mark.parametrize(
+    "sample,algo,vpp",
+    [("pp4", "1f1b", None), ("pp4_vpp2", "1f1b-interleaved", 2), ("pp4_zb_new", "zero-bubble", None)],
+)
+def test_projection_from_a_primus_dump_is_within_5_percent_of_its_median(primus_data, sample, algo, vpp):
+    path = primus_data / "pp_data_example" / sample
+    cal = costs_from_dir(str(path))
+    projected = simulate(build_schedule(algo, 4, vpp, 8), cal.portable()).metrics.step_time
+    assert projected == pytest.approx(_measured_median(path), rel=0.05)
+
+
+def test_old_interleaved_dump_is_labelled_per_chunk_before_calibrating(primus_data):
+    path = primus_data / "pp_data_example" / "pp4_vpp2"
+    cal = costs_from_dir(str(path))
+    assert cal.labels == "microbatch order reconstructed from 1f1b-interleaved (pp=4, vpp=2, m=8)"
+    assert cal.per_stage and len(cal.costs.forward) == 8 and cal.stage_rank == (0, 1, 2, 3, 0, 1, 2, 3)
+    # a rank's share is both chunks: F 40 ms on even ranks, 50 on odd (25 % slower), within the jitter
+    forward = cal.portable().forward
+    assert forward == pytest.approx((40.0, 50.0, 40.0, 50.0), rel=0.05)
+    assert cal.costs.comm == pytest.approx(0.6, rel=0.3) and cal.comm_samples > 0
+
+
+def test_unlabelled_chunks_count_as_one_of_v(primus_data):
+    """Without labels (no reconstruction), each interval is one of the rank's v chunks: the rank's share is
+    v times their median, not the median alone."""
+    timelines = read_pp_data(primus_data / "pp_data_example" / "pp4_vpp2")[1:]
+    cal = calibrate(timelines)
+    assert not cal.per_stage
+    assert cal.costs.forward == pytest.approx((40.0, 50.0, 40.0, 50.0), rel=0.05)

@@ -1,6 +1,9 @@
-"""Our simulator against what Primus' own simulator wrote for the same config."""
+"""Our simulator against what Primus' own simulator computed for the same config (p=8, m=32, F=B=W=1000).
 
-import json
+The figures below are copied from Primus-Pipeline's simulator output for its example pp_simulation.yaml
+(`total` and `memory` of each `pp_rank_<r>.json`), so this checks our results against another
+implementation, not against files our own code wrote.
+"""
 
 import pytest
 
@@ -8,40 +11,41 @@ from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 
-CASES = [
-    ("basic_1f1b", "1f1b", None),
-    ("zerobubble", "zero-bubble", None),
-    ("interleaved_1f1b", "1f1b-interleaved", 2),
-    ("zbv-formatted", "zbv", None),
-    ("v-half", "v-half", None),
-]
+#: Primus' name -> (our algorithm, vpp, per-rank totals in ms, per-rank peak memory in microbatches)
+PRIMUS = {
+    "basic_1f1b": ("1f1b", None, [117000 - 2000 * r for r in range(8)], [8.0 - r for r in range(8)]),
+    "zerobubble": ("zero-bubble", None, [103000] * 8, [8.0] * 8),
+    "interleaved_1f1b": (
+        "1f1b-interleaved",
+        2,
+        [106500 - 1000 * r for r in range(8)],
+        [11.5 - r for r in range(8)],
+    ),
+    "zbv-formatted": ("zbv", None, [96000 + 500 * r for r in range(8)], [8.0] * 8),
+    "v-half": (
+        "v-half",
+        None,
+        [104500, 104000, 103500, 103000, 102500, 102000, 102000, 102500],
+        [5.0] * 8,
+    ),
+}
+#: schedules where ours may do better: Primus' (longest total, highest peak)
+PRIMUS_BOUND = {"v-min": ("v-min", 109000, 4.0), "zb-heuristic-mem8": ("zero-bubble-heuristic", 103000, 8.0)}
 
 
-@pytest.mark.parametrize("sample,algo,vpp", CASES)
-def test_rank_totals_and_memory_match_primus(primus_samples, sample, algo, vpp):
+@pytest.mark.parametrize("sample", sorted(PRIMUS))
+def test_rank_totals_and_memory_match_primus(sample):
+    algo, vpp, totals, memory = PRIMUS[sample]
     ours = simulate(build_schedule(algo, 8, vpp, 32), CostModel(1000, 1000, 1000)).metrics
-    for r in range(8):
-        theirs = json.loads(
-            (primus_samples / "simulator_output_p8_m32" / sample / f"pp_rank_{r}.json").read_text()
-        )["0"]
-        assert ours.per_rank[r].total == theirs["total"]
-        assert ours.per_rank[r].peak_memory == theirs["memory"]
+    assert [r.total for r in ours.per_rank] == totals
+    assert [r.peak_memory for r in ours.per_rank] == memory
 
 
-def _primus(primus_samples, sample):
-    return [
-        json.loads((primus_samples / "simulator_output_p8_m32" / sample / f"pp_rank_{r}.json").read_text())[
-            "0"
-        ]
-        for r in range(8)
-    ]
-
-
-@pytest.mark.parametrize("sample,algo", [("v-min", "v-min"), ("zb-heuristic-mem8", "zero-bubble-heuristic")])
-def test_at_least_as_good_as_primus(primus_samples, sample, algo):
+@pytest.mark.parametrize("sample", sorted(PRIMUS_BOUND))
+def test_at_least_as_good_as_primus(sample):
     """Never a later finish on any rank's critical path, within the same memory."""
-    theirs = _primus(primus_samples, sample)
+    algo, total, peak = PRIMUS_BOUND[sample]
     params = {"max_mem": 8} if algo == "zero-bubble-heuristic" else {}
     ours = simulate(build_schedule(algo, 8, None, 32, **params), CostModel(1000, 1000, 1000)).metrics
-    assert ours.step_time <= max(t["total"] for t in theirs)
-    assert ours.peak_memory <= max(t["memory"] for t in theirs)
+    assert ours.step_time <= total
+    assert ours.peak_memory <= peak

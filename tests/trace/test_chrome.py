@@ -98,10 +98,10 @@ def test_several_runs_in_one_trace():
     assert [r["label"] for r in doc["otherData"]["runs"]] == ["one", "two"]
 
 
-def test_measured_run_without_transfers(primus_samples):
+def test_measured_run_without_transfers(primus_data):
     from primuspp.trace.pp_data import read_pp_data
 
-    tl = read_pp_data(primus_samples / "pp_data_example" / "pp8")[-1]
+    tl = read_pp_data(primus_data / "pp_data_example" / "pp4")[-1]
     doc = chrome_trace(tl)
     assert check_trace(doc) == {}
-    assert doc["otherData"]["iteration"] == "20" and doc["otherData"]["source"] == "measured"
+    assert doc["otherData"]["iteration"] == "6" and doc["otherData"]["source"] == "measured"

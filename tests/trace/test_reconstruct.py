@@ -45,15 +45,15 @@ def test_count_mismatch_leaves_the_timeline_alone():
     assert not label_from_table(stripped, build_schedule("1f1b", 2, None, 8)).labelled
 
 
-@pytest.mark.parametrize("sample,algo,vpp", [("pp8", "1f1b", None), ("pp8_vpp2", "1f1b-interleaved", 2)])
-def test_primus_real_runs_match_megatron_schedules(primus_samples, sample, algo, vpp):
-    timelines = read_pp_data(primus_samples / "pp_data_example" / sample)
-    table = build_schedule(algo, 8, vpp, 16)
+@pytest.mark.parametrize("sample,algo,vpp", [("pp4", "1f1b", None), ("pp4_vpp2", "1f1b-interleaved", 2)])
+def test_primus_real_runs_match_megatron_schedules(primus_data, sample, algo, vpp):
+    timelines = read_pp_data(primus_data / "pp_data_example" / sample)
+    table = build_schedule(algo, 4, vpp, 8)
     for tl in timelines:
         rec = label_from_table(tl, table)
         assert rec.labelled and rec.order_matches, (tl.iteration, rec.reason)
     last = rec.timeline.ranks[0].intervals
-    # rank 0 of interleaved 1F1B (p=8, v=2): forwards mb 0..7 on chunk 0, then mb 0..7 on chunk 1
+    # rank 0 of interleaved 1F1B (p=4, v=2): forwards mb 0..3 on chunk 0, then mb 0..3 on chunk 1
     if vpp == 2:
-        assert [(iv.microbatch, iv.chunk) for iv in last[:16]] == [(mb, c) for c in (0, 1) for mb in range(8)]
-    assert {iv.stage for iv in last} == ({0, 8} if vpp == 2 else {0})
+        assert [(iv.microbatch, iv.chunk) for iv in last[:8]] == [(mb, c) for c in (0, 1) for mb in range(4)]
+    assert {iv.stage for iv in last} == ({0, 4} if vpp == 2 else {0})

@@ -39,17 +39,17 @@ def test_simulated_p8_m32_page(tmp_path, algo, vpp):
     assert section["svg_bars"] == sum(expected)  # drawn as SVG, not only held in the data
 
 
-def test_primus_real_run_sample_page(tmp_path, primus_samples):
-    page = tmp_path / "pp8_vpp2.html"
-    _viz(str(primus_samples / "pp_data_example" / "pp8_vpp2"), "--out", str(page))
-    status = page_status(page, png=tmp_path / "viz-pp8_vpp2.png", size=(1400, 760))
+def test_primus_real_run_sample_page(tmp_path, primus_data):
+    page = tmp_path / "pp4_vpp2.html"
+    _viz(str(primus_data / "pp_data_example" / "pp4_vpp2"), "--out", str(page))
+    status = page_status(page, png=tmp_path / "viz-pp4_vpp2.png", size=(1400, 760))
     assert status["errors"] == []
     (section,) = status["sections"]
-    # 16 microbatches x 2 chunks, F and full backward, on every rank; the last iteration first
-    assert section["iteration"] == "20" and section["boxes_per_rank"] == [64] * 8
-    assert section["svg_bars"] == 512
+    # 8 microbatches x 2 chunks, F and full backward, on every rank; the last iteration first
+    assert section["iteration"] == "6" and section["boxes_per_rank"] == [32] * 4
+    assert section["svg_bars"] == 128
     picked = page_status(page, fragment="iteration=3")["sections"][0]
-    assert picked["iteration"] == "3" and picked["boxes_per_rank"] == [64] * 8
+    assert picked["iteration"] == "3" and picked["boxes_per_rank"] == [32] * 4
 
 
 def test_webgl_page_and_two_sections(tmp_path):

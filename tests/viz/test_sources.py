@@ -29,10 +29,10 @@ def test_yaml_config_is_simulated(tmp_path):
     assert sources[0].timelines[0].pp == 2 and sources[0].note == f"simulated from {cfg}"
 
 
-def test_old_real_run_gets_microbatches_from_megatron_schedule(primus_samples):
-    (src,) = load_sources([primus_samples / "pp_data_example" / "pp8_vpp2"])
-    assert len(src.timelines) == 20
-    assert src.note == "microbatch order reconstructed from 1f1b-interleaved (pp=8, vpp=2, m=16)"
+def test_old_real_run_gets_microbatches_from_megatron_schedule(primus_data):
+    (src,) = load_sources([primus_data / "pp_data_example" / "pp4_vpp2"])
+    assert len(src.timelines) == 6
+    assert src.note == "microbatch order reconstructed from 1f1b-interleaved (pp=4, vpp=2, m=8)"
     assert all(iv.microbatch >= 0 for tl in src.timelines for rt in tl.ranks for iv in rt.intervals)
 
 
@@ -78,3 +78,24 @@ def test_transfers_come_back_only_for_an_unchanged_simulate_output(tmp_path):
     assert with_transfers(src, 0).transfers == []
     (run_dir / "schedule.json").unlink()
     assert with_transfers(src, 0).transfers == []
+
+
+def test_a_fifo_as_path_is_refused(tmp_path):
+    import os
+
+    fifo = tmp_path / "run.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(PrimusppError, match=r"run\.yaml: not a regular file nor a directory"):
+        load_sources([fifo])
+
+
+def test_summary_with_bad_figures_is_refused(tmp_path):
+    import json
+
+    from primuspp.sim.sources import summaries_from_dir
+
+    run_dir = write_result(simulate(build_schedule("1f1b", 2, None, 2)), tmp_path)
+    doc = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**doc, "step_time": "fast"}))
+    with pytest.raises(PrimusppError, match=r"summary.json: step_time='fast': expected a finite number"):
+        summaries_from_dir(run_dir)
