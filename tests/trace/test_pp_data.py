@@ -237,7 +237,7 @@ def test_small_overlaps_in_a_measured_trace_are_clipped_with_a_warning(tmp_path,
         ({"bwd_kind": ["X"]}, '\'bwd_kind\' must be a list of "B" or "BW"'),
         ({"fwd_end": [1, 2]}, "fwd_start has 1 entries, fwd_end 2"),
         ({"memory": "lots"}, "memory='lots': expected a finite number"),
-        ({"fwd_end": [1e400]}, "not valid JSON"),
+        ({"fwd_end": [1e400]}, "fwd_end[0]=inf: expected a finite number"),
     ],
 )
 def test_malformed_keys_are_one_line(tmp_path, patch, message):
