@@ -12,26 +12,44 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from primuspp.algorithms.registry import build_schedule
 from primuspp.commands.console import err
+from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.table import ScheduleTable
 
 T = TypeVar("T")
 
 DEFAULT_PP, DEFAULT_MB = 4, 8
+#: most processes one local launch starts (one per rank); larger pipelines run under torchrun
+MAX_LOCAL_RANKS = 64
 
 
 def run_table(
     algo: str, pp: int | None, vpp: int | None, mb: int | None, costs: CostModel | None = None
 ) -> ScheduleTable:
-    """The table a run executes: p=4, m=8 unless given (file: tables carry their own)."""
+    """The table a run executes: p=4, m=8 unless given (file: tables carry their own). A local launch starts
+    one process per rank: more than MAX_LOCAL_RANKS is refused before anything is built."""
     from_file = algo.startswith("file:")
-    return build_schedule(
+    _check_local_ranks(pp)
+    table = build_schedule(
         algo,
         pp if pp is not None or from_file else DEFAULT_PP,
         vpp,
         mb if mb is not None or from_file else DEFAULT_MB,
         costs,
     )
+    _check_local_ranks(table.pp)
+    return table
+
+
+def _check_local_ranks(pp: int | None) -> None:
+    from primuspp.runtime.launch import under_torchrun
+
+    if pp is not None and pp > MAX_LOCAL_RANKS and not under_torchrun():
+        raise ConfigError(
+            f"--pp {pp}: a local run starts one process per rank, at most {MAX_LOCAL_RANKS} "
+            "(start larger pipelines with torchrun, one process per rank)",
+            key="pp",
+        )
 
 
 @contextmanager

@@ -251,6 +251,8 @@ CASES = [
         ],
         "costs.forward=inf",
     ),
+    ("train-too-many-local-ranks", lambda t: ["train", "--backend", "torch", "--pp", "65"], "--pp 65"),
+    ("emulate-too-many-local-ranks", lambda t: ["train", "--emulate", "--pp", "200"], "--pp 200"),
 ]
 
 
