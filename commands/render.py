@@ -44,6 +44,14 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
     return table
 
 
+def print_refused(refused: list[dict[str, str]]) -> None:
+    """Under a sweep's table: one line per run its algorithm refused, with the reason."""
+    from primuspp.commands.console import out
+
+    for r in refused:
+        out.print(f"[dim]not run: {r['name']}: {r['reason']}[/dim]", highlight=False)
+
+
 def fidelity_table(pair: dict[str, Any]) -> Table:
     """Predicted vs measured figures of one pair (sim.fidelity.predicted_vs_measured), with the errors."""
     real = pair["measured"]

@@ -10,10 +10,10 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.render import results_table
+from primuspp.commands.render import print_refused, results_table
 from primuspp.config.loader import load_config, run_specs
 from primuspp.sim.output import write_result
-from primuspp.sim.runs import run, summary
+from primuspp.sim.runs import run, split_refused, summary
 from primuspp.viz.terminal import render_timeline
 
 
@@ -38,15 +38,19 @@ def simulate(
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
     cfg = load_config(config)
     specs = run_specs(cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from))
+    refused: list[dict[str, str]] = []
+    if not algo:  # a sweep skips (and lists) what an algorithm refuses; a named one is an error (exit 2)
+        specs, refused = split_refused(specs)
     results = [run(spec) for spec in progress(specs, "simulating")]
     target = out_dir or Path(cfg.output_dir)
     for result in results:
         write_result(result, target)
     summaries = [summary(r) for r in results]
     if json_:
-        print(json.dumps({"results": summaries}))
+        print(json.dumps({"results": summaries, "refused": refused}))
     else:
         out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))
+        print_refused(refused)
     if show:  # with --json, stdout holds the JSON document alone: the drawings go to stderr
         console = err if json_ else out
         for result in results:

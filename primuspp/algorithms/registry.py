@@ -59,6 +59,23 @@ def get_algorithm(name: str) -> Algorithm:
     return ALGORITHMS[canonical]
 
 
+def refusal(
+    algorithm: str, pp: int | None, vpp: int | None, micro_batches: int | None, params: dict[str, Any]
+) -> str | None:
+    """The one-line reason `algorithm` refuses these sizes (its own domain rule, e.g. dualpipe's m >= 2p),
+    or None: sweeps skip and list what this names, `build_schedule` raises the same reason. Input errors
+    (bad v, bad parameters, p or m below 1) are not refusals: `build_schedule` reports them."""
+    if algorithm.startswith(FILE_PREFIX) or pp is None or micro_batches is None:
+        return None
+    if pp < 1 or micro_batches < 1:
+        return None
+    algo = get_algorithm(algorithm)
+    vpp = algo.vpp_default if vpp is None else vpp
+    if not algo.vpp_ok(vpp):
+        return None
+    return algo.refuse(pp, vpp, micro_batches, _resolve_params(algo, params)) or None
+
+
 def resolve_name(name: str) -> str:
     """Canonical registry name of `name`, or `name` itself for file: tables."""
     return name if name.startswith(FILE_PREFIX) else get_algorithm(name).name
