@@ -8,6 +8,7 @@ only when that verb runs or shows its own --help. `primuspp --version` imports t
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import traceback
 from dataclasses import dataclass
@@ -191,6 +192,22 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+_CHOICE = re.compile(r"'([^']*)' is not one of ((?:'[^']*'(?:, )?)+)\.?$")
+
+
+def _usage_message(message: str) -> str:
+    """Typer's usage error on one line; a value outside a choice (`--format jsn`) gets the closest
+    allowed ones suggested."""
+    message = _one_line(message).replace("Value error, ", "")
+    match = _CHOICE.search(message)
+    if match:
+        from primuspp.suggest import did_you_mean
+
+        choices = re.findall(r"'([^']*)'", match.group(2))
+        message = message.rstrip(".") + did_you_mean(match.group(1), choices)
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
@@ -204,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         where = f"{e.ctx.command_path}: " if getattr(e, "ctx", None) is not None else ""
-        print(f"error: {where}{_one_line(e.format_message())}", file=sys.stderr)
+        print(f"error: {where}{_usage_message(e.format_message())}", file=sys.stderr)
         return 2
     except PrimusppError as e:
         if debug:

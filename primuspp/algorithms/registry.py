@@ -26,6 +26,7 @@ from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.validation import validate
+from primuspp.suggest import did_you_mean
 
 ALGORITHMS: dict[str, Algorithm] = {}
 _ALIASES: dict[str, str] = {}
@@ -54,7 +55,9 @@ def get_algorithm(name: str) -> Algorithm:
     canonical = _ALIASES.get(name.strip().lower())
     if canonical is None:
         raise ScheduleError(
-            f"unknown algorithm {name!r} (allowed: {', '.join(ALGORITHMS)}, or file:PATH)", key="algorithm"
+            f"unknown algorithm {name!r}{did_you_mean(name, ALGORITHMS, _ALIASES)} "
+            f"(allowed: {', '.join(ALGORITHMS)}, or file:PATH)",
+            key="algorithm",
         )
     return ALGORITHMS[canonical]
 
