@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from primuspp.commands.console import err
-from primuspp.config.loader import Overrides
-from primuspp.sim.calibrate import costs_from_dir
+
+if TYPE_CHECKING:
+    from primuspp.config.loader import Overrides
 
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Simulation YAML (ours or Primus' pp_simulation.yaml).")
@@ -60,6 +61,10 @@ def overrides(
     mem_limit: float | None = None,
     costs_from: Path | None = None,
 ) -> Overrides:
+    # imported here, not above: a verb's --help needs only the option types (start-up time)
+    from primuspp.config.loader import Overrides
+    from primuspp.sim.calibrate import costs_from_dir
+
     costs: dict[str, Any] = {}
     if costs_from is not None:
         cal = costs_from_dir(str(costs_from))

@@ -11,10 +11,6 @@ import typer
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
 from primuspp.commands.render import print_refused, results_table
-from primuspp.config.loader import load_config, run_specs
-from primuspp.sim.output import write_result
-from primuspp.sim.runs import run, split_refused, summary
-from primuspp.viz.terminal import render_timeline
 
 
 def simulate(
@@ -36,6 +32,12 @@ def simulate(
     show: o.ShowOpt = False,
 ) -> None:
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
+    # imported here, not above: `simulate --help` needs only the options (start-up time)
+    from primuspp.config.loader import load_config, run_specs
+    from primuspp.sim.output import write_result
+    from primuspp.sim.runs import run, split_refused, summary
+    from primuspp.viz.terminal import render_timeline
+
     cfg = load_config(config)
     specs = run_specs(cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from))
     refused: list[dict[str, str]] = []
