@@ -27,7 +27,8 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
     for r in rows:
         ratio = r["step_time"] / best if best else float("nan")
         style = "bold green" if best is not None and r["step_time"] == best and r.get("fits", True) else None
-        cells = [r["name"], *([r["algorithm"]] if show_algo else [])]
+        name = r["name"] if "statistic" not in r else f"{r['name']} [dim]({r['statistic']})[/dim]"
+        cells = [name, *([r["algorithm"]] if show_algo else [])]
         cells += [
             str(r["pp"]),
             str(r["vpp"]),
