@@ -88,7 +88,7 @@ def _parse_rank(rec: Any, rank: int, where: str) -> RankTimeline:
         chunks = rec.get(f"{prefix}_chunk") or [-1] * n
         stages = rec.get(f"{prefix}_stage") or [-1] * n
         kinds = rec.get("bwd_kind") if prefix == "bwd" and rec.get("bwd_kind") else [default_kind] * n
-        backs = rec.get("fb_backward") or [None] * n
+        backs = (rec.get("fb_backward") if prefix == "fb" else None) or [None] * n
         if not all(len(x) == n for x in (mbs, chunks, stages, kinds, backs)):
             raise ConfigError(f"{where}: {prefix}_* lists differ in length")
         for i in range(n):
