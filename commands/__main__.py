@@ -1,3 +1,6 @@
+"""`python -m primuspp.commands`: the `primuspp` command."""
+
 from primuspp.commands.app import entry
 
-entry()
+if __name__ == "__main__":
+    entry()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from rich import box
 from rich.table import Table
 
 from primuspp.algorithms.registry import ALGORITHMS
@@ -34,17 +35,21 @@ def algorithms(json_: o.JsonOpt = False) -> None:
     table = Table(
         title="Algorithms (also: file:PATH loads a table from `primuspp dump --format json`)",
         title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_lines=True,
+        pad_edge=False,
+        collapse_padding=True,
     )
-    for col in ("name", "aliases", "placement", "v", "constraints", "peak activation", "what it does"):
-        table.add_column(col)
+    # names never wrap; the prose columns wrap to whatever width is left (an 80-column terminal fits)
+    table.add_column("name (aliases)", no_wrap=True, min_width=max(len(r["name"]) for r in records))
+    table.add_column("placement, v", no_wrap=True)
+    table.add_column("peak activation", max_width=12)
+    table.add_column("what it does; constraints")
     for r in records:
         table.add_row(
-            r["name"],
-            ", ".join(r["aliases"]),
-            r["placement"],
-            r["vpp"],
-            r["constraints"],
+            "\n".join([r["name"], *(f"[dim]{a}[/dim]" for a in r["aliases"])]),
+            f"{r['placement']}\nv {r['vpp']}",
             r["memory"],
-            r["summary"],
+            f"{r['summary']}\n[dim]{r['constraints']}[/dim]",
         )
     out.print(table)

@@ -1,37 +1,167 @@
-"""The `primuspp` entry point: one Typer app, one-line errors (exit 2), tracebacks only with --debug."""
+"""The `primuspp` entry point: one Typer app, one-line errors (exit 2), tracebacks only with --debug.
+
+Verbs are registered lazily: `primuspp --help` lists them from `VERBS` (name, module, one-line help,
+examples) without importing them, and a verb's module (with its plotly, pydantic, torch, ...) is imported
+only when that verb runs or shows its own --help. `primuspp --version` imports typer alone.
+"""
 
 from __future__ import annotations
 
+import importlib
+import re
 import sys
 import traceback
+from dataclasses import dataclass
+from typing import Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import Abort, TyperException
 
 from primuspp import __version__
-from primuspp.commands.algorithms import algorithms
-from primuspp.commands.compare import compare
-from primuspp.commands.console import err
-from primuspp.commands.dump import dump
-from primuspp.commands.simulate import simulate
-from primuspp.commands.train import train
-from primuspp.commands.viz import viz
 from primuspp.errors import PrimusppError
+
+HELP = "Pipeline-parallel schedules as data: simulate, draw, dump, compare and run them."
+
+
+@dataclass(frozen=True)
+class Verb:
+    """A verb as the root help lists it; `help` must equal the first line of the function's docstring
+    (tests/commands/test_cli.py checks it), `examples` end the verb's own --help."""
+
+    name: str
+    module: str
+    function: str
+    help: str
+    examples: tuple[str, ...]
+
+
+VERBS: tuple[Verb, ...] = (
+    Verb(
+        "simulate",
+        "primuspp.commands.simulate",
+        "simulate",
+        "Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm).",
+        (
+            "primuspp simulate",
+            "primuspp simulate --algo 1f1b --algo zbv --pp 4 --mb 8 --out res",
+            "primuspp simulate --algo zbv --pp 4 --mb 8 --json --show",
+        ),
+    ),
+    Verb(
+        "dump",
+        "primuspp.commands.dump",
+        "dump",
+        "Write schedule tables (default: every run of the packaged config, as text on stdout).",
+        (
+            "primuspp dump --algo zb1p --pp 2 --mb 3",
+            "primuspp dump --algo zbv --pp 4 --mb 8 --format json --out zbv.json",
+            "primuspp dump --algo file:zbv.json --check",
+        ),
+    ),
+    Verb(
+        "compare",
+        "primuspp.commands.compare",
+        "compare",
+        "Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.",
+        (
+            "primuspp compare --algo 1f1b --algo zbv --pp 4 --mb 8",
+            "primuspp compare --mem-limit 5 --html compare.html",
+            "primuspp compare pp_simulation_result/zbv output/pp_data",
+        ),
+    ),
+    Verb(
+        "viz",
+        "primuspp.commands.viz",
+        "viz",
+        "Draw pipeline timelines: an interactive HTML page that opens offline, and/or a Chrome trace.",
+        (
+            "primuspp viz pp_simulation_result",
+            "primuspp viz pp_simulation_result/zbv output/pp_data --out both.html",
+            "primuspp viz configs/pp_simulation.yaml --chrome trace.json",
+        ),
+    ),
+    Verb(
+        "visualize",
+        "primuspp.commands.viz",
+        "viz",
+        "Alias of `viz`.",
+        ("primuspp visualize pp_simulation_result", "primuspp visualize output/pp_data --out real.html"),
+    ),
+    Verb(
+        "algorithms",
+        "primuspp.commands.algorithms",
+        "algorithms",
+        "List the algorithms, their aliases, placement, allowed v, constraints and memory class.",
+        ("primuspp algorithms", "primuspp algorithms --json"),
+    ),
+    Verb(
+        "train",
+        "primuspp.commands.train",
+        "train",
+        "Train with a schedule on real processes (gloo on CPU, nccl on GPU).",
+        (
+            "primuspp train --algo zbv",
+            "primuspp train --algo 1f1b --emulate --pp 4 --mb 8",
+            "primuspp train --backend torch --algo zb1p --verify",
+        ),
+    ),
+)
+
+
+def _epilog(examples: tuple[str, ...]) -> str:
+    """One paragraph: Typer's rich help keeps its single line breaks (and puts blank lines between
+    paragraphs)."""
+    return "\n".join(["Examples:", *(f"  $ {e}" for e in examples)])
+
+
+def _flags_as_flags(params: list[Any]) -> list[Any]:
+    """Typer 0.29 prints `--json <bool>` for flags; a flag takes no value, so it gets no type column."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_as_flags(super().get_params(ctx))
+
+
+class _LazyVerb(TyperCommand):
+    """What the root help lists for a verb; running it (or its --help) imports and builds the real one."""
+
+    def __init__(self, verb: Verb) -> None:
+        super().__init__(name=verb.name, help=verb.help, short_help=verb.help, add_help_option=False)
+        self.verb = verb
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        return load(self.verb).make_context(info_name, args, parent=parent, **extra)
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_as_flags(super().get_params(ctx))
+
+
+def load(verb: Verb) -> TyperCommand:
+    """The verb's real click command (its module imported now)."""
+    function = getattr(importlib.import_module(verb.module), verb.function)
+    sub = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    sub.command(verb.name, cls=_Command, epilog=_epilog(verb.examples))(function)
+    if verb.name == "visualize":  # the alias: its own one-line help, viz's parameters
+        sub.registered_commands[0].help = verb.help
+    return typer.main.get_command(sub)
+
 
 app = typer.Typer(
     name="primuspp",
-    help="Pipeline-parallel schedules as data: simulate, draw, dump, compare and run them.",
+    help=HELP,
+    cls=_Group,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command()(simulate)
-app.command()(dump)
-app.command()(compare)
-app.command()(viz)
-app.command("visualize", help="Alias of `viz`.")(viz)
-app.command()(algorithms)
-app.command()(train)
 
 
 def _version(value: bool) -> None:
@@ -50,25 +180,48 @@ def _root(
     """Pipeline-parallel schedules as data: simulate, draw, dump, compare and run them."""
 
 
+def command() -> TyperGroup:
+    """The root click group, every verb registered lazily."""
+    group = typer.main.get_command(app)
+    for verb in VERBS:
+        group.add_command(_LazyVerb(verb))
+    return group
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
+
+
+_CHOICE = re.compile(r"'([^']*)' is not one of ((?:'[^']*'(?:, )?)+)\.?$")
+
+
+def _usage_message(message: str) -> str:
+    """Typer's usage error on one line; a value outside a choice (`--format jsn`) gets the closest
+    allowed ones suggested."""
+    message = _one_line(message).replace("Value error, ", "")
+    match = _CHOICE.search(message)
+    if match:
+        from primuspp.suggest import did_you_mean
+
+        choices = re.findall(r"'([^']*)'", match.group(2))
+        message = message.rstrip(".") + did_you_mean(match.group(1), choices)
+    return message
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    command = typer.main.get_command(app)
     try:
-        result = command.main(args=args, prog_name="primuspp", standalone_mode=False)
+        result = command().main(args=args, prog_name="primuspp", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except Abort:
-        err.print("aborted")
+        print("aborted", file=sys.stderr)
         return 130
     except TyperException as e:
         if debug:
             traceback.print_exc()
         where = f"{e.ctx.command_path}: " if getattr(e, "ctx", None) is not None else ""
-        print(f"error: {where}{_one_line(e.format_message())}", file=sys.stderr)
+        print(f"error: {where}{_usage_message(e.format_message())}", file=sys.stderr)
         return 2
     except PrimusppError as e:
         if debug:

@@ -20,7 +20,7 @@ from primuspp.sim.compare import Latest, Ranking, describe_key, find_latest, ran
 from primuspp.sim.fidelity import load_runs, pair_runs, predicted_vs_measured
 from primuspp.sim.output import write_result
 from primuspp.sim.recommend import candidate_specs, simulate_candidates
-from primuspp.sim.runs import run, summary
+from primuspp.sim.runs import run, split_refused, summary
 from primuspp.sim.sources import summaries_from_dir
 from primuspp.viz.html import compare_page, write_file
 
@@ -89,6 +89,9 @@ def compare(
         rows.extend(summary(r) for r in results)
     elif algo or config or not sources:
         specs = run_specs(load_config(config), ov)
+        if not algo:  # a sweep skips what an algorithm refuses (listed below the table)
+            specs, skipped = split_refused(specs)
+            refused.extend((r["name"], r["reason"]) for r in skipped)
         rows.extend(summary(run(spec)) for spec in progress(specs, "simulating"))
     ranking = rank_results(rows, mem_limit)
     compared = ""

@@ -25,15 +25,20 @@ err = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 T = TypeVar("T")
 
 
-def progress(items: Iterable[T], label: str, delay: float = 1.0) -> Iterator[T]:
-    """Yield `items`; once iterating has taken over `delay` seconds, show a progress bar on stderr."""
+def progress(items: Iterable[T], label: str, delay: float = 1.0, every: float = 5.0) -> Iterator[T]:
+    """Yield `items`; once iterating has taken over `delay` seconds, show progress on stderr: a bar on a
+    terminal, else (a pipe, a log file) plain lines `label i/n (item) elapsed`, at most one each `every`
+    seconds or 10 % of the items, and a last line when done, so a piped run is never silent for long."""
     items = list(items)
+    if not err.is_terminal:
+        yield from _progress_lines(items, label, delay, every)
+        return
     start = time.perf_counter()
     bar: Progress | None = None
     task = None
     try:
         for i, item in enumerate(items):
-            if bar is None and time.perf_counter() - start > delay and err.is_terminal:
+            if bar is None and time.perf_counter() - start > delay:
                 bar = Progress(
                     TextColumn("{task.description}"),
                     BarColumn(),
@@ -52,3 +57,47 @@ def progress(items: Iterable[T], label: str, delay: float = 1.0) -> Iterator[T]:
     finally:
         if bar is not None:
             bar.stop()
+
+
+class StepLines:
+    """Progress of a long run as plain stderr lines (`label: 3/10 steps, <status>, 42 s`): one when it
+    starts, then at most one each `every` seconds or 10 % of the steps, and one at the last step."""
+
+    def __init__(self, label: str, total: int, every: float = 5.0) -> None:
+        self.label, self.total, self.every = label, total, every
+        self.completed, self.status = 0, ""
+        self.start = time.perf_counter()
+        self._last_time, self._last_tenth = self.start, 0
+        print(f"{label}: starting ({total} steps)", file=sys.stderr, flush=True)
+
+    def update(self, completed: int | None = None, advance: int = 0, status: str | None = None, **_) -> None:
+        self.completed = (self.completed if completed is None else completed) + advance
+        self.status = self.status if status is None else status
+        now = time.perf_counter()
+        tenth = 10 * self.completed // self.total if self.total else 0
+        done = self.completed >= self.total
+        if done or tenth > self._last_tenth or now - self._last_time >= self.every:
+            status = f", {self.status}" if self.status else ""
+            print(
+                f"{self.label}: {self.completed}/{self.total} steps{status}, {now - self.start:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+            self._last_time, self._last_tenth = now, tenth
+
+
+def _progress_lines(items: list[T], label: str, delay: float, every: float) -> Iterator[T]:
+    n = len(items)
+    start = time.perf_counter()
+    last_time, last_tenth, printed = start, 0, False
+    for i, item in enumerate(items):
+        now = time.perf_counter()
+        tenth = 10 * i // n if n else 0
+        if now - start > delay and (now - last_time >= every or tenth > last_tenth or not printed):
+            name = getattr(item, "name", item if isinstance(item, str) else None)
+            what = f" ({name})" if name else ""
+            print(f"{label} {i + 1}/{n}{what} {now - start:.0f} s", file=sys.stderr, flush=True)
+            last_time, last_tenth, printed = now, tenth, True
+        yield item
+    if printed:
+        print(f"{label}: {n}/{n} done in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)

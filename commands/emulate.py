@@ -90,7 +90,7 @@ def _render(doc: dict, describe: str) -> None:
     for s in doc["steps"]:
         peaks = s["peak_activation_bytes"]
         table.add_row(
-            str(s["step"]),
+            str(s["step"] + 1),
             f"{s['step_time_ms']:,.1f}",
             f"{s['bubble_rate']:.1%}",
             " ".join(f"{b / 2**20:.2f}" if unit != 1 else f"{b:,}" for b in peaks),

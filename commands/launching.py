@@ -11,7 +11,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.commands.console import err
+from primuspp.commands.console import StepLines, err
 from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.table import ScheduleTable
@@ -54,7 +54,11 @@ def _check_local_ranks(pp: int | None) -> None:
 
 @contextmanager
 def step_bar(label: str, steps: int) -> Iterator[Callable[..., None]]:
-    """A progress bar over `steps` on stderr (terminals only); yields `update(completed=..., status=...)`."""
+    """A progress bar over `steps` on stderr; yields `update(completed=..., advance=..., status=...)`. When
+    stderr is not a terminal (a pipe, a log): plain lines instead (console.StepLines)."""
+    if not err.is_terminal:
+        yield StepLines(label, steps).update
+        return
     bar = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -63,7 +67,6 @@ def step_bar(label: str, steps: int) -> Iterator[Callable[..., None]]:
         TimeElapsedColumn(),
         console=err,
         transient=True,
-        disable=not err.is_terminal,
     )
     task = bar.add_task(label, total=steps, status="starting ranks")
     with bar:

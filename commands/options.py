@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from primuspp.commands.console import err
-from primuspp.config.loader import Overrides
 from primuspp.schedule.limits import DEFAULT_MAX_NODES, MAX_COST, MAX_MB, MAX_MEM_LIMIT, MAX_PP, MAX_VPP
-from primuspp.sim.calibrate import costs_from_dir
+
+if TYPE_CHECKING:
+    from primuspp.config.loader import Overrides
 
 
 def finite_check(
@@ -137,6 +138,10 @@ def overrides(
     costs_from: Path | None = None,
     max_nodes: int = DEFAULT_MAX_NODES,
 ) -> Overrides:
+    # imported here, not above: a verb's --help needs only the option types (start-up time)
+    from primuspp.config.loader import Overrides
+    from primuspp.sim.calibrate import costs_from_dir
+
     costs: dict[str, Any] = {}
     if costs_from is not None:
         cal = costs_from_dir(str(costs_from))

@@ -27,7 +27,8 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
     for r in rows:
         ratio = r["step_time"] / best if best else float("nan")
         style = "bold green" if best is not None and r["step_time"] == best and r.get("fits", True) else None
-        cells = [r["name"], *([r["algorithm"]] if show_algo else [])]
+        name = r["name"] if "statistic" not in r else f"{r['name']} [dim]({r['statistic']})[/dim]"
+        cells = [name, *([r["algorithm"]] if show_algo else [])]
         cells += [
             str(r["pp"]),
             str(r["vpp"]),
@@ -42,6 +43,14 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
             cells.append("yes" if r["fits"] else "[red]no[/red]")
         table.add_row(*cells, style=style)
     return table
+
+
+def print_refused(refused: list[dict[str, str]]) -> None:
+    """Under a sweep's table: one line per run its algorithm refused, with the reason."""
+    from primuspp.commands.console import out
+
+    for r in refused:
+        out.print(f"[dim]not run: {r['name']}: {r['reason']}[/dim]", highlight=False)
 
 
 def fidelity_table(pair: dict[str, Any]) -> Table:

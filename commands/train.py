@@ -320,7 +320,7 @@ def _render(doc: dict, describe: str) -> None:
         table.add_column(col, justify="right")
     for s in doc["steps"]:
         table.add_row(
-            str(s["step"]),
+            str(s["step"] + 1),
             f"{s['loss']:.6f}",
             f"{s['step_time_ms']:,.1f}",
             f"{s['bubble_rate']:.1%}",

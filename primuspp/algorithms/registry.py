@@ -36,6 +36,7 @@ from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.validation import validate
+from primuspp.suggest import did_you_mean
 
 ALGORITHMS: dict[str, Algorithm] = {}
 _ALIASES: dict[str, str] = {}
@@ -64,9 +65,28 @@ def get_algorithm(name: str) -> Algorithm:
     canonical = _ALIASES.get(name.strip().lower())
     if canonical is None:
         raise ScheduleError(
-            f"unknown algorithm {name!r} (allowed: {', '.join(ALGORITHMS)}, or file:PATH)", key="algorithm"
+            f"unknown algorithm {name!r}{did_you_mean(name, ALGORITHMS, _ALIASES)} "
+            f"(allowed: {', '.join(ALGORITHMS)}, or file:PATH)",
+            key="algorithm",
         )
     return ALGORITHMS[canonical]
+
+
+def refusal(
+    algorithm: str, pp: int | None, vpp: int | None, micro_batches: int | None, params: dict[str, Any]
+) -> str | None:
+    """The one-line reason `algorithm` refuses these sizes (its own domain rule, e.g. dualpipe's m >= 2p),
+    or None: sweeps skip and list what this names, `build_schedule` raises the same reason. Input errors
+    (bad v, bad parameters, p or m below 1) are not refusals: `build_schedule` reports them."""
+    if algorithm.startswith(FILE_PREFIX) or pp is None or micro_batches is None:
+        return None
+    if pp < 1 or micro_batches < 1:
+        return None
+    algo = get_algorithm(algorithm)
+    vpp = algo.vpp_default if vpp is None else vpp
+    if not algo.vpp_ok(vpp):
+        return None
+    return algo.refuse(pp, vpp, micro_batches, _resolve_params(algo, params)) or None
 
 
 def resolve_name(name: str) -> str:

@@ -237,7 +237,9 @@ class EmulatedRun:
 
 def emulated_timelines(spec: EmulationSpec, per_rank: list[list[RankStep]], name: str) -> list[Timeline]:
     return [
-        replace(step_timeline(spec.table, [steps[i] for steps in per_rank], name, str(i)), source="emulated")
+        replace(
+            step_timeline(spec.table, [steps[i] for steps in per_rank], name, str(i + 1)), source="emulated"
+        )
         for i in range(spec.steps)
     ]
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.registry import build_schedule, refusal
+from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.sim.engine import SimResult, simulate
 
@@ -35,8 +36,25 @@ def run(spec: RunSpec) -> SimResult:
     return simulate(table, spec.costs, spec.name)
 
 
+def split_refused(specs: list[RunSpec]) -> tuple[list[RunSpec], list[dict[str, str]]]:
+    """A sweep's runs split into those to simulate and those their algorithm refuses (`{"name",
+    "algorithm", "reason"}` each, the reason one line). Raises the first refusal when every run is
+    refused: there is nothing to show."""
+    kept, refused = [], []
+    for spec in specs:
+        reason = refusal(spec.algorithm, spec.pp, spec.vpp, spec.micro_batches, spec.params)
+        if reason:
+            refused.append({"name": spec.name, "algorithm": spec.algorithm, "reason": reason})
+        else:
+            kept.append(spec)
+    if refused and not kept:
+        more = f" (and {len(refused) - 1} more runs refused)" if len(refused) > 1 else ""
+        raise ScheduleError(f"{refused[0]['reason']}{more}", key="micro_batches")
+    return kept, refused
+
+
 def summary(result: SimResult) -> dict[str, Any]:
-    """The `--json` result record (DESIGN.md §5)."""
+    """The `--json` result record (docs/getting-started.md lists its keys)."""
     m, table = result.metrics, result.table
     return {
         "name": result.name,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -43,20 +44,27 @@ def _read_summary(path: Path) -> dict[str, Any]:
 
 
 def summary_from_pp_data(path: Path) -> dict[str, Any]:
-    """Metrics of the last iteration of a pp_data dump."""
+    """Metrics of a pp_data dump: the median over its iterations, leaving out the first (warm-up) when
+    there are more than two — the same figures `compare`'s predicted-vs-measured table shows. Per-rank
+    figures are those of the iteration with the median step time (`iteration`); `statistic` says so."""
     timelines = read_pp_data(path)
-    tl = timelines[-1]
-    m = timeline_metrics(tl)
+    steady = timelines[1:] if len(timelines) > 2 else timelines
+    metrics = [timeline_metrics(t) for t in steady]
+    order = sorted(range(len(steady)), key=lambda i: metrics[i].step_time)
+    pick = order[(len(order) - 1) // 2]
+    tl, m = steady[pick], metrics[pick]
+    n = len(steady)
     return {
         "name": tl.name,
         "algorithm": tl.algorithm or "measured",
         "pp": tl.pp,
         "vpp": tl.vpp,
         "micro_batches": tl.micro_batches,
-        "step_time": m.step_time,
-        "bubble_rate": m.bubble_rate,
-        "steady_bubble_rate": m.steady_bubble_rate,
-        "peak_memory": m.peak_memory,
+        "step_time": statistics.median(x.step_time for x in metrics),
+        "bubble_rate": statistics.median(x.bubble_rate for x in metrics),
+        "steady_bubble_rate": statistics.median(x.steady_bubble_rate for x in metrics),
+        "peak_memory": statistics.median(x.peak_memory for x in metrics),
+        "statistic": f"median of {n} iteration{'s' * (n != 1)}" if n > 1 else f"iteration {tl.iteration}",
         "iteration": tl.iteration,
         "source": tl.source,
         "memory_unit": tl.memory_unit,

@@ -8,8 +8,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from plotly.offline import get_plotlyjs
-
 from primuspp import outputs
 from primuspp.trace.timeline import Timeline
 from primuspp.viz.compare_figure import compare_figure, compare_table_html
@@ -78,11 +76,17 @@ def page(title: str, body: str, data: dict[str, Any], script: str, intro: str = 
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<style>{_asset('page.css')}</style>"
         f"<script>{_ERROR_HOOK}</script>"
-        f"<script>{get_plotlyjs()}</script></head>\n<body>\n"
+        f"<script>{_plotly_js()}</script></head>\n<body>\n"
         f"<header><h1>{escape(title)}</h1>{intro}</header>\n{body}\n"
         '<pre id="pp-status"></pre>\n'
         f"<script>var PP={payload};</script>\n<script>{script}</script>\n</body></html>\n"
     )
+
+
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs  # imported only when a page is drawn (start-up time)
+
+    return get_plotlyjs()
 
 
 def write_file(path: Path, text: str, option: str = "--out") -> None:

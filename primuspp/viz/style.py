@@ -14,6 +14,20 @@ KIND_COLORS = {"F": "#4e79a7", "B": "#f28e2b", "W": "#59a14f", "BW": "#e15759", 
 IDLE_COLOR = "#ececec"
 
 
+_BINARY = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+
+
+def memory_scale(peak: float, unit: str) -> tuple[float, str]:
+    """(divisor, label) to show memory measured in `unit`: bytes become KiB, MiB or GiB chosen by the
+    peak (`2.169e+07 bytes` reads `20.69 MiB`); other units (microbatches, GiB) stay as they are."""
+    if unit != "bytes":
+        return 1.0, unit
+    for label, size in _BINARY:
+        if peak >= size:
+            return float(size), label
+    return 1.0, unit
+
+
 def ms(x: float) -> str:
     """Milliseconds for people: whole numbers bare, else 2 decimals (3 below 100)."""
     if abs(x - round(x)) < 1e-6 * max(1.0, abs(x)):

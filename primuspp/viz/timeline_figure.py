@@ -14,7 +14,15 @@ from typing import Any
 
 from primuspp.trace.timeline import Interval, Timeline
 from primuspp.viz.arrays import typed, typed_rows
-from primuspp.viz.style import IDLE_COLOR, KIND_ORDER, kind_color, ms, rank_color, text_color
+from primuspp.viz.style import (
+    IDLE_COLOR,
+    KIND_ORDER,
+    kind_color,
+    memory_scale,
+    ms,
+    rank_color,
+    text_color,
+)
 
 BAR_LIMIT = 6000
 MEMORY_PX = 180
@@ -130,7 +138,7 @@ def timeline_figure(
         layout["yaxis2"] = {
             "domain": [0, memory_px / plot_px],
             "rangemode": "tozero",
-            "title": {"text": f"activation<br>({timeline.memory_unit})", "font": {"size": 11}},
+            "title": {"text": f"activation<br>({_memory_unit(timeline)[1]})", "font": {"size": 11}},
             "gridcolor": "#f0f0f0",
         }
     return {"data": data, "layout": layout}
@@ -240,17 +248,24 @@ def _gl_boxes(
     ]
 
 
+def _memory_unit(timeline: Timeline) -> tuple[float, str]:
+    """One unit for a section's curves: bytes shown as KiB/MiB/GiB by the highest level."""
+    peak = max((level for rt in timeline.ranks for _, level in rt.memory), default=0.0)
+    return memory_scale(peak, timeline.memory_unit)
+
+
 def _memory_traces(timeline: Timeline, last: float, gl: bool) -> list[dict[str, Any]]:
     pp = len(timeline.ranks)
+    scale, unit = _memory_unit(timeline)
     traces = []
     for rt in timeline.ranks:
         if len(rt.memory) <= 1:
             continue
         points: dict[float, float] = {}
         for t, level in rt.memory:
-            points[t] = level  # the level after every change at t
+            points[t] = level / scale  # the level after every change at t
         if last > max(points):
-            points[last] = rt.memory[-1][1]
+            points[last] = rt.memory[-1][1] / scale
         dtype = "f4" if gl else "f8"
         traces.append(
             {
@@ -264,8 +279,7 @@ def _memory_traces(timeline: Timeline, last: float, gl: bool) -> list[dict[str, 
                 "x": typed(points.keys(), dtype),
                 "y": typed(points.values(), dtype),
                 "line": {"shape": "hv", "width": 1.3, "color": rank_color(rt.rank, pp)},
-                "hovertemplate": f"rank {rt.rank}<br>%{{x:,.3f}} ms: %{{y:.4g}} {timeline.memory_unit}"
-                "<extra></extra>",
+                "hovertemplate": f"rank {rt.rank}<br>%{{x:,.3f}} ms: %{{y:.4g}} {unit}<extra></extra>",
             }
         )
     return traces

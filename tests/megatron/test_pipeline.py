@@ -167,7 +167,7 @@ def test_data_parallel_replicas(runs, job):
 def test_install_dumps_pp_data(runs):
     """install(dump_pp_data=DIR): each pipeline rank writes its pp_rank file per training call."""
     timelines = read_pp_data(runs["dump"])
-    assert [tl.iteration for tl in timelines] == ["0", "1"]
+    assert [tl.iteration for tl in timelines] == ["1", "2"]
     assert timelines[0].pp == 2 and timelines[0].vpp == 2
     kinds = {iv.kind for rt in timelines[0].ranks for iv in rt.intervals}
     assert kinds == {"F", "B", "W"}

@@ -53,7 +53,7 @@ def test_json_summary_pp_data_and_resume(six_steps, capsys):
     assert len(doc["peak_activation_bytes"]) == 2 and all(b > 0 for b in doc["peak_activation_bytes"])
     assert [s["step"] for s in doc["steps"]] == list(range(6))
     timelines = read_pp_data(tmp / "pp")
-    assert [tl.iteration for tl in timelines] == [str(i) for i in range(6)]
+    assert [tl.iteration for tl in timelines] == [str(i) for i in range(1, 7)]  # steps from 1, as the table
     assert {iv.kind for rt in timelines[0].ranks for iv in rt.intervals} == {"F", "B", "W"}
     assert main(["compare", str(tmp / "pp"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"]

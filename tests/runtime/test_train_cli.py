@@ -28,7 +28,7 @@ def test_train_verify_json_and_pp_data(capsys, tmp_path):
     assert all(len(s["peak_activation_bytes"]) == 2 for s in doc["steps"])
     assert doc["verify"]["max_rel_loss_diff"] <= 1e-6 and doc["verify"]["max_rel_grad_diff"] <= 1e-6
     timelines = read_pp_data(dump)
-    assert [tl.iteration for tl in timelines] == ["0", "1"]
+    assert [tl.iteration for tl in timelines] == ["1", "2"]
     kinds = {iv.kind for rt in timelines[0].ranks for iv in rt.intervals}
     assert kinds == {"F", "B", "W"}
     assert sum(1 for iv in timelines[0].ranks[0].intervals if iv.kind == "F") == 3

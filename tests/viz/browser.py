@@ -31,7 +31,7 @@ def chromium() -> str:
     """The browser binary, or skip the test."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if not found:
-        pytest.skip("chromium not installed (.ci/run installs it)")
+        pytest.skip("chromium not installed (.ci/test.sh installs it when it can)")
     return found
 
 

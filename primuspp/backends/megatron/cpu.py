@@ -1,4 +1,4 @@
-"""CPU support for megatron-core 0.16.1 (see ../shared/notes/megatron-cpu.md): applied only on CPU.
+"""CPU support for megatron-core 0.16.1 (docs/megatron.md, section "CPU"): applied only on CPU.
 
 megatron-core assumes CUDA in a few places that pipeline training reaches:
 

@@ -360,7 +360,7 @@ class PipelineSchedule:
         assert self.dump_dir is not None
         self.dump_dir.mkdir(parents=True, exist_ok=True)
         rt = RankTimeline(rank, list(measured.intervals), list(measured.memory), float(measured.peak_bytes))
-        self._dumped[str(self.iteration)] = rank_record(rt)
+        self._dumped[str(self.iteration + 1)] = rank_record(rt)  # iterations from 1, as Primus and Megatron
         _write_json(self.dump_dir / f"pp_rank_{rank}.json", self._dumped)
         if rank == 0 and self.iteration == 0:
             config = {

@@ -165,7 +165,9 @@ def run_training(
     losses = [sum(records[i].loss for records in per_rank) for i in range(n)]
     wall = [max(records[i].wall_ms for records in per_rank) for i in range(n)]
     timelines = [
-        step_timeline(spec.table, [records[i].measured for records in per_rank], spec.table.algorithm, str(s))
+        step_timeline(
+            spec.table, [records[i].measured for records in per_rank], spec.table.algorithm, str(s + 1)
+        )
         for i, s in enumerate(steps)
     ]
     return TrainingRun(spec, steps, losses, wall, timelines)

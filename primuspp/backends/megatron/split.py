@@ -1,10 +1,11 @@
 """B/W split for Megatron's `ColumnParallelLinear` and `RowParallelLinear` (the output layer included).
 
 Megatron computes a linear layer's weight gradient inside the backward of
-`LinearWithGradAccumulationAndAsyncCommunication`, reached from both classes' `_forward_impl`
-(notes/megatron-cpu.md point 6). `install()` replaces `_forward_impl` on both classes. Inside a primuspp
-runner (a weight-grad store is recording, runtime/wgrad.py) the layer runs `_SplitLinear` instead: its
-backward computes the input gradient and, on a B node, queues the weight-grad GEMM (`dW += gᵀx`,
+`LinearWithGradAccumulationAndAsyncCommunication`, reached from both classes' `_forward_impl` (0.16.1 has
+no usable built-in B/W split: `delay_wgrad_compute` is Transformer Engine + MoE overlap only, and the local
+`ColumnParallelLinear.backward_dw` does nothing). `install()` replaces `_forward_impl` on both classes.
+Inside a primuspp runner (a weight-grad store is recording, runtime/wgrad.py) the layer runs `_SplitLinear`
+instead: its backward computes the input gradient and, on a B node, queues the weight-grad GEMM (`dW += gᵀx`,
 `db += Σg`) into the (microbatch, stage)'s store for the W node; on a BW node it runs the same work at once.
 Anywhere else (Megatron's own schedules, evaluation, a model outside a runner) Megatron's own function runs,
 unchanged.

@@ -68,7 +68,7 @@ def run_training(
         return None
     label = name or spec.table.algorithm
     timelines = [
-        step_timeline(spec.table, [records[i].measured for records in per_rank], label, str(i))
+        step_timeline(spec.table, [records[i].measured for records in per_rank], label, str(i + 1))
         for i in range(spec.steps)
     ]
     report = compare(per_rank, reference_run(spec)) if verify else None
