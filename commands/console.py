@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from typing import TypeVar
@@ -60,17 +61,29 @@ def progress(items: Iterable[T], label: str, delay: float = 1.0, every: float = 
 
 
 class StepLines:
-    """Progress of a long run as plain stderr lines (`label: 3/10 steps, <status>, 42 s`): one when it
-    starts, then at most one each `every` seconds or 10 % of the steps, and one at the last step."""
+    """Progress of a long run as plain stderr lines (`label: 3/10 steps, <status>, 42 s`): nothing while the
+    run may still be refused (a bad input stays one line), then one line each `every` seconds while the
+    ranks set up, one each `every` seconds or 10 % of the steps, and one at the last step. `close()` ends
+    the set-up lines."""
 
     def __init__(self, label: str, total: int, every: float = 5.0) -> None:
         self.label, self.total, self.every = label, total, every
         self.completed, self.status = 0, ""
         self.start = time.perf_counter()
         self._last_time, self._last_tenth = self.start, 0
-        print(f"{label}: starting ({total} steps)", file=sys.stderr, flush=True)
+        self._stepping = threading.Event()
+        threading.Thread(target=self._setting_up, daemon=True).start()
+
+    def _setting_up(self) -> None:
+        while not self._stepping.wait(self.every):
+            elapsed = time.perf_counter() - self.start
+            print(f"{self.label}: setting up ({self.total} steps), {elapsed:.0f} s", file=sys.stderr)
+
+    def close(self) -> None:
+        self._stepping.set()
 
     def update(self, completed: int | None = None, advance: int = 0, status: str | None = None, **_) -> None:
+        self._stepping.set()
         self.completed = (self.completed if completed is None else completed) + advance
         self.status = self.status if status is None else status
         now = time.perf_counter()

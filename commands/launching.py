@@ -57,7 +57,11 @@ def step_bar(label: str, steps: int) -> Iterator[Callable[..., None]]:
     """A progress bar over `steps` on stderr; yields `update(completed=..., advance=..., status=...)`. When
     stderr is not a terminal (a pipe, a log): plain lines instead (console.StepLines)."""
     if not err.is_terminal:
-        yield StepLines(label, steps).update
+        lines = StepLines(label, steps)
+        try:
+            yield lines.update
+        finally:
+            lines.close()
         return
     bar = Progress(
         TextColumn("{task.description}"),

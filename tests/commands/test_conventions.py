@@ -143,10 +143,28 @@ def test_progress_prints_lines_when_not_a_terminal(capsys):
     lines = StepLines("training", 20, every=3600)
     for _ in range(20):
         lines.update(advance=1, status="loss 1.0")
+    lines.close()
     err = capsys.readouterr().err.splitlines()
-    # the start, each 10 % (2 steps), never more
-    assert err[0] == "training: starting (20 steps)" and len(err) == 11
+    # each 10 % (2 steps), never more
+    assert err[0].startswith("training: 2/20 steps, loss 1.0") and len(err) == 10
     assert err[-1].startswith("training: 20/20 steps, loss 1.0")
+
+
+def test_step_lines_say_nothing_before_a_quick_refusal_then_report_set_up(capsys):
+    import time
+
+    quick = StepLines("training", 5, every=0.2)
+    quick.close()  # refused at once: no line at all
+    assert capsys.readouterr().err == ""
+    slow = StepLines("training", 5, every=0.05)
+    deadline, seen = time.monotonic() + 60, ""
+    while "setting up" not in seen and time.monotonic() < deadline:
+        time.sleep(0.05)  # waits for the set-up line (a hang guard, not a timing assertion)
+        seen += capsys.readouterr().err
+    assert seen.startswith("training: setting up (5 steps)")
+    slow.update(advance=5)
+    slow.close()
+    assert capsys.readouterr().err.splitlines()[-1].startswith("training: 5/5 steps")
 
 
 def test_quick_runs_print_no_progress(capsys):

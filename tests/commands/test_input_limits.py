@@ -73,7 +73,7 @@ CASES = [
     ("huge-compare", lambda t: ["compare", "--algo", "1f1b", "--pp", "4096", "--mb", "65536"], "--max-nodes"),
     (
         "huge-train",
-        lambda t: ["train", "--backend", "torch", "--pp", "4096", "--mb", "65536"],
+        lambda t: ["train", "--backend", "torch", "--pp", "64", "--mb", "1000000"],
         "over the limit of 10,000,000 nodes",
     ),
     ("small-limit", lambda t: ["simulate", "--algo", "1f1b", "--max-nodes", "100"], "--max-nodes=100"),

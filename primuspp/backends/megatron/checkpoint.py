@@ -155,13 +155,21 @@ def rank_files(checkpoint: Path, pp: int) -> list[Path]:
     return [found[r] for r in range(pp)]
 
 
+def _reason(message: str) -> str:
+    """The useful sentence of torch.load's error: its unpickler's verdict (torch's message around it is a
+    long, ANSI-coloured explanation), on one line, at most 200 characters."""
+    text = " ".join(re.sub(r"\x1b\[[0-9;]*m", "", message).split())
+    verdict = re.search(r"WeightsUnpickler error: (.*?)(?:\. |$)", text)
+    return (verdict.group(1) if verdict else text)[:200]
+
+
 def load_state(path: Path) -> Any:
     """One rank's file, unpickled with `weights_only=True`: tensors, numbers, strings and containers only,
     so a crafted file cannot run code; anything else is refused in one line."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as err:  # UnpicklingError (a forbidden global), RuntimeError (not a torch file), ...
-        detail = " ".join(str(err).split())[:200]
+        detail = _reason(str(err))
         raise ConfigError(
             f"--load {path}: not a checkpoint primuspp can load safely ({type(err).__name__}: {detail})",
             key="load",
