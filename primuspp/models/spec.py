@@ -126,6 +126,12 @@ class ModelSpec:
         return self.layers - self.moe_layers
 
     def with_(self, **changes: object) -> ModelSpec:
+        """A copy with `changes`; a head width or KV-head count that was derived (hidden / heads, MHA) is
+        derived again from the new sizes unless given."""
+        if "head_dim" not in changes and self.head_dim * self.heads == self.hidden:
+            changes["head_dim"] = 0
+        if "kv_heads" not in changes and self.kv_heads == self.heads:
+            changes["kv_heads"] = 0
         return replace(self, **changes)
 
     # --- parameters -----------------------------------------------------------------------------------
