@@ -13,6 +13,7 @@ from primuspp.commands.algorithms import algorithms
 from primuspp.commands.compare import compare
 from primuspp.commands.console import err
 from primuspp.commands.dump import dump
+from primuspp.commands.plan import plan
 from primuspp.commands.simulate import simulate
 from primuspp.commands.train import train
 from primuspp.commands.viz import viz
@@ -32,6 +33,7 @@ app.command()(viz)
 app.command("visualize", help="Alias of `viz`.")(viz)
 app.command()(algorithms)
 app.command()(train)
+app.command()(plan)
 
 
 def _version(value: bool) -> None:
