@@ -109,6 +109,7 @@ def evaluate(
     on_each: Callable[[Candidate], None] | None = None,
 ) -> PlanResult:
     result = PlanResult()
+    tables: dict = {}
     for cand in items:
         result.evaluated += 1
         reason, message = None, ""
@@ -122,7 +123,8 @@ def evaluate(
             if _cannot_fit(spec, hw, cand.par):
                 reason, message = NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
             else:
-                pr = project(spec, hw, cand.par, cand.algorithm, layout)
+                # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
+                pr = replace(project(spec, hw, cand.par, cand.algorithm, layout, tables=tables), result=None)
                 if pr.fits:
                     result.fits.append(pr)
                 else:

@@ -24,6 +24,7 @@ from primuspp.models.parallel import Parallel, check_parallel
 from primuspp.models.spec import ModelSpec
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import Placement, make_placement
+from primuspp.schedule.table import ScheduleTable
 from primuspp.sim.engine import SimResult, simulate
 
 #: Adam's step reads and writes about this many bytes per parameter of a rank's optimizer shard.
@@ -56,7 +57,7 @@ class Projection:
     per_rank: tuple[RankMemory, ...]
     hbm_bytes: float
     peak_tflops: float
-    result: SimResult
+    result: SimResult | None  # the simulated run (timeline, table); None once a sweep has dropped it
 
     @property
     def step_time_ms(self) -> float:
@@ -208,8 +209,11 @@ def project(
     algorithm: str,
     layout: str | Layout = "balanced",
     params: dict[str, Any] | None = None,
+    tables: dict[tuple, ScheduleTable] | None = None,
 ) -> Projection:
-    """One configuration, end to end. Raises ConfigError / ScheduleError (one line) when it cannot run."""
+    """One configuration, end to end. Raises ConfigError / ScheduleError (one line) when it cannot run.
+    `tables` caches the tables of algorithms that do not read costs, by (algorithm, pp, vpp, m, params):
+    a sweep then generates each shape once and only re-simulates it."""
     algo = get_algorithm(algorithm)
     if not algo.vpp_ok(par.vpp):
         raise ConfigError(
@@ -233,7 +237,12 @@ def project(
         b_free_fraction=per_stage(pc.b_free),
     )
     m = par.micro_batches
-    table = build_schedule(algo.name, par.pp, par.vpp, m, costs, **(params or {}))
+    key = (algo.name, par.pp, par.vpp, m, tuple(sorted((params or {}).items())))
+    table = tables.get(key) if tables is not None and not algo.uses_costs else None
+    if table is None:
+        table = build_schedule(algo.name, par.pp, par.vpp, m, costs, **(params or {}))
+        if tables is not None and not algo.uses_costs:
+            tables[key] = table
     result = simulate(table, costs)
     return _finish(spec, hw, par, algo.name, cut, pc, placement, result)
 

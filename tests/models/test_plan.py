@@ -91,3 +91,28 @@ def test_unsupported_architecture(capsys, tmp_path):
     path.write_text(json.dumps({"architectures": ["FalconForCausalLM"]}))
     code, _, err = run(capsys, "plan", "--model", str(path), "--gpu", "h100", "--gpus", "8")
     assert code == 2 and "FalconForCausalLM" in err and "unsupported architecture" in err
+
+
+def test_planner_path_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import primuspp.models.plan, primuspp.models.hf, primuspp.commands.plan; "
+        "bad = [m for m in ('torch', 'megatron') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_sweep_reuses_cost_free_tables():
+    # cost-free algorithms generate each (pp, vpp, m) once: the projections are the same as one by one
+    from primuspp.models.project import project
+
+    spec, hw = PRESETS["llama2-7b"], load_hardware("mi300x")
+    base = Parallel(global_batch_size=32, seq_len=2048)
+    items = candidates(spec, hw, 8, base, ["1f1b", "zero-bubble"], [1, 2], [4], None, None, [1, 2])
+    swept = evaluate(spec, hw, items).fits
+    alone = [project(spec, hw, p.par, p.algorithm) for p in swept]
+    assert [p.step_time_ms for p in swept] == [p.step_time_ms for p in alone]
+    assert [p.peak_memory_bytes for p in swept] == [p.peak_memory_bytes for p in alone]
