@@ -146,7 +146,7 @@ def balance(layer_costs: Sequence[float], parts: int, first_extra: float, last_e
         return counts if i == n else None
 
     lo = max(max(layer_costs), first_extra, last_extra)
-    hi = sum(layer_costs) + first_extra + last_extra
+    hi = (sum(layer_costs) + first_extra + last_extra) * (1 + 1e-9)  # summation order: a hair of slack
     best = cut(hi)
     for _ in range(50):
         mid = (lo + hi) / 2

@@ -91,3 +91,10 @@ def test_balance_spreads_evenly():
     # a heavy head: the last stage takes fewer layers, the rest share them evenly (no 5,5,5,...,1,1 cut)
     counts = balance([1.0] * 32, 8, 0.0, 3.0)
     assert counts[-1] == 1 and max(counts[:-1]) - min(counts[:-1]) <= 1
+
+
+def test_balance_one_part_and_float_sums():
+    # one part holds everything: the bound must survive float summation order
+    costs = [0.1 + i * 1e-3 for i in range(32)]
+    assert balance(costs, 1, 0.3, 0.7) == (32,)
+    assert balance([0.1] * 7, 7, 0.2, 0.3) == (1,) * 7
