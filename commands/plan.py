@@ -56,6 +56,10 @@ def plan(
     ] = False,
     dtype: Annotated[str, typer.Option("--dtype", help="Peak FLOP/s to use: bf16 or fp8.")] = "bf16",
     top: Annotated[int, typer.Option("--top", help="Configurations to show.")] = 10,
+    show_all: Annotated[
+        bool,
+        typer.Option("--all", help="Rank configurations that do not fit too (the throughput ceiling)."),
+    ] = False,
     json_: o.JsonOpt = False,
 ) -> None:
     """Sweep every admissible configuration, rank those that fit by tokens/s per GPU."""
@@ -84,7 +88,7 @@ def plan(
     algorithms = [get_algorithm(a).name for a in (algo or DEFAULT_ALGORITHMS)]
     items = candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
     result = evaluate(spec, hw, progress(items, "planning"), layout)
-    record = plan_record(spec, hw, gpus, result, top)
+    record = plan_record(spec, hw, gpus, result, top, show_all)
     if json_:
         print(json.dumps(record))
         return
@@ -114,6 +118,7 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         "MFU",
         "bubble",
         "peak GB / HBM",
+        "fits",
         "layout",
     ):
         table.add_column(col, justify="left" if col in ("algorithm", "layout") else "right")
@@ -135,10 +140,11 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
             f"{r['mfu']:.1%}",
             f"{r['bubble_rate']:.1%}",
             f"{r['peak_memory_bytes'] / 1e9:.1f} / {r['hbm_bytes'] / 1e9:.0f}",
+            "yes" if r["fits"] else "no",
             lay if len(lay) <= 40 else lay[:37] + "...",
         )
     out.print(table)
-    if not record["results"]:
+    if not record["fitting"]:
         out.print("no configuration fits")
     dropped = record["dropped"]
     if dropped:

@@ -47,8 +47,10 @@ class PlanResult:
     dropped: Counter = field(default_factory=Counter)
     examples: dict[str, str] = field(default_factory=dict)  # one message per reason
 
-    def ranked(self) -> list[Projection]:
-        return sorted(self.fits, key=lambda p: -p.tokens_per_s_per_gpu)
+    def ranked(self, include_unfit: bool = False) -> list[Projection]:
+        """By tokens/s per GPU, best first: those that fit, or (`include_unfit`) every projected one."""
+        pool = self.fits + self.no_fit if include_unfit else self.fits
+        return sorted(pool, key=lambda p: -p.tokens_per_s_per_gpu)
 
 
 def _divisors(n: int) -> list[int]:
@@ -143,8 +145,11 @@ def evaluate(
     return result
 
 
-def plan_record(spec: ModelSpec, hw: Hardware, gpus: int, result: PlanResult, top: int) -> dict[str, Any]:
-    """The `plan --json` document."""
+def plan_record(
+    spec: ModelSpec, hw: Hardware, gpus: int, result: PlanResult, top: int, include_unfit: bool = False
+) -> dict[str, Any]:
+    """The `plan --json` document (`results`: the top ones that fit, or with `include_unfit` the top ones
+    projected, `fits` telling which)."""
     return {
         "model": {
             "name": spec.name,
@@ -157,5 +162,5 @@ def plan_record(spec: ModelSpec, hw: Hardware, gpus: int, result: PlanResult, to
         "fitting": len(result.fits),
         "dropped": dict(result.dropped),
         "dropped_examples": dict(result.examples),
-        "results": [p.record() for p in result.ranked()[:top]],
+        "results": [p.record() for p in result.ranked(include_unfit)[:top]],
     }
