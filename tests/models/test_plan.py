@@ -116,3 +116,16 @@ def test_sweep_reuses_cost_free_tables():
     alone = [project(spec, hw, p.par, p.algorithm) for p in swept]
     assert [p.step_time_ms for p in swept] == [p.step_time_ms for p in alone]
     assert [p.peak_memory_bytes for p in swept] == [p.peak_memory_bytes for p in alone]
+
+
+def test_all_ranks_what_does_not_fit(capsys):
+    args = ["plan", "--model", "qwen3-235b-a22b", "--gpu", "mi300x", "--gpus", "32", "--pp", "4", "--tp", "1"]
+    args += ["--ep", "8", "--global-batch-size", "64", "--micro-batch-size", "1", "--seq-len", "4096"]
+    args += ["-a", "1f1b", "-a", "v-half", "--json"]
+    code, out, _ = run(capsys, *args)
+    doc = json.loads(out)
+    assert code == 0 and doc["results"] == [] and doc["dropped"] == {NO_FIT: 2}
+    code, out, _ = run(capsys, *args, "--all")
+    results = json.loads(out)["results"]
+    assert code == 0 and len(results) == 2 and not any(r["fits"] for r in results)
+    assert all(r["peak_memory_bytes"] > r["hbm_bytes"] for r in results)
