@@ -51,6 +51,18 @@ def plan(
     layout: Annotated[
         str, typer.Option("--layout", help="balanced (default), even, or a Megatron layout string.")
     ] = "balanced",
+    first_layers: Annotated[
+        int | None,
+        typer.Option(
+            "--decoder-first-pipeline-num-layers", help="Layers on the first pipeline rank (Megatron)."
+        ),
+    ] = None,
+    last_layers: Annotated[
+        int | None,
+        typer.Option(
+            "--decoder-last-pipeline-num-layers", help="Layers on the last pipeline rank (Megatron)."
+        ),
+    ] = None,
     no_sequence_parallel: Annotated[
         bool, typer.Option("--no-sequence-parallel", help="TP without sequence parallelism.")
     ] = False,
@@ -72,6 +84,12 @@ def plan(
     for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep)):
         for v in values or ():
             _positive(key, v)
+    for key, value in (
+        ("--decoder-first-pipeline-num-layers", first_layers),
+        ("--decoder-last-pipeline-num-layers", last_layers),
+    ):
+        if value is not None:
+            _positive(key, value)
     for v in micro_batch_size or ():
         _positive("--micro-batch-size", v)
     if recompute not in RECOMPUTE:
@@ -87,7 +105,8 @@ def plan(
     )
     algorithms = [get_algorithm(a).name for a in (algo or DEFAULT_ALGORITHMS)]
     items = candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
-    result = evaluate(spec, hw, progress(items, "planning"), layout)
+    first_last = None if first_layers is None and last_layers is None else (first_layers, last_layers)
+    result = evaluate(spec, hw, progress(items, "planning"), layout, first_last=first_last)
     record = plan_record(spec, hw, gpus, result, top, show_all)
     if json_:
         print(json.dumps(record))

@@ -94,6 +94,10 @@ def first_last_layout(layers: int, parts: int, first: int | None, last: int | No
     the first (last) pipeline rank holds `first` (`last`) layers split evenly over its `vpp` chunks, the
     other ranks the rest evenly."""
     pp = parts // vpp
+    key = "--decoder-first-pipeline-num-layers"
+    for value in (first, last):
+        if value is not None and value < 1:
+            raise ConfigError(f"{key} / --decoder-last-pipeline-num-layers {value}: must be >= 1", key=key)
     rank_layers = [None] * pp
     if first is not None:
         rank_layers[0] = first
@@ -110,7 +114,7 @@ def first_last_layout(layers: int, parts: int, first: int | None, last: int | No
         raise ConfigError(
             f"--decoder-first/last-pipeline-num-layers {first}/{last}: the other {rest_ranks} ranks cannot "
             f"hold the remaining {rest} of {layers} layers evenly",
-            key="layout",
+            key=key,
         )
     per_rank = [n if n is not None else rest // rest_ranks for n in rank_layers]
     for r, n in enumerate(per_rank):

@@ -109,6 +109,7 @@ def evaluate(
     items: Iterable[Candidate],
     layout: str = "balanced",
     on_each: Callable[[Candidate], None] | None = None,
+    first_last: tuple[int | None, int | None] | None = None,
 ) -> PlanResult:
     result = PlanResult()
     tables: dict = {}
@@ -126,7 +127,10 @@ def evaluate(
                 reason, message = NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
             else:
                 # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
-                pr = replace(project(spec, hw, cand.par, cand.algorithm, layout, tables=tables), result=None)
+                pr = replace(
+                    project(spec, hw, cand.par, cand.algorithm, layout, tables=tables, first_last=first_last),
+                    result=None,
+                )
                 if pr.fits:
                     result.fits.append(pr)
                 else:

@@ -18,7 +18,7 @@ from primuspp.algorithms.registry import build_schedule, get_algorithm
 from primuspp.errors import ConfigError
 from primuspp.models.costs import LayerCost, embedding_cost, head_cost, layer_cost, p2p_bytes, p2p_ms
 from primuspp.models.hardware import Hardware
-from primuspp.models.layout import Layout, balance, emit_layout, even_layout, parse_layout
+from primuspp.models.layout import Layout, balance, emit_layout, even_layout, first_last_layout, parse_layout
 from primuspp.models.memory import state_bytes
 from primuspp.models.parallel import Parallel, check_parallel
 from primuspp.models.spec import ModelSpec
@@ -210,10 +210,12 @@ def project(
     layout: str | Layout = "balanced",
     params: dict[str, Any] | None = None,
     tables: dict[tuple, ScheduleTable] | None = None,
+    first_last: tuple[int | None, int | None] | None = None,
 ) -> Projection:
     """One configuration, end to end. Raises ConfigError / ScheduleError (one line) when it cannot run.
     `tables` caches the tables of algorithms that do not read costs, by (algorithm, pp, vpp, m, params):
-    a sweep then generates each shape once and only re-simulates it."""
+    a sweep then generates each shape once and only re-simulates it. `first_last`: Megatron's
+    `--decoder-first/last-pipeline-num-layers` (linear and interleaved placements), instead of `layout`."""
     algo = get_algorithm(algorithm)
     if not algo.vpp_ok(par.vpp):
         raise ConfigError(
@@ -221,7 +223,18 @@ def project(
         )
     placement, parts = placement_for(algo.name, par)
     check_parallel(spec, par, parts)
-    cut = layout if isinstance(layout, tuple) else choose_layout(spec, par, hw, parts, layout)
+    if first_last is not None and first_last != (None, None):
+        if placement.kind not in ("linear", "loop"):
+            raise ConfigError(
+                f"--decoder-first/last-pipeline-num-layers: {algo.name}'s {placement.kind} placement does "
+                "not take them (linear and interleaved placements do; use --layout)",
+                key="--decoder-first-pipeline-num-layers",
+            )
+        cut = first_last_layout(spec.layers, parts, first_last[0], first_last[1], par.vpp)
+    elif isinstance(layout, tuple):
+        cut = layout
+    else:
+        cut = choose_layout(spec, par, hw, parts, layout)
     pc = part_costs(spec, par, hw, cut)
     stage = [placement.model_part[s] for s in range(placement.num_stages)]
 

@@ -129,3 +129,15 @@ def test_all_ranks_what_does_not_fit(capsys):
     results = json.loads(out)["results"]
     assert code == 0 and len(results) == 2 and not any(r["fits"] for r in results)
     assert all(r["peak_memory_bytes"] > r["hbm_bytes"] for r in results)
+
+
+def test_decoder_first_last_layers(capsys):
+    args = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "--tp", "1", "--pp", "4"]
+    args += ["--micro-batch-size", "1", "--global-batch-size", "16", "--json", "-a", "1f1b", "-a", "zbv"]
+    code, out, _ = run(capsys, *args, "--decoder-first-pipeline-num-layers", "5")
+    doc = json.loads(out)
+    assert code == 0 and [r["layout"] for r in doc["results"]] == ["Et*5|t*9|t*9|t*9L"]
+    # the V placement does not take them: counted, with the reason
+    assert doc["dropped"] == {NOT_DIVISIBLE: 1} and "use --layout" in doc["dropped_examples"][NOT_DIVISIBLE]
+    code, _, err = run(capsys, *args, "--decoder-first-pipeline-num-layers", "0")
+    assert code == 2 and err.startswith("error: --decoder-first-pipeline-num-layers 0: must be >= 1")
