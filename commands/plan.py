@@ -165,6 +165,14 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
     out.print(table)
     if not record["fitting"]:
         out.print("no configuration fits")
+    if record["results"]:
+        best = record["results"][0]
+        rank = max(best["per_rank"], key=lambda x: x["total"])
+        parts = ", ".join(
+            f"{key} {rank[key] / 1e9:.1f}"
+            for key in ("weights", "gradients", "optimizer", "activations", "other")
+        )
+        out.print(f"#1's most loaded rank ({rank['rank']}), GB: {parts}; total {rank['total'] / 1e9:.1f}")
     dropped = record["dropped"]
     if dropped:
         out.print(
