@@ -175,4 +175,4 @@ def p2p_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
 
 
 def p2p_bytes(spec: ModelSpec, par: Parallel) -> float:
-    return par.micro_batch_size * par.seq_len * spec.hidden * BYTES / (par.tp if par.sp else 1)
+    return par.micro_batch_size * par.seq_len * spec.hidden * par.dtype_bytes / (par.tp if par.sp else 1)

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from primuspp.models.parallel import Parallel
 from primuspp.models.spec import ModelSpec
 
-BYTES = 2
-
 
 @dataclass(frozen=True)
 class LayerMemory:
@@ -37,6 +35,7 @@ class LayerMemory:
 
 def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = False) -> LayerMemory:
     """Saved activation bytes of one microbatch in one layer on one rank."""
+    BYTES = par.dtype_bytes
     t = par.micro_batch_size * par.seq_len
     tp = par.tp
     h = spec.hidden
@@ -91,6 +90,7 @@ def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = Fals
 
 def _w_kept(spec: ModelSpec, moe: bool, par: Parallel, t: int, a: float) -> float:
     """Inputs and output gradients of the layer's GEMMs: what W needs after B."""
+    BYTES = par.dtype_bytes
     tp, h, nh = par.tp, spec.hidden, spec.heads
     hidden = BYTES * t * h * a
     up = 2 if spec.swiglu else 1
@@ -127,6 +127,7 @@ def _w_kept(spec: ModelSpec, moe: bool, par: Parallel, t: int, a: float) -> floa
 def head_memory(spec: ModelSpec, par: Parallel) -> LayerMemory:
     """The last part: final norm input, output layer input, and the fp32 softmax of the vocab-parallel
     cross-entropy (kept for its backward)."""
+    BYTES = par.dtype_bytes
     t = par.micro_batch_size * par.seq_len
     a = 1.0 / par.tp if par.sp else 1.0
     act = 2 * BYTES * t * spec.hidden * a + 4 * t * spec.vocab / par.tp

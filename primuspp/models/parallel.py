@@ -32,6 +32,8 @@ class Parallel:
     distributed_optimizer: bool = True
     flash_attention: bool = True
     dtype: str = "bf16"
+    #: bytes per activation element: 2 (bf16 training); 4 for fp32 runs such as `primuspp train` on CPU
+    dtype_bytes: int = 2
 
     @property
     def gpus(self) -> int:

@@ -14,8 +14,10 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
+
+import pytest
 
 from primuspp.models import PRESETS, ModelSpec
 
@@ -249,6 +251,33 @@ def test_dense_layer_activation_bytes_within_5_percent():
         par = Parallel(seq_len=s, micro_batch_size=batch, flash_attention=False)
         want = layer_memory(spec, False, par).activation
         assert abs(got - want) / want < 0.05, (s, got, want)
+
+
+@pytest.mark.parametrize("algorithm", ["1f1b", "zbv", "v-half", "dualpipe-v"])
+def test_predicted_peak_activation_matches_primuspp_train(algorithm):
+    # `primuspp train`'s default Megatron GPT (fp32 on CPU, 4 ranks, 8 microbatches): each rank's measured
+    # peak of saved activations against the projection's peak from the schedule's own memory curve
+    from primuspp.models.hardware import load_hardware
+    from primuspp.models.parallel import Parallel
+    from primuspp.models.project import project
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    args = ["train", "--algo", algorithm, "--pp", "4", "--mb", "8", "--steps", "2", "--json"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "primuspp.commands", *args], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = json.loads(proc.stdout)
+    measured = run["steps"][-1]["peak_activation_bytes"]
+    mbs, vpp = run["micro_batch_size"], run["vpp"]
+    par = Parallel(
+        pp=4, vpp=vpp, micro_batch_size=mbs, global_batch_size=8 * mbs, seq_len=run["model"]["seq_len"]
+    )
+    par = replace(par, flash_attention=False, dtype_bytes=4)
+    projection = project(PRESETS["megatron-gpt"], load_hardware("h100"), par, algorithm, layout="even")
+    predicted = [r.activations for r in projection.per_rank]
+    for rank, (want, got) in enumerate(zip(predicted, measured, strict=True)):
+        assert abs(want - got) / got < 0.05, (rank, want, got)
 
 
 if __name__ == "__main__":
