@@ -66,6 +66,11 @@ def from_hf_config(path: str | Path, key: str = "--model", name: str | None = No
         swiglu=cfg.get("hidden_act", "silu") == "silu",
         qkv_bias=bool(cfg.get("attention_bias", arch == "Qwen2ForCausalLM")),
     )
+    if arch in ("LlamaForCausalLM", "MistralForCausalLM") and (
+        cfg.get("attention_bias") or cfg.get("mlp_bias")
+    ):
+        # Llama's attention_bias also puts a bias on the output projection, mlp_bias on every MLP linear
+        raise ConfigError(f"{where}: attention_bias / mlp_bias true is not modelled for {arch}", key=key)
     if not isinstance(common["name"], str):
         common["name"] = path.stem
     if arch == "MixtralForCausalLM":

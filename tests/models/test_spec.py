@@ -120,3 +120,14 @@ def test_bad_field_named(tmp_path):
     path.write_text(json.dumps(cfg))
     with pytest.raises(ConfigError, match="hidden_size='big'"):
         from_hf_config(path)
+
+
+def test_llama_biases_refused(tmp_path):
+    cfg = json.loads((CONFIGS / "llama3-8b.json").read_text())
+    cfg["attention_bias"] = True
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(
+        ConfigError, match="attention_bias / mlp_bias true is not modelled for LlamaForCausalLM"
+    ):
+        from_hf_config(path)
