@@ -202,20 +202,28 @@ def placement_for(algorithm: str, par: Parallel) -> tuple[Placement, int]:
     return placement, max(placement.model_part) + 1
 
 
-def project(
+@dataclass(frozen=True)
+class StagePlan:
+    """What the simulator needs for one configuration: the per-stage cost model (ms, bytes), the layer
+    layout and the per-part costs it came from. `simulate` / `compare` can take `costs` as any CostModel."""
+
+    costs: CostModel
+    layout: Layout
+    parts: PartCosts
+    placement: Placement
+
+
+def stage_plan(
     spec: ModelSpec,
     hw: Hardware,
     par: Parallel,
     algorithm: str,
     layout: str | Layout = "balanced",
-    params: dict[str, Any] | None = None,
-    tables: dict[tuple, ScheduleTable] | None = None,
     first_last: tuple[int | None, int | None] | None = None,
-) -> Projection:
-    """One configuration, end to end. Raises ConfigError / ScheduleError (one line) when it cannot run.
-    `tables` caches the tables of algorithms that do not read costs, by (algorithm, pp, vpp, m, params):
-    a sweep then generates each shape once and only re-simulates it. `first_last`: Megatron's
-    `--decoder-first/last-pipeline-num-layers` (linear and interleaved placements), instead of `layout`."""
+) -> StagePlan:
+    """Check `par` against the model and the algorithm, cut the layers, and build the per-stage costs.
+    `first_last`: Megatron's `--decoder-first/last-pipeline-num-layers` (linear and interleaved
+    placements), instead of `layout`."""
     algo = get_algorithm(algorithm)
     if not algo.vpp_ok(par.vpp):
         raise ConfigError(
@@ -249,6 +257,25 @@ def project(
         activation=per_stage(pc.activation),
         b_free_fraction=per_stage(pc.b_free),
     )
+    return StagePlan(costs, cut, pc, placement)
+
+
+def project(
+    spec: ModelSpec,
+    hw: Hardware,
+    par: Parallel,
+    algorithm: str,
+    layout: str | Layout = "balanced",
+    params: dict[str, Any] | None = None,
+    tables: dict[tuple, ScheduleTable] | None = None,
+    first_last: tuple[int | None, int | None] | None = None,
+) -> Projection:
+    """One configuration, end to end. Raises ConfigError / ScheduleError (one line) when it cannot run.
+    `tables` caches the tables of algorithms that do not read costs, by (algorithm, pp, vpp, m, params):
+    a sweep then generates each shape once and only re-simulates it."""
+    algo = get_algorithm(algorithm)
+    plan = stage_plan(spec, hw, par, algo.name, layout, first_last)
+    costs, cut, pc, placement = plan.costs, plan.layout, plan.parts, plan.placement
     m = par.micro_batches
     key = (algo.name, par.pp, par.vpp, m, tuple(sorted((params or {}).items())))
     table = tables.get(key) if tables is not None and not algo.uses_costs else None
