@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from primuspp.algorithms.registry import get_algorithm
-from primuspp.errors import ConfigError, ScheduleError
+from primuspp.errors import ConfigError, ScheduleError, ValidationError
 from primuspp.models.hardware import Hardware
 from primuspp.models.memory import state_bytes
 from primuspp.models.parallel import Parallel, check_parallel
@@ -137,7 +137,7 @@ def evaluate(
                     result.no_fit.append(pr)
                     reason = NO_FIT
                     message = f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hw.hbm_bytes / 1e9:.0f} GB"
-        except ScheduleError as err:
+        except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
             reason, message = REFUSED, f"{cand}: {err}"
         except ConfigError as err:
             reason, message = NOT_DIVISIBLE, f"{cand}: {err}"
