@@ -14,7 +14,7 @@ from primuspp.commands.console import out, progress
 from primuspp.errors import ConfigError
 from primuspp.models.hardware import load_hardware
 from primuspp.models.parallel import RECOMPUTE, Parallel
-from primuspp.models.plan import DEFAULT_ALGORITHMS, candidates, evaluate, plan_record
+from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, candidates, evaluate, plan_record
 from primuspp.models.presets import resolve_model
 
 IntList = Annotated[list[int] | None, typer.Option(help="Only these values (repeatable).")]
@@ -107,6 +107,10 @@ def plan(
     items = candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
     first_last = None if first_layers is None and last_layers is None else (first_layers, last_layers)
     result = evaluate(spec, hw, progress(items, "planning"), layout, first_last=first_last)
+    if result.evaluated and not (result.fits or result.no_fit or result.dropped.get(NO_FIT)):
+        # nothing could even be projected: the options themselves are inconsistent (bad input, exit 2)
+        why, example = next(iter(result.examples.items()))
+        raise ConfigError(f"no configuration can run ({why}): {example}")
     record = plan_record(spec, hw, gpus, result, top, show_all)
     if json_:
         print(json.dumps(record))

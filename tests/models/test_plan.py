@@ -141,3 +141,21 @@ def test_decoder_first_last_layers(capsys):
     assert doc["dropped"] == {NOT_DIVISIBLE: 1} and "use --layout" in doc["dropped_examples"][NOT_DIVISIBLE]
     code, _, err = run(capsys, *args, "--decoder-first-pipeline-num-layers", "0")
     assert code == 2 and err.startswith("error: --decoder-first-pipeline-num-layers 0: must be >= 1")
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--tp", "3"], "no configuration can run (not divisible): 1f1b tp3 pp1 vpp1 ep1 dp0 mbs1: --tp 3 x"),
+        (["--tp", "1", "--ep", "2"], "--ep 2: the model has no experts"),
+        (
+            ["--tp", "1", "--pp", "4", "--global-batch-size", "7"],
+            "--global-batch-size 7: not divisible by micro",
+        ),
+        (["--tp", "1", "--pp", "8", "--layout", "Et*4|t*4L"], "names 2 stages, the schedule has 8"),
+    ],
+)
+def test_inconsistent_options_exit_2(capsys, args, match):
+    argv = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "-a", "1f1b", *args]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and match in err
