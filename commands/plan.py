@@ -47,7 +47,10 @@ def plan(
     micro_batch_size: Annotated[
         list[int] | None, typer.Option("--micro-batch-size", help="Micro-batch sizes (default 1, 2, 4).")
     ] = None,
-    recompute: Annotated[str, typer.Option("--recompute", help="none, selective or full.")] = "none",
+    recompute: Annotated[
+        list[str] | None,
+        typer.Option("--recompute", help="none (default), selective or full; repeat to sweep several."),
+    ] = None,
     layout: Annotated[
         str, typer.Option("--layout", help="balanced (default), even, or a Megatron layout string.")
     ] = "balanced",
@@ -92,19 +95,22 @@ def plan(
             _positive(key, value)
     for v in micro_batch_size or ():
         _positive("--micro-batch-size", v)
-    if recompute not in RECOMPUTE:
-        raise ConfigError(
-            f"--recompute {recompute}: expected one of {', '.join(RECOMPUTE)}", key="--recompute"
-        )
-    base = Parallel(
-        global_batch_size=global_batch_size,
-        seq_len=seq_len,
-        recompute=recompute,  # type: ignore[arg-type]
-        sequence_parallel=not no_sequence_parallel,
-        dtype=dtype,
-    )
+    for value in recompute or ():
+        if value not in RECOMPUTE:
+            raise ConfigError(
+                f"--recompute {value}: expected one of {', '.join(RECOMPUTE)}", key="--recompute"
+            )
     algorithms = [get_algorithm(a).name for a in (algo or DEFAULT_ALGORITHMS)]
-    items = candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
+    items = []
+    for value in dict.fromkeys(recompute or ["none"]):
+        base = Parallel(
+            global_batch_size=global_batch_size,
+            seq_len=seq_len,
+            recompute=value,  # type: ignore[arg-type]
+            sequence_parallel=not no_sequence_parallel,
+            dtype=dtype,
+        )
+        items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
     first_last = None if first_layers is None and last_layers is None else (first_layers, last_layers)
     result = evaluate(spec, hw, progress(items, "planning"), layout, first_last=first_last)
     if result.evaluated and not (result.fits or result.no_fit or result.dropped.get(NO_FIT)):

@@ -36,7 +36,8 @@ class Candidate:
 
     def __str__(self) -> str:
         p = self.par
-        return f"{self.algorithm} tp{p.tp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
+        text = f"{self.algorithm} tp{p.tp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
+        return text if p.recompute == "none" else f"{text} recompute={p.recompute}"
 
 
 @dataclass

@@ -159,3 +159,14 @@ def test_inconsistent_options_exit_2(capsys, args, match):
     argv = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "-a", "1f1b", *args]
     code, out, err = run(capsys, *argv)
     assert code == 2 and out == "" and err.count("\n") == 1 and match in err
+
+
+def test_recompute_swept(capsys):
+    args = ["plan", "--model", "qwen3-235b-a22b", "--gpu", "mi300x", "--gpus", "32", "--pp", "4", "--tp", "1"]
+    args += ["--ep", "8", "--global-batch-size", "64", "--micro-batch-size", "1", "--seq-len", "4096"]
+    args += ["-a", "1f1b", "-a", "v-half", "--recompute", "none", "--recompute", "full", "--json"]
+    code, out, _ = run(capsys, *args)
+    doc = json.loads(out)
+    assert code == 0 and doc["configurations_evaluated"] == 4
+    # at 4096 tokens only full recompute fits (experiment 2 of docs/plan.md)
+    assert doc["results"] and all(r["recompute"] == "full" for r in doc["results"])
