@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -10,12 +11,15 @@ from rich.table import Table
 
 from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands import options as o
-from primuspp.commands.console import out, progress
+from primuspp.commands.console import err, out, progress
 from primuspp.errors import ConfigError
 from primuspp.models.hardware import load_hardware
 from primuspp.models.parallel import RECOMPUTE, Parallel
 from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, candidates, evaluate, plan_record
+from primuspp.models.plan_html import plan_page
 from primuspp.models.presets import resolve_model
+from primuspp.models.project import project
+from primuspp.viz.html import write_file
 
 IntList = Annotated[list[int] | None, typer.Option(help="Only these values (repeatable).")]
 
@@ -75,6 +79,12 @@ def plan(
         bool,
         typer.Option("--all", help="Rank configurations that do not fit too (the throughput ceiling)."),
     ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write memory vs throughput (Pareto front) and the winner's timeline."
+        ),
+    ] = None,
     json_: o.JsonOpt = False,
 ) -> None:
     """Sweep every admissible configuration, rank those that fit by tokens/s per GPU."""
@@ -118,6 +128,15 @@ def plan(
         why, example = next(iter(result.examples.items()))
         raise ConfigError(f"no configuration can run ({why}): {example}")
     record = plan_record(spec, hw, gpus, result, top, show_all)
+    if html is not None:
+        ranked = result.ranked()
+        winner = None
+        if ranked:  # the sweep keeps numbers only: project the winner again for its timeline
+            best = ranked[0]
+            winner = project(spec, hw, best.par, best.algorithm, best.layout, first_last=None)
+        title = f"{spec.name} on {gpus} x {hw.name}"
+        write_file(html, plan_page(title, hw, result, winner), "--html")
+        err.print(f"wrote {html}", soft_wrap=True)
     if json_:
         print(json.dumps(record))
         return
