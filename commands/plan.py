@@ -1,0 +1,211 @@
+"""`primuspp plan`: the best TP x PP x VPP x EP x micro-batch size x algorithm for a model on N GPUs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from primuspp.algorithms.registry import get_algorithm
+from primuspp.commands import options as o
+from primuspp.commands.console import err, out, progress
+from primuspp.errors import ConfigError
+from primuspp.models.hardware import load_hardware
+from primuspp.models.parallel import RECOMPUTE, Parallel
+from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, candidates, evaluate, plan_record
+from primuspp.models.plan_html import plan_page
+from primuspp.models.presets import resolve_model
+from primuspp.models.project import project
+from primuspp.viz.html import write_file
+
+IntList = Annotated[list[int] | None, typer.Option(help="Only these values (repeatable).")]
+
+
+def _positive(key: str, value: int) -> int:
+    if value < 1:
+        raise ConfigError(f"{key} {value}: must be >= 1", key=key)
+    return value
+
+
+def plan(
+    model: Annotated[str, typer.Option("--model", help="Preset (e.g. llama3-70b) or a config.json path.")],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU profile (mi300x, h100, ...) or a YAML path.")],
+    gpus: Annotated[int, typer.Option("--gpus", help="GPUs in all.")],
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 4096,
+    global_batch_size: Annotated[
+        int, typer.Option("--global-batch-size", help="Sequences per step (all data-parallel replicas).")
+    ] = 1024,
+    algo: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--algo", "-a", help=f"Algorithms (repeatable; default {', '.join(DEFAULT_ALGORITHMS)})."
+        ),
+    ] = None,
+    tp: Annotated[list[int] | None, typer.Option("--tp", help="Only these TP sizes (repeatable).")] = None,
+    pp: Annotated[list[int] | None, typer.Option("--pp", help="Only these PP sizes (repeatable).")] = None,
+    vpp: Annotated[list[int] | None, typer.Option("--vpp", help="Only these VPP sizes (repeatable).")] = None,
+    ep: Annotated[list[int] | None, typer.Option("--ep", help="Only these EP sizes (repeatable).")] = None,
+    micro_batch_size: Annotated[
+        list[int] | None, typer.Option("--micro-batch-size", help="Micro-batch sizes (default 1, 2, 4).")
+    ] = None,
+    recompute: Annotated[
+        list[str] | None,
+        typer.Option("--recompute", help="none (default), selective or full; repeat to sweep several."),
+    ] = None,
+    layout: Annotated[
+        str, typer.Option("--layout", help="balanced (default), even, or a Megatron layout string.")
+    ] = "balanced",
+    first_layers: Annotated[
+        int | None,
+        typer.Option(
+            "--decoder-first-pipeline-num-layers", help="Layers on the first pipeline rank (Megatron)."
+        ),
+    ] = None,
+    last_layers: Annotated[
+        int | None,
+        typer.Option(
+            "--decoder-last-pipeline-num-layers", help="Layers on the last pipeline rank (Megatron)."
+        ),
+    ] = None,
+    no_sequence_parallel: Annotated[
+        bool, typer.Option("--no-sequence-parallel", help="TP without sequence parallelism.")
+    ] = False,
+    dtype: Annotated[str, typer.Option("--dtype", help="Peak FLOP/s to use: bf16 or fp8.")] = "bf16",
+    top: Annotated[int, typer.Option("--top", help="Configurations to show.")] = 10,
+    show_all: Annotated[
+        bool,
+        typer.Option("--all", help="Rank configurations that do not fit too (the throughput ceiling)."),
+    ] = False,
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Also write memory vs throughput (Pareto front) and the winner's timeline."
+        ),
+    ] = None,
+    json_: o.JsonOpt = False,
+) -> None:
+    """Plan a model on N GPUs: sweep TP, PP, VPP, EP, micro-batch size and algorithm; rank what fits."""
+    spec = resolve_model(model)
+    hw = load_hardware(gpu)
+    hw.peak(dtype)
+    for key, value in (("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch-size", global_batch_size)):
+        _positive(key, value)
+    _positive("--top", top)
+    for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep)):
+        for v in values or ():
+            _positive(key, v)
+    for key, value in (
+        ("--decoder-first-pipeline-num-layers", first_layers),
+        ("--decoder-last-pipeline-num-layers", last_layers),
+    ):
+        if value is not None:
+            _positive(key, value)
+    for v in micro_batch_size or ():
+        _positive("--micro-batch-size", v)
+    for value in recompute or ():
+        if value not in RECOMPUTE:
+            raise ConfigError(
+                f"--recompute {value}: expected one of {', '.join(RECOMPUTE)}", key="--recompute"
+            )
+    algorithms = [get_algorithm(a).name for a in (algo or DEFAULT_ALGORITHMS)]
+    items = []
+    for value in dict.fromkeys(recompute or ["none"]):
+        base = Parallel(
+            global_batch_size=global_batch_size,
+            seq_len=seq_len,
+            recompute=value,  # type: ignore[arg-type]
+            sequence_parallel=not no_sequence_parallel,
+            dtype=dtype,
+        )
+        items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
+    first_last = None if first_layers is None and last_layers is None else (first_layers, last_layers)
+    result = evaluate(spec, hw, progress(items, "planning"), layout, first_last=first_last)
+    if result.evaluated and not (result.fits or result.no_fit or result.dropped.get(NO_FIT)):
+        # nothing could even be projected: the options themselves are inconsistent (bad input, exit 2)
+        why, example = next(iter(result.examples.items()))
+        raise ConfigError(f"no configuration can run ({why}): {example}")
+    record = plan_record(spec, hw, gpus, result, top, show_all)
+    if html is not None:
+        ranked = result.ranked()
+        winner = None
+        if ranked:  # the sweep keeps numbers only: project the winner again for its timeline
+            best = ranked[0]
+            winner = project(spec, hw, best.par, best.algorithm, best.layout, first_last=None)
+        title = f"{spec.name} on {gpus} x {hw.name}"
+        write_file(html, plan_page(title, hw, result, winner), "--html")
+        err.print(f"wrote {html}", soft_wrap=True)
+    if json_:
+        print(json.dumps(record))
+        return
+    _render(record, spec.name, hw.name, gpus)
+
+
+def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
+    m = record["model"]
+    title = (
+        f"{model} ({m['parameters'] / 1e9:.2f}B parameters, {m['active_parameters'] / 1e9:.2f}B active) on "
+        f"{gpus} x {gpu}: {record['configurations_evaluated']} configurations, {record['fitting']} fit"
+    )
+    table = Table(title=title, title_justify="left")
+    for col in (
+        "#",
+        "algorithm",
+        "tp",
+        "pp",
+        "vpp",
+        "ep",
+        "dp",
+        "mbs",
+        "m",
+        "step ms",
+        "tokens/s/GPU",
+        "TFLOP/s/GPU",
+        "MFU",
+        "bubble",
+        "peak GB / HBM",
+        "fits",
+        "layout",
+    ):
+        table.add_column(col, justify="left" if col in ("algorithm", "layout") else "right")
+    for i, r in enumerate(record["results"], 1):
+        lay = r["layout"]
+        table.add_row(
+            str(i),
+            r["algorithm"],
+            str(r["tp"]),
+            str(r["pp"]),
+            str(r["vpp"]),
+            str(r["ep"]),
+            str(r["dp"]),
+            str(r["micro_batch_size"]),
+            str(r["micro_batches"]),
+            f"{r['step_time_ms']:.0f}",
+            f"{r['tokens_per_s_per_gpu']:.0f}",
+            f"{r['tflops_per_gpu']:.0f}",
+            f"{r['mfu']:.1%}",
+            f"{r['bubble_rate']:.1%}",
+            f"{r['peak_memory_bytes'] / 1e9:.1f} / {r['hbm_bytes'] / 1e9:.0f}",
+            "yes" if r["fits"] else "no",
+            lay if len(lay) <= 40 else lay[:37] + "...",
+        )
+    out.print(table)
+    if not record["fitting"]:
+        out.print("no configuration fits")
+    if record["results"]:
+        best = record["results"][0]
+        rank = max(best["per_rank"], key=lambda x: x["total"])
+        parts = ", ".join(
+            f"{key} {rank[key] / 1e9:.1f}"
+            for key in ("weights", "gradients", "optimizer", "activations", "other")
+        )
+        out.print(f"#1's most loaded rank ({rank['rank']}), GB: {parts}; total {rank['total'] / 1e9:.1f}")
+    dropped = record["dropped"]
+    if dropped:
+        out.print(
+            "dropped: " + ", ".join(f"{n} {why}" for why, n in sorted(dropped.items(), key=lambda x: -x[1]))
+        )
+        for why, example in record["dropped_examples"].items():
+            out.print(f"  e.g. {why}: {example}")

@@ -1,0 +1,168 @@
+"""Memory per rank in bytes: weights, gradients and optimizer state (Megatron's accounting), and the
+activations one microbatch leaves saved in one layer.
+
+Weights: bf16 parameters (2 B), fp32 main gradients (4 B), Adam's fp32 master copy and two moments (12 B):
+18 B per parameter; with the distributed optimizer the 12 B are sharded over the data-parallel group
+(6 + 12/DP; expert parameters over the expert-data-parallel group).
+
+Activations follow Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
+(2022), tensor by tensor, so that they extend to GQA, SwiGLU, MoE and MLA: per layer the saved inputs of
+the norms, of every GEMM and of the attention core, bf16. For their GPT layer (MHA, 4h GeLU MLP, unfused
+softmax, dropout) the count with `dropout=True` equals their s·b·h·(34 + 5·a·s/h) without TP,
+s·b·h·(10 + 24/t + 5as/(ht)) with TP, s·b·h·(34 + 5as/h)/t with TP and sequence parallel, and drops the
+5as/h term with selective recompute (`korthikanti_bytes`; tested). Models without dropout save 2·s·b·h (its
+two hidden masks) and the s² mask less. With flash attention (the default on GPUs) the s² softmax is not
+saved, only its fp32 log-sum-exp. `w_kept` is what the weight-gradient pass (W) still needs after B: the
+GEMMs' inputs and their output gradients; B frees the rest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from primuspp.models.parallel import Parallel
+from primuspp.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """Bytes one microbatch leaves saved in one layer between its F and its B (`activation`), and the part
+    of that kept until W (may exceed it: W also keeps the output gradients B produced)."""
+
+    activation: float
+    w_kept: float
+
+
+def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = False) -> LayerMemory:
+    """Saved activation bytes of one microbatch in one layer on one rank."""
+    BYTES = par.dtype_bytes
+    t = par.micro_batch_size * par.seq_len
+    tp = par.tp
+    h = spec.hidden
+    a = 1.0 / tp if par.sp else 1.0  # hidden-sized tensors: split by sequence parallel only
+    hidden = BYTES * t * h * a
+    nh = spec.heads
+    if par.recompute == "full":
+        return LayerMemory(hidden, _w_kept(spec, moe, par, t, a))
+    act = 2 * hidden  # the two norms' inputs
+    # attention block
+    if spec.mla:
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        act += hidden  # input of the down projections (norm output)
+        act += BYTES * t * 2 * (spec.q_lora_rank + spec.kv_lora_rank + spec.qk_rope_head_dim)  # latents
+        q_bytes = BYTES * t * nh * qk / tp
+        k_bytes = BYTES * t * nh * qk / tp
+        v_bytes = BYTES * t * nh * spec.v_head_dim / tp
+        out_bytes = BYTES * t * nh * spec.v_head_dim / tp
+    else:
+        d = spec.head_dim
+        act += hidden  # QKV input
+        q_bytes = BYTES * t * nh * d / tp
+        k_bytes = v_bytes = BYTES * t * spec.kv_groups * d / tp
+        out_bytes = BYTES * t * nh * d / tp  # attention output = output projection input
+    act += q_bytes + k_bytes + v_bytes + out_bytes
+    b, s = par.micro_batch_size, par.seq_len
+    if par.flash_attention:
+        act += 4 * b * nh * s / tp  # fp32 log-sum-exp
+    elif par.recompute != "selective":
+        act += BYTES * b * nh * s * s / tp  # softmax output
+        if dropout:
+            act += 3 * b * nh * s * s / tp  # dropout mask (1 B) and dropout output (2 B)
+    if dropout:
+        act += 2 * t * h * a  # the two hidden dropouts' masks
+    # MLP / MoE block
+    up = 2 if spec.swiglu else 1
+    if moe:
+        k, e = spec.top_k, spec.expert_ffn
+        act += hidden  # router input (norm output)
+        act += 4 * t * a * spec.experts  # fp32 router probabilities
+        act += BYTES * t * k * h  # permuted tokens: the experts' fc1 input
+        act += BYTES * t * k * e * (up + 1) / tp  # fc1 output and the activation output (fc2 input)
+        act += BYTES * t * k * h * a  # expert outputs before the weighted combine
+        if spec.shared_experts:
+            w = spec.shared_experts * e
+            act += BYTES * t * w * (up + 1) / tp
+    else:
+        act += hidden  # fc1 input
+        act += BYTES * t * spec.ffn * (up + 1) / tp
+    return LayerMemory(act, _w_kept(spec, moe, par, t, a))
+
+
+def _w_kept(spec: ModelSpec, moe: bool, par: Parallel, t: int, a: float) -> float:
+    """Inputs and output gradients of the layer's GEMMs: what W needs after B."""
+    BYTES = par.dtype_bytes
+    tp, h, nh = par.tp, spec.hidden, spec.heads
+    hidden = BYTES * t * h * a
+    up = 2 if spec.swiglu else 1
+    if spec.mla:
+        qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
+        inputs = (
+            hidden
+            + BYTES * t * (spec.q_lora_rank + spec.kv_lora_rank)
+            + BYTES * t * nh * spec.v_head_dim / tp
+        )
+        outputs = (
+            BYTES * t * (spec.q_lora_rank + spec.kv_lora_rank + spec.qk_rope_head_dim)
+            + BYTES * t * nh * (qk + spec.qk_nope_head_dim + spec.v_head_dim) / tp
+            + hidden
+        )
+    else:
+        d = spec.head_dim
+        inputs = hidden + BYTES * t * nh * d / tp
+        outputs = BYTES * t * (nh + 2 * spec.kv_groups) * d / tp + hidden
+    if moe:
+        k, e = spec.top_k, spec.expert_ffn
+        inputs += hidden + BYTES * t * k * h + BYTES * t * k * e / tp
+        outputs += 4 * t * a * spec.experts + BYTES * t * k * e * up / tp + BYTES * t * k * h
+        if spec.shared_experts:
+            w = spec.shared_experts * e
+            inputs += BYTES * t * w / tp
+            outputs += BYTES * t * w * up / tp + hidden
+    else:
+        inputs += hidden + BYTES * t * spec.ffn / tp
+        outputs += BYTES * t * spec.ffn * up / tp + hidden
+    return inputs + outputs
+
+
+def head_memory(spec: ModelSpec, par: Parallel) -> LayerMemory:
+    """The last part: final norm input, output layer input, and the fp32 softmax of the vocab-parallel
+    cross-entropy (kept for its backward)."""
+    BYTES = par.dtype_bytes
+    t = par.micro_batch_size * par.seq_len
+    a = 1.0 / par.tp if par.sp else 1.0
+    act = 2 * BYTES * t * spec.hidden * a + 4 * t * spec.vocab / par.tp
+    kept = BYTES * t * spec.hidden * a + BYTES * t * spec.vocab / par.tp
+    return LayerMemory(act, kept)
+
+
+def korthikanti_bytes(spec: ModelSpec, par: Parallel) -> float:
+    """Korthikanti et al.'s per-layer formula for a GPT layer (their eq. 1-4): s·b·h·(34 + 5as/h), divided
+    by t for the parts TP (+SP) splits; selective recompute drops the 5as/h term."""
+    s, b, h, a, t = par.seq_len, par.micro_batch_size, spec.hidden, spec.heads, par.tp
+    quadratic = 0.0 if par.recompute == "selective" else 5 * a * s / h
+    if par.sp:
+        return s * b * h * (34 + quadratic) / t
+    return s * b * h * (10 + 24 / t + quadratic / t)
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Weights, gradients and optimizer state of one rank, bytes."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+def state_bytes(dense_params: float, expert_params: float, par: Parallel) -> StateBytes:
+    """`dense_params` / `expert_params`: parameters this rank holds (already divided by TP / EP)."""
+    params = dense_params + expert_params
+    if par.distributed_optimizer:
+        optimizer = 12 * dense_params / par.dp + 12 * expert_params / par.expert_dp
+    else:
+        optimizer = 12 * params
+    return StateBytes(2 * params, 4 * params, optimizer)

@@ -1,0 +1,99 @@
+"""A parallel configuration of one training step: TP, PP, VPP, EP, DP, batch shape and options, checked
+against the model (every violation is one line naming the flag)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from primuspp.errors import ConfigError
+from primuspp.models.spec import ModelSpec
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """TP x PP x DP GPUs (Megatron's rank order tp, dp, pp: TP groups are consecutive ranks, PP neighbours
+    gpus / pp apart). EP is carved out of DP (expert tensor parallel = TP, expert data parallel = DP / EP).
+    `vpp` is the number of model chunks per rank (2 for V and bidirectional placements)."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    vpp: int = 1
+    ep: int = 1
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    seq_len: int = 4096
+    sequence_parallel: bool = True
+    recompute: Recompute = "none"
+    distributed_optimizer: bool = True
+    flash_attention: bool = True
+    dtype: str = "bf16"
+    #: bytes per activation element: 2 (bf16 training); 4 for fp32 runs such as `primuspp train` on CPU
+    dtype_bytes: int = 2
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.dp)
+
+    @property
+    def sp(self) -> bool:
+        """Sequence parallel in effect (only with TP > 1)."""
+        return self.sequence_parallel and self.tp > 1
+
+    @property
+    def expert_dp(self) -> int:
+        return self.dp // self.ep
+
+
+def check_parallel(spec: ModelSpec, par: Parallel, parts: int | None = None) -> None:
+    """Raise ConfigError (one line, naming the flag) when `par` cannot run `spec`. `parts`: model parts
+    the placement cuts the layers into (pp x vpp, or pp for bidirectional)."""
+    for key, value in (
+        ("--tp", par.tp),
+        ("--pp", par.pp),
+        ("--vpp", par.vpp),
+        ("--ep", par.ep),
+        ("--micro-batch-size", par.micro_batch_size),
+        ("--global-batch-size", par.global_batch_size),
+        ("--seq-len", par.seq_len),
+    ):
+        if value < 1:
+            raise ConfigError(f"{key} {value}: must be >= 1", key=key)
+    if par.recompute not in RECOMPUTE:
+        raise ConfigError(
+            f"--recompute {par.recompute}: expected one of {', '.join(RECOMPUTE)}", key="--recompute"
+        )
+    if spec.heads % par.tp:
+        raise ConfigError(
+            f"--tp {par.tp}: does not divide the model's {spec.heads} attention heads", key="--tp"
+        )
+    if not spec.mla and spec.kv_groups % par.tp:
+        raise ConfigError(
+            f"--tp {par.tp}: does not divide the model's {spec.kv_groups} key/value heads", key="--tp"
+        )
+    if par.ep > 1 and not spec.moe:
+        raise ConfigError(f"--ep {par.ep}: the model has no experts (EP needs a MoE model)", key="--ep")
+    if spec.moe and spec.experts % par.ep:
+        raise ConfigError(f"--ep {par.ep}: does not divide the model's {spec.experts} experts", key="--ep")
+    if par.dp % par.ep:
+        raise ConfigError(f"--ep {par.ep}: does not divide the data-parallel size {par.dp}", key="--ep")
+    if par.global_batch_size % (par.micro_batch_size * par.dp):
+        raise ConfigError(
+            f"--global-batch-size {par.global_batch_size}: not divisible by micro-batch size x DP "
+            f"({par.micro_batch_size} x {par.dp})",
+            key="--global-batch-size",
+        )
+    n = parts if parts is not None else par.pp * par.vpp
+    if n > spec.layers:
+        raise ConfigError(
+            f"--pp {par.pp}: {n} pipeline stages for the model's {spec.layers} layers (each needs one)",
+            key="--pp",
+        )

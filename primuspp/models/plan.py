@@ -1,0 +1,171 @@
+"""The planner's sweep: every admissible TP x PP x VPP x EP x micro-batch size x algorithm for a model on
+N GPUs, each projected (`project`), ranked by tokens/s per GPU among those that fit; the rest counted by
+why they were dropped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from primuspp.algorithms.registry import get_algorithm
+from primuspp.errors import ConfigError, ScheduleError, ValidationError
+from primuspp.models.hardware import Hardware
+from primuspp.models.memory import state_bytes
+from primuspp.models.parallel import Parallel, check_parallel
+from primuspp.models.project import Projection, placement_for, project
+from primuspp.models.spec import ModelSpec
+
+#: Algorithms swept by default: one of each family a user would run (the searching planners — zb-h2,
+#: zero-bubble-heuristic, zb-optimal — are slower; name them with --algo).
+DEFAULT_ALGORITHMS = ("1f1b", "1f1b-interleaved", "zero-bubble", "zbv", "v-half", "v-min", "dualpipe-v")
+DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4)
+INTERLEAVED_VPP = (2, 3, 4)
+
+NOT_DIVISIBLE = "not divisible"
+REFUSED = "refused by the algorithm"
+NO_FIT = "does not fit"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    algorithm: str
+    par: Parallel
+    gpus: int
+
+    def __str__(self) -> str:
+        p = self.par
+        text = f"{self.algorithm} tp{p.tp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
+        return text if p.recompute == "none" else f"{text} recompute={p.recompute}"
+
+
+@dataclass
+class PlanResult:
+    evaluated: int = 0
+    fits: list[Projection] = field(default_factory=list)
+    no_fit: list[Projection] = field(default_factory=list)
+    dropped: Counter = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)  # one message per reason
+
+    def ranked(self, include_unfit: bool = False) -> list[Projection]:
+        """By tokens/s per GPU, best first: those that fit, or (`include_unfit`) every projected one."""
+        pool = self.fits + self.no_fit if include_unfit else self.fits
+        return sorted(pool, key=lambda p: -p.tokens_per_s_per_gpu)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def candidates(
+    spec: ModelSpec,
+    hw: Hardware,
+    gpus: int,
+    base: Parallel,
+    algorithms: Sequence[str] = DEFAULT_ALGORITHMS,
+    tps: Sequence[int] | None = None,
+    pps: Sequence[int] | None = None,
+    vpps: Sequence[int] | None = None,
+    eps: Sequence[int] | None = None,
+    micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES,
+) -> list[Candidate]:
+    """Every combination to evaluate (admissibility is checked when evaluated, so that refusals count).
+    TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; EP: powers of two
+    dividing the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4)."""
+    tps = tps or [t for t in (1, 2, 4, 8, 16) if t <= hw.gpus_per_node and gpus % t == 0]
+    eps = eps or ([e for e in (1, 2, 4, 8, 16, 32, 64) if e <= spec.experts] if spec.moe else [1])
+    out = []
+    for algorithm in algorithms:
+        algo = get_algorithm(algorithm)
+        if vpps:
+            algo_vpps = [v for v in vpps if algo.vpp_ok(v)]
+        elif algo.placement == "loop" and algo.vpp_ok(2):
+            algo_vpps = [v for v in INTERLEAVED_VPP if algo.vpp_ok(v)]
+        else:
+            algo_vpps = [algo.vpp_default]
+        for tp in tps:
+            for pp in pps or [d for d in _divisors(gpus // tp or 1) if d <= spec.layers]:
+                # 0: TP x PP does not divide the GPUs (counted as not divisible when evaluated)
+                dp = gpus // (tp * pp) if gpus % (tp * pp) == 0 else 0
+                for vpp in algo_vpps:
+                    for ep in eps:
+                        for mbs in micro_batch_sizes:
+                            par = replace(base, tp=tp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs)
+                            out.append(Candidate(algo.name, par, gpus))
+    return out
+
+
+def _cannot_fit(spec: ModelSpec, hw: Hardware, par: Parallel) -> bool:
+    """Weights + gradients + optimizer state of the average rank alone exceed HBM: no rank layout fits."""
+    expert = spec.moe_layers * spec.experts * spec.mlp_params(spec.expert_ffn)
+    dense = (spec.parameters - expert) / (par.tp * par.pp)
+    experts = expert / (par.tp * par.ep * par.pp)
+    return state_bytes(dense, experts, par).total + hw.reserved_bytes > hw.hbm_bytes
+
+
+def evaluate(
+    spec: ModelSpec,
+    hw: Hardware,
+    items: Iterable[Candidate],
+    layout: str = "balanced",
+    on_each: Callable[[Candidate], None] | None = None,
+    first_last: tuple[int | None, int | None] | None = None,
+) -> PlanResult:
+    result = PlanResult()
+    tables: dict = {}
+    for cand in items:
+        result.evaluated += 1
+        reason, message = None, ""
+        try:
+            if cand.par.dp == 0:
+                raise ConfigError(
+                    f"--tp {cand.par.tp} x --pp {cand.par.pp}: does not divide {cand.gpus} GPUs"
+                )
+            _, parts = placement_for(cand.algorithm, cand.par)
+            check_parallel(spec, cand.par, parts)
+            if _cannot_fit(spec, hw, cand.par):
+                reason, message = NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
+            else:
+                # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
+                pr = replace(
+                    project(spec, hw, cand.par, cand.algorithm, layout, tables=tables, first_last=first_last),
+                    result=None,
+                )
+                if pr.fits:
+                    result.fits.append(pr)
+                else:
+                    result.no_fit.append(pr)
+                    reason = NO_FIT
+                    message = f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hw.hbm_bytes / 1e9:.0f} GB"
+        except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
+            reason, message = REFUSED, f"{cand}: {err}"
+        except ConfigError as err:
+            reason, message = NOT_DIVISIBLE, f"{cand}: {err}"
+        if reason:
+            result.dropped[reason] += 1
+            result.examples.setdefault(reason, message)
+        if on_each is not None:
+            on_each(cand)
+    return result
+
+
+def plan_record(
+    spec: ModelSpec, hw: Hardware, gpus: int, result: PlanResult, top: int, include_unfit: bool = False
+) -> dict[str, Any]:
+    """The `plan --json` document (`results`: the top ones that fit, or with `include_unfit` the top ones
+    projected, `fits` telling which)."""
+    return {
+        "model": {
+            "name": spec.name,
+            "parameters": spec.parameters,
+            "active_parameters": spec.active_parameters,
+        },
+        "gpu": hw.name,
+        "gpus": gpus,
+        "configurations_evaluated": result.evaluated,
+        "fitting": len(result.fits),
+        "dropped": dict(result.dropped),
+        "dropped_examples": dict(result.examples),
+        "results": [p.record() for p in result.ranked(include_unfit)[:top]],
+    }

@@ -1,0 +1,91 @@
+"""`plan --html`: memory against throughput for every projected configuration (the Pareto front of those
+that fit marked), above the winner's simulated timeline (the viewer's own page)."""
+
+from __future__ import annotations
+
+import json
+from html import escape
+
+from primuspp.models.hardware import Hardware
+from primuspp.models.plan import PlanResult
+from primuspp.models.project import Projection
+from primuspp.viz.html import timeline_page
+from primuspp.viz.sources import Source
+
+
+def label(p: Projection) -> str:
+    q = p.par
+    text = f"{p.algorithm} tp{q.tp} pp{q.pp} vpp{q.vpp} ep{q.ep} dp{q.dp} mbs{q.micro_batch_size}"
+    return text if q.recompute == "none" else f"{text} recompute={q.recompute}"
+
+
+def pareto(points: list[Projection]) -> list[Projection]:
+    """Those no other point beats on both peak memory (lower) and tokens/s per GPU (higher)."""
+    front, best = [], -1.0
+    for p in sorted(points, key=lambda p: (p.peak_memory_bytes, -p.tokens_per_s_per_gpu)):
+        if p.tokens_per_s_per_gpu > best:
+            front.append(p)
+            best = p.tokens_per_s_per_gpu
+    return front
+
+
+def _trace(points: list[Projection], name: str, color: str, mode: str = "markers") -> dict:
+    return {
+        "type": "scatter",
+        "mode": mode,
+        "name": name,
+        "x": [p.peak_memory_bytes / 1e9 for p in points],
+        "y": [p.tokens_per_s_per_gpu for p in points],
+        "text": [label(p) for p in points],
+        "hovertemplate": "%{text}<br>%{x:.1f} GB, %{y:.0f} tokens/s/GPU<extra></extra>",
+        "marker": {"color": color, "size": 7},
+        "line": {"color": color},
+    }
+
+
+def plan_page(title: str, hw: Hardware, result: PlanResult, winner: Projection | None) -> str:
+    """The page: the scatter (fits, does not fit, the front of those that fit, HBM), then the winner."""
+    fits, no_fit = result.fits, result.no_fit
+    figure = {
+        "data": [
+            _trace(no_fit, "does not fit", "#bbbbbb"),
+            _trace(fits, "fits", "#1f77b4"),
+            _trace(pareto(fits), "Pareto front (fits)", "#d62728", "lines+markers"),
+        ],
+        "layout": {
+            "title": {"text": "peak memory per GPU vs throughput"},
+            "xaxis": {"title": {"text": "peak memory of the most loaded rank (GB)"}},
+            "yaxis": {"title": {"text": "tokens/s per GPU"}},
+            "shapes": [
+                {
+                    "type": "line",
+                    "x0": hw.hbm_bytes / 1e9,
+                    "x1": hw.hbm_bytes / 1e9,
+                    "y0": 0,
+                    "y1": 1,
+                    "yref": "paper",
+                    "line": {"dash": "dot", "color": "#555555"},
+                }
+            ],
+            "height": 480,
+        },
+    }
+    payload = json.dumps(figure, allow_nan=False).replace("</", "<\\/")
+    section = (
+        f"<section><h2>{escape(title)}</h2>"
+        f"<p>{result.evaluated} configurations evaluated, {len(fits)} fit; dotted line: {escape(hw.name)}'s "
+        f"HBM ({hw.hbm_bytes / 1e9:.0f} GB). Below: the winner's simulated timeline.</p>"
+        '<div class="plot" id="plot-pareto"></div>'
+        f'<script>(function(){{var f={payload};Plotly.newPlot("plot-pareto",f.data,f.layout);}})();</script>'
+        "</section>\n"
+    )
+    if winner is None or winner.result is None:
+        sources: list[Source] = []
+    else:
+        sources = [Source(f"#1 {label(winner)}", "", (winner.result.timeline,))]
+    if not sources:
+        from primuspp.viz.html import page
+
+        return page("primuspp plan", section, {}, "")
+    html = timeline_page(sources, title="primuspp plan")
+    return html.replace("</header>\n", "</header>\n" + section, 1)

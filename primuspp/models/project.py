@@ -1,0 +1,346 @@
+"""Project one configuration of a real model on real GPUs: per-part costs from the layer layout, the
+schedule simulated with them (time in ms, activation memory in bytes), then the step time, throughput and
+each rank's peak memory against HBM.
+
+Step time = the simulated pipeline makespan + the data-parallel gradient reduce-scatter and parameter
+all-gather (distributed optimizer; an all-reduce without it) + the optimizer step, none overlapped.
+A rank's memory = weights + gradients + optimizer state of its parts + the peak of its activation curve
+(the schedule's own, from the simulator) + other (p2p buffers, a full-recompute layer, the profile's
+reserved bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from primuspp.algorithms.registry import build_schedule, get_algorithm
+from primuspp.errors import ConfigError
+from primuspp.models.costs import LayerCost, embedding_cost, head_cost, layer_cost, p2p_bytes, p2p_ms
+from primuspp.models.hardware import Hardware
+from primuspp.models.layout import Layout, balance, emit_layout, even_layout, first_last_layout, parse_layout
+from primuspp.models.memory import state_bytes
+from primuspp.models.parallel import Parallel, check_parallel
+from primuspp.models.spec import ModelSpec
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.placement import Placement, make_placement
+from primuspp.schedule.table import ScheduleTable
+from primuspp.sim.engine import SimResult, simulate
+
+#: Adam's step reads and writes about this many bytes per parameter of a rank's optimizer shard.
+OPTIMIZER_BYTES_PER_PARAM = 30
+
+
+@dataclass(frozen=True)
+class RankMemory:
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    other: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.other
+
+
+@dataclass(frozen=True)
+class Projection:
+    algorithm: str
+    par: Parallel
+    layout: Layout
+    pipeline_ms: float
+    dp_sync_ms: float
+    optimizer_ms: float
+    bubble_rate: float
+    flops_per_gpu: float  # model FLOPs per GPU per step
+    per_rank: tuple[RankMemory, ...]
+    hbm_bytes: float
+    peak_tflops: float
+    result: SimResult | None  # the simulated run (timeline, table); None once a sweep has dropped it
+
+    @property
+    def step_time_ms(self) -> float:
+        return self.pipeline_ms + self.dp_sync_ms + self.optimizer_ms
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        tokens = self.par.global_batch_size * self.par.seq_len
+        return tokens / (self.step_time_ms / 1e3) / self.par.gpus
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        return self.flops_per_gpu / (self.step_time_ms / 1e3) / 1e12
+
+    @property
+    def mfu(self) -> float:
+        return self.tflops_per_gpu / self.peak_tflops
+
+    @property
+    def peak_memory_bytes(self) -> float:
+        return max(r.total for r in self.per_rank)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.hbm_bytes
+
+    def record(self) -> dict[str, Any]:
+        """The `--json` result record."""
+        p = self.par
+        return {
+            "algorithm": self.algorithm,
+            "tp": p.tp,
+            "pp": p.pp,
+            "vpp": p.vpp,
+            "ep": p.ep,
+            "cp": 1,
+            "dp": p.dp,
+            "micro_batch_size": p.micro_batch_size,
+            "global_batch_size": p.global_batch_size,
+            "micro_batches": p.micro_batches,
+            "seq_len": p.seq_len,
+            "recompute": p.recompute,
+            "layout": emit_layout(self.layout),
+            "step_time_ms": self.step_time_ms,
+            "pipeline_ms": self.pipeline_ms,
+            "dp_sync_ms": self.dp_sync_ms,
+            "optimizer_ms": self.optimizer_ms,
+            "bubble_rate": self.bubble_rate,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu,
+            "peak_memory_bytes": int(self.peak_memory_bytes),
+            "hbm_bytes": int(self.hbm_bytes),
+            "fits": self.fits,
+            "per_rank": [
+                {
+                    "rank": r,
+                    "peak_activation_bytes": int(m.activations),
+                    "weights": int(m.weights),
+                    "gradients": int(m.gradients),
+                    "optimizer": int(m.optimizer),
+                    "activations": int(m.activations),
+                    "other": int(m.other),
+                    "total": int(m.total),
+                }
+                for r, m in enumerate(self.per_rank)
+            ],
+        }
+
+
+@dataclass(frozen=True)
+class PartCosts:
+    """Per model part (virtual stage in model order): ms, bytes, parameters (this rank's share)."""
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    wgrad: tuple[float, ...]
+    activation: tuple[float, ...]
+    b_free: tuple[float, ...]
+    flops: tuple[float, ...]
+    dense_params: tuple[float, ...]
+    expert_params: tuple[float, ...]
+
+
+def layer_kinds(spec: ModelSpec) -> list[bool]:
+    return [spec.is_moe_layer(i) for i in range(spec.layers)]
+
+
+def choose_layout(
+    spec: ModelSpec, par: Parallel, hw: Hardware, parts: int, layout: str = "balanced", key: str = "--layout"
+) -> Layout:
+    """`balanced` (the balancer), `even` (Megatron's default) or a Megatron layout string."""
+    if layout == "even":
+        return even_layout(spec.layers, parts, key)
+    if layout != "balanced":
+        return parse_layout(layout, spec.layers, parts, key)
+    costs = {moe: layer_cost(spec, moe, par, hw) for moe in set(layer_kinds(spec))}
+    per_layer = [_total(costs[moe]) for moe in layer_kinds(spec)]
+    return balance(per_layer, parts, _total(embedding_cost(spec, par, hw)), _total(head_cost(spec, par, hw)))
+
+
+def _total(c: LayerCost) -> float:
+    return c.forward + c.backward + c.wgrad
+
+
+def part_costs(spec: ModelSpec, par: Parallel, hw: Hardware, layout: Layout) -> PartCosts:
+    kinds = layer_kinds(spec)
+    costs = {moe: layer_cost(spec, moe, par, hw) for moe in set(kinds)}
+    emb, head = embedding_cost(spec, par, hw), head_cost(spec, par, hw)
+    expert_layer = spec.experts * spec.mlp_params(spec.expert_ffn) / (par.tp * par.ep)
+    out: dict[str, list[float]] = {k: [] for k in PartCosts.__dataclass_fields__}
+    start = 0
+    for i, n in enumerate(layout):
+        members = [costs[kinds[j]] for j in range(start, start + n)]
+        dense = sum(spec.layer_params(j) for j in range(start, start + n)) / par.tp
+        experts = sum(expert_layer for j in range(start, start + n) if kinds[j])
+        dense -= experts * par.ep  # the routed experts' share, divided by TP, was in layer_params
+        start += n
+        if i == 0:
+            members.append(emb)
+            dense += spec.embedding_params() / par.tp
+        if i == len(layout) - 1:
+            members.append(head)
+            dense += spec.head_params() / par.tp
+        act = sum(c.memory.activation for c in members)
+        kept = sum(c.memory.w_kept for c in members)
+        out["forward"].append(sum(c.forward for c in members))
+        out["backward"].append(sum(c.backward for c in members))
+        out["wgrad"].append(sum(c.wgrad for c in members))
+        out["activation"].append(act)
+        out["b_free"].append(1.0 - kept / act if act else 1.0)
+        out["flops"].append(sum(c.flops for c in members))
+        out["dense_params"].append(dense)
+        out["expert_params"].append(experts)
+    return PartCosts(**{k: tuple(v) for k, v in out.items()})
+
+
+def placement_for(algorithm: str, par: Parallel) -> tuple[Placement, int]:
+    """The algorithm's placement at (pp, vpp) and the number of model parts it cuts the layers into."""
+    algo = get_algorithm(algorithm)
+    placement = make_placement(algo.placement, par.pp, par.vpp)
+    return placement, max(placement.model_part) + 1
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """What the simulator needs for one configuration: the per-stage cost model (ms, bytes), the layer
+    layout and the per-part costs it came from. `simulate` / `compare` can take `costs` as any CostModel."""
+
+    costs: CostModel
+    layout: Layout
+    parts: PartCosts
+    placement: Placement
+
+
+def stage_plan(
+    spec: ModelSpec,
+    hw: Hardware,
+    par: Parallel,
+    algorithm: str,
+    layout: str | Layout = "balanced",
+    first_last: tuple[int | None, int | None] | None = None,
+) -> StagePlan:
+    """Check `par` against the model and the algorithm, cut the layers, and build the per-stage costs.
+    `first_last`: Megatron's `--decoder-first/last-pipeline-num-layers` (linear and interleaved
+    placements), instead of `layout`."""
+    algo = get_algorithm(algorithm)
+    if not algo.vpp_ok(par.vpp):
+        raise ConfigError(
+            f"--vpp {par.vpp}: not allowed for {algo.name} (allowed: {algo.vpp_rule})", key="--vpp"
+        )
+    placement, parts = placement_for(algo.name, par)
+    check_parallel(spec, par, parts)
+    if first_last is not None and first_last != (None, None):
+        if placement.kind not in ("linear", "loop"):
+            raise ConfigError(
+                f"--decoder-first/last-pipeline-num-layers: {algo.name}'s {placement.kind} placement does "
+                "not take them (linear and interleaved placements do; use --layout)",
+                key="--decoder-first-pipeline-num-layers",
+            )
+        cut = first_last_layout(spec.layers, parts, first_last[0], first_last[1], par.vpp)
+    elif isinstance(layout, tuple):
+        cut = layout
+    else:
+        cut = choose_layout(spec, par, hw, parts, layout)
+    pc = part_costs(spec, par, hw, cut)
+    stage = [placement.model_part[s] for s in range(placement.num_stages)]
+
+    def per_stage(values: tuple[float, ...]) -> tuple[float, ...]:
+        return tuple(values[p] for p in stage)
+
+    costs = CostModel(
+        forward=per_stage(pc.forward),
+        backward=per_stage(pc.backward),
+        wgrad=per_stage(pc.wgrad),
+        comm=p2p_ms(spec, par, hw),
+        activation=per_stage(pc.activation),
+        b_free_fraction=per_stage(pc.b_free),
+    )
+    return StagePlan(costs, cut, pc, placement)
+
+
+def project(
+    spec: ModelSpec,
+    hw: Hardware,
+    par: Parallel,
+    algorithm: str,
+    layout: str | Layout = "balanced",
+    params: dict[str, Any] | None = None,
+    tables: dict[tuple, ScheduleTable] | None = None,
+    first_last: tuple[int | None, int | None] | None = None,
+) -> Projection:
+    """One configuration, end to end. Raises ConfigError / ScheduleError (one line) when it cannot run.
+    `tables` caches the tables of algorithms that do not read costs, by (algorithm, pp, vpp, m, params):
+    a sweep then generates each shape once and only re-simulates it."""
+    algo = get_algorithm(algorithm)
+    plan = stage_plan(spec, hw, par, algo.name, layout, first_last)
+    costs, cut, pc, placement = plan.costs, plan.layout, plan.parts, plan.placement
+    m = par.micro_batches
+    key = (algo.name, par.pp, par.vpp, m, tuple(sorted((params or {}).items())))
+    table = tables.get(key) if tables is not None and not algo.uses_costs else None
+    if table is None:
+        table = build_schedule(algo.name, par.pp, par.vpp, m, costs, **(params or {}))
+        if tables is not None and not algo.uses_costs:
+            tables[key] = table
+    result = simulate(table, costs)
+    return _finish(spec, hw, par, algo.name, cut, pc, placement, result)
+
+
+def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
+    extra = 2 * 2 * p2p_bytes(spec, par) + hw.reserved_bytes  # send + receive buffers, both directions
+    if par.recompute == "full":
+        full = Parallel(**{**par.__dict__, "recompute": "none"})
+        from primuspp.models.memory import layer_memory
+
+        extra += max(layer_memory(spec, moe, full).activation for moe in set(layer_kinds(spec)))
+    per_rank, sync = [], 0.0
+    for r in range(par.pp):
+        stages = placement.stages_of_rank(r)
+        dense = sum(pc.dense_params[placement.model_part[s]] for s in stages)
+        experts = sum(pc.expert_params[placement.model_part[s]] for s in stages)
+        state = state_bytes(dense, experts, par)
+        peak = result.metrics.per_rank[r].peak_memory
+        per_rank.append(RankMemory(state.weights, state.gradients, state.optimizer, peak, extra))
+        sync = max(sync, _dp_sync_ms(dense, experts, par, hw))
+    shard = max(
+        sum(pc.dense_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.dp
+        + sum(pc.expert_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.expert_dp
+        for r in range(par.pp)
+    )
+    if not par.distributed_optimizer:
+        shard *= par.dp
+    optimizer_ms = shard * OPTIMIZER_BYTES_PER_PARAM / hw.hbm_bandwidth * 1e3
+    flops_per_gpu = par.micro_batches * sum(pc.flops) / par.pp
+    metrics = result.metrics
+    return Projection(
+        name,
+        par,
+        cut,
+        metrics.step_time,
+        sync,
+        optimizer_ms,
+        metrics.bubble_rate,
+        flops_per_gpu,
+        tuple(per_rank),
+        hw.hbm_bytes,
+        hw.peak(par.dtype) / 1e12,
+        result,
+    )
+
+
+def _dp_sync_ms(dense: float, experts: float, par: Parallel, hw: Hardware) -> float:
+    """Gradient reduce-scatter (fp32) + parameter all-gather (bf16) over DP (experts: over expert DP); an
+    fp32 all-reduce without the distributed optimizer."""
+
+    def one(params: float, group: int, spread: int) -> float:
+        if group <= 1 or params == 0:
+            return 0.0
+        link = hw.link(group, spread)
+        bw = link.bandwidth * hw.efficiency.comm
+        frac = (group - 1) / group
+        if par.distributed_optimizer:
+            return (frac * params * (4 + 2) / bw + 2 * (group - 1) * link.latency) * 1e3
+        return (2 * frac * params * 4 / bw + 2 * (group - 1) * link.latency) * 1e3
+
+    return one(dense, par.dp, par.tp) + one(experts, par.expert_dp, par.tp * par.ep)

@@ -1,0 +1,78 @@
+"""Hardware profiles: every packaged one loads; a user's YAML; bad input is one line naming the key."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from primuspp.errors import ConfigError
+from primuspp.models.hardware import load_hardware, profile_names
+
+EXPECTED = {"mi300x", "mi325x", "mi355x", "h100", "h200", "b200"}
+
+
+def test_packaged_profiles():
+    assert set(profile_names()) == EXPECTED
+    for name in EXPECTED:
+        hw = load_hardware(name.upper())
+        assert hw.peak("fp8") == pytest.approx(2 * hw.peak("bf16"), rel=1e-3)
+        assert hw.intra_node.bandwidth > hw.inter_node.bandwidth
+        assert hw.gpus_per_node == 8
+
+
+def test_datasheet_values():
+    mi300x, h100 = load_hardware("mi300x"), load_hardware("h100")
+    assert mi300x.peak() == 1307.4e12 and mi300x.hbm_bytes == 192e9
+    assert h100.peak() == 989.4e12 and h100.hbm_bytes == 80e9
+
+
+def test_gemm_efficiency_steps():
+    eff = load_hardware("h100").efficiency
+    assert eff.gemm_fraction(0) == 0.4
+    assert eff.gemm_fraction(5e9) == 0.6
+    assert eff.gemm_fraction(1e12) == 0.72
+
+
+def test_link_by_group():
+    hw = load_hardware("h100")
+    assert hw.link(8) is hw.intra_node
+    assert hw.link(2, spread=8) is hw.inter_node
+
+
+def user_yaml(tmp_path, extra: str = "") -> str:
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "name: Mine\npeak_flops: {bf16: 1.0e15}\nhbm_bytes: 1.0e11\nhbm_bandwidth: 4.0e12\n"
+        "gpus_per_node: 4\nintra_node: {bandwidth: 1.0e11, latency: 0}\n"
+        "inter_node: {bandwidth: 1.0e10, latency: 1.0e-5}\n" + extra
+    )
+    return str(path)
+
+
+def test_user_yaml(tmp_path):
+    hw = load_hardware(user_yaml(tmp_path))
+    assert hw.name == "Mine" and hw.efficiency.comm == 0.7 and hw.link(8) is hw.inter_node
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ("speed: 3\n", "unknown key 'speed'"),
+        ("efficiency: {gemm: [[1, 0.5]]}\n", "efficiency.gemm=.*thresholds must ascend from 0"),
+        ("efficiency: {comm: 2}\n", "efficiency.comm=2"),
+    ],
+)
+def test_bad_user_yaml(tmp_path, extra, match):
+    with pytest.raises(ConfigError, match=match) as info:
+        load_hardware(user_yaml(tmp_path, extra))
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_profile_and_fifo(tmp_path):
+    with pytest.raises(ConfigError, match="--gpu a100: unknown GPU profile; profiles: b200"):
+        load_hardware("a100")
+    fifo = tmp_path / "hw.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_hardware(str(fifo))

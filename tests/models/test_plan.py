@@ -1,0 +1,172 @@
+"""`primuspp plan`: the sweep, its JSON schema, drop reasons, and one-line errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from primuspp.commands.app import main
+from primuspp.models import PRESETS
+from primuspp.models.hardware import load_hardware
+from primuspp.models.parallel import Parallel
+from primuspp.models.plan import NO_FIT, NOT_DIVISIBLE, REFUSED, candidates, evaluate
+
+CONFIGS = Path(__file__).resolve().parents[1] / "data" / "hf_configs"
+KEYS = {
+    "algorithm", "tp", "pp", "vpp", "ep", "cp", "dp", "micro_batch_size", "global_batch_size", "layout",
+    "step_time_ms", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu", "peak_memory_bytes", "fits", "per_rank",
+}  # fmt: skip
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_plan_json_schema_and_ranking(capsys):
+    code, out, _ = run(
+        capsys, "plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "--pp", "8", "--tp", "1",
+        "--global-batch-size", "32", "--micro-batch-size", "1", "--json",
+    )  # fmt: skip
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["model"] == {"name": "llama2-7b", "parameters": 6738415616, "active_parameters": 6738415616}
+    assert doc["configurations_evaluated"] == 9  # 7 algorithms, interleaved at vpp 2, 3, 4
+    results = doc["results"]
+    assert results and set(results[0]) >= KEYS
+    rates = [r["tokens_per_s_per_gpu"] for r in results]
+    assert rates == sorted(rates, reverse=True)
+    assert all(r["fits"] and r["peak_memory_bytes"] <= r["hbm_bytes"] for r in results)
+
+
+def test_plan_table_and_drop_reasons(capsys):
+    code, out, _ = run(
+        capsys, "plan", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "16", "--tp", "3", "--tp", "8",
+        "--pp", "2", "--global-batch-size", "16", "--micro-batch-size", "1", "-a", "1f1b", "-a", "dualpipe-v",
+    )  # fmt: skip
+    assert code == 0
+    assert "configurations" in out and "dropped:" in out and NOT_DIVISIBLE in out
+
+
+def test_evaluate_counts_every_reason():
+    spec, hw = PRESETS["llama3-70b"], load_hardware("h100")
+    base = Parallel(global_batch_size=16, seq_len=4096)
+    items = candidates(spec, hw, 16, base, ["1f1b", "dualpipe-v"], [1, 3, 8], [2], None, None, [1])
+    result = evaluate(spec, hw, items)
+    assert result.evaluated == len(items) == 6
+    # tp 1: 70B does not fit on 2 stages; tp 3: does not divide; dualpipe-v needs m >= 2 pp with dp 1, m 16
+    assert set(result.dropped) <= {NO_FIT, NOT_DIVISIBLE, REFUSED}
+    assert result.dropped[NOT_DIVISIBLE] == 2
+    assert result.dropped[NO_FIT] >= 2
+    assert sum(result.dropped.values()) + len(result.fits) == 6
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--model", "llama3-7b"], "error: --model llama3-7b: unknown model (did you mean"),
+        (["--model", str(CONFIGS / "missing.json")], "no such file"),
+        (["--gpu", "a100"], "error: --gpu a100: unknown GPU profile"),
+        (["--gpus", "0"], "error: --gpus 0: must be >= 1"),
+        (["--recompute", "half"], "error: --recompute half: expected one of none, selective, full"),
+        (["-a", "nope"], "unknown algorithm 'nope'"),
+    ],
+)
+def test_bad_input_one_line(capsys, args, match):
+    base = {"--model": "llama2-7b", "--gpu": "mi300x", "--gpus": "8"}
+    argv = ["plan"]
+    for key, value in base.items():
+        if key not in args:
+            argv += [key, value]
+    code, out, err = run(capsys, *argv, *args)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and match in err
+
+
+def test_unsupported_architecture(capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"architectures": ["FalconForCausalLM"]}))
+    code, _, err = run(capsys, "plan", "--model", str(path), "--gpu", "h100", "--gpus", "8")
+    assert code == 2 and "FalconForCausalLM" in err and "unsupported architecture" in err
+
+
+def test_planner_path_imports_no_torch():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import primuspp.models.plan, primuspp.models.hf, primuspp.commands.plan; "
+        "bad = [m for m in ('torch', 'megatron') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_sweep_reuses_cost_free_tables():
+    # cost-free algorithms generate each (pp, vpp, m) once: the projections are the same as one by one
+    from primuspp.models.project import project
+
+    spec, hw = PRESETS["llama2-7b"], load_hardware("mi300x")
+    base = Parallel(global_batch_size=32, seq_len=2048)
+    items = candidates(spec, hw, 8, base, ["1f1b", "zero-bubble"], [1, 2], [4], None, None, [1, 2])
+    swept = evaluate(spec, hw, items).fits
+    alone = [project(spec, hw, p.par, p.algorithm) for p in swept]
+    assert [p.step_time_ms for p in swept] == [p.step_time_ms for p in alone]
+    assert [p.peak_memory_bytes for p in swept] == [p.peak_memory_bytes for p in alone]
+
+
+def test_all_ranks_what_does_not_fit(capsys):
+    args = ["plan", "--model", "qwen3-235b-a22b", "--gpu", "mi300x", "--gpus", "32", "--pp", "4", "--tp", "1"]
+    args += ["--ep", "8", "--global-batch-size", "64", "--micro-batch-size", "1", "--seq-len", "4096"]
+    args += ["-a", "1f1b", "-a", "v-half", "--json"]
+    code, out, _ = run(capsys, *args)
+    doc = json.loads(out)
+    assert code == 0 and doc["results"] == [] and doc["dropped"] == {NO_FIT: 2}
+    code, out, _ = run(capsys, *args, "--all")
+    results = json.loads(out)["results"]
+    assert code == 0 and len(results) == 2 and not any(r["fits"] for r in results)
+    assert all(r["peak_memory_bytes"] > r["hbm_bytes"] for r in results)
+
+
+def test_decoder_first_last_layers(capsys):
+    args = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "--tp", "1", "--pp", "4"]
+    args += ["--micro-batch-size", "1", "--global-batch-size", "16", "--json", "-a", "1f1b", "-a", "zbv"]
+    code, out, _ = run(capsys, *args, "--decoder-first-pipeline-num-layers", "5")
+    doc = json.loads(out)
+    assert code == 0 and [r["layout"] for r in doc["results"]] == ["Et*5|t*9|t*9|t*9L"]
+    # the V placement does not take them: counted, with the reason
+    assert doc["dropped"] == {NOT_DIVISIBLE: 1} and "use --layout" in doc["dropped_examples"][NOT_DIVISIBLE]
+    code, _, err = run(capsys, *args, "--decoder-first-pipeline-num-layers", "0")
+    assert code == 2 and err.startswith("error: --decoder-first-pipeline-num-layers 0: must be >= 1")
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--tp", "3"], "no configuration can run (not divisible): 1f1b tp3 pp1 vpp1 ep1 dp0 mbs1: --tp 3 x"),
+        (["--tp", "1", "--ep", "2"], "--ep 2: the model has no experts"),
+        (
+            ["--tp", "1", "--pp", "4", "--global-batch-size", "7"],
+            "--global-batch-size 7: not divisible by micro",
+        ),
+        (["--tp", "1", "--pp", "8", "--layout", "Et*4|t*4L"], "names 2 stages, the schedule has 8"),
+    ],
+)
+def test_inconsistent_options_exit_2(capsys, args, match):
+    argv = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "-a", "1f1b", *args]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and err.count("\n") == 1 and match in err
+
+
+def test_recompute_swept(capsys):
+    args = ["plan", "--model", "qwen3-235b-a22b", "--gpu", "mi300x", "--gpus", "32", "--pp", "4", "--tp", "1"]
+    args += ["--ep", "8", "--global-batch-size", "64", "--micro-batch-size", "1", "--seq-len", "4096"]
+    args += ["-a", "1f1b", "-a", "v-half", "--recompute", "none", "--recompute", "full", "--json"]
+    code, out, _ = run(capsys, *args)
+    doc = json.loads(out)
+    assert code == 0 and doc["configurations_evaluated"] == 4
+    # at 4096 tokens only full recompute fits (experiment 2 of docs/plan.md)
+    assert doc["results"] and all(r["recompute"] == "full" for r in doc["results"])
