@@ -113,8 +113,8 @@ VERBS: tuple[Verb, ...] = (
         "Plan a model on N GPUs: sweep TP, PP, VPP, EP, micro-batch size and algorithm; rank what fits.",
         (
             "primuspp plan --model llama3-70b --gpu h100 --gpus 64",
-            "primuspp plan --model qwen3-235b-a22b --gpu mi300x --gpus 32 --pp 4 --ep 8 --json",
-            "primuspp plan --model ./config.json --gpu my_gpu.yaml --gpus 16 --html plan.html",
+            "primuspp plan --model qwen3-235b-a22b --gpu mi300x --gpus 32 --ep 8",
+            "primuspp plan --model llama2-7b --gpu mi300x --gpus 8 --html plan.html",
         ),
     ),
 )
