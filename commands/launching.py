@@ -41,6 +41,44 @@ def run_table(
     return table
 
 
+#: largest value of any model-size option (beyond it sizes overflow torch's int64 shapes)
+MAX_MODEL_DIM = 1 << 24
+
+
+def check_model_size(sizes: dict[str, int], vocab: int, micro_batches: int, ranks: int) -> None:
+    """Refuse, before any rank starts, a model this machine cannot hold: each `--key value` of `sizes`
+    (layers, hidden, seq-len, micro-batch-size) at most MAX_MODEL_DIM, and an estimate of the run's bytes
+    (fp32 parameters with gradients and Adam state, 16 B each: 12·L·h² + 2·vocab·h; activations of every
+    microbatch in flight, about 34·s·b·h per layer plus 4·s·b·vocab of logits, times one rank's layers
+    and at most every microbatch) within the machine's memory."""
+    for key, value in sizes.items():
+        if value > MAX_MODEL_DIM:
+            raise ConfigError(f"--{key} {value}: at most {MAX_MODEL_DIM:,}", key=key)
+    layers, hidden = sizes["layers"], sizes["hidden"]
+    tokens = sizes["seq-len"] * sizes["micro-batch-size"]
+    params = 12 * layers * hidden * hidden + 2 * vocab * hidden
+    activations = (34 * tokens * hidden * layers + 4 * tokens * vocab) * micro_batches
+    need = 16 * params + activations
+    have = _physical_memory()
+    if have and need > have:
+        given = " ".join(f"--{k} {v}" for k, v in sizes.items())
+        raise ConfigError(
+            f"{given}: the run needs an estimated {need / 2**30:,.1f} GiB ({params:,} parameters, "
+            f"{activations / 2**30:,.1f} GiB of activations over {ranks} ranks), over this machine's "
+            f"{have / 2**30:,.1f} GiB",
+            key="hidden",
+        )
+
+
+def _physical_memory() -> int:
+    import os
+
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return 0
+
+
 def _check_local_ranks(pp: int | None) -> None:
     from primuspp.runtime.launch import under_torchrun
 

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from primuspp.commands.console import out
-from primuspp.commands.launching import launched, run_table, step_bar
+from primuspp.commands.launching import check_model_size, launched, run_table, step_bar
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_dir_target, check_writable_dir, default_pp_data_dir, replace_dir
 
@@ -236,6 +236,8 @@ def train(
     table = run_table(algo, pp, vpp, mb)
     parts = len(set(table.placement.model_part))
     n_layers = parts if layers is None else layers
+    sizes = {"layers": n_layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": micro_batch_size}
+    check_model_size(sizes, 64, table.num_microbatches, table.pp)
     if n_layers + 2 < parts:
         raise ConfigError(
             f"--layers {n_layers}: the model (embedding + {n_layers} blocks + head) has fewer layers "
@@ -392,6 +394,8 @@ def _train_megatron(
 
     model_settings, ddp_settings = parse_settings(settings)
     table = run_table(algo, pp, vpp, mb)
+    sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": micro_batch_size}
+    check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
     spec = TrainSpec(
         table,
         GPTSpec(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, settings=model_settings),

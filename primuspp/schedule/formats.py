@@ -141,7 +141,10 @@ def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
     routes = place.get("routes", [])
     if not all(isinstance(r, list) and all(isinstance(x, int) and 0 <= x < n for x in r) for r in routes):
         raise ValidationError(f"{source}: placement.routes: expected lists of stages in 0..{n - 1}")
-    placement = Placement.from_dict(place)
+    try:
+        placement = Placement.from_dict(place)
+    except ValidationError as err:  # name the file and the key (placement.stage_rank, .routes)
+        raise ValidationError(f"{source}: placement.{_placement_key(str(err))}: {err}") from None
     _check_placement(placement, source)
     ranks = data["ranks"]
     if not isinstance(ranks, list) or not all(isinstance(r, list) for r in ranks):
@@ -156,6 +159,10 @@ def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
     return ScheduleTable(
         placement, data["micro_batches"], nodes, str(data.get("algorithm", "custom")), params
     )
+
+
+def _placement_key(message: str) -> str:
+    return "routes" if "routes" in message else "stage_rank"
 
 
 def from_json(text: str, source: str = "schedule") -> ScheduleTable:

@@ -19,6 +19,10 @@ from pathlib import Path
 import torch
 
 from primuspp.errors import ConfigError
+from primuspp.inputs import read_bytes
+
+#: largest --data corpus read (it is held in memory whole, one byte a token)
+MAX_CORPUS_BYTES = 1 << 30
 
 Microbatch = tuple[torch.Tensor, torch.Tensor]
 
@@ -45,10 +49,7 @@ class SyntheticStream:
 class TextStream:
     def __init__(self, path: str | Path, seq_len: int) -> None:
         path = Path(path)
-        try:
-            data = path.read_bytes()
-        except OSError as err:
-            raise ConfigError(f"--data {path}: {err.strerror or err}", key="data") from None
+        data = read_bytes(path, "--data", MAX_CORPUS_BYTES)  # a regular file only: a FIFO never blocks
         if len(data) < seq_len + 1:
             raise ConfigError(
                 f"--data {path}: {len(data)} bytes, fewer than one sequence ({seq_len + 1} bytes)", key="data"
