@@ -252,6 +252,12 @@ CASES = [
         "costs.forward=inf",
     ),
     ("train-too-many-local-ranks", lambda t: ["train", "--backend", "torch", "--pp", "65"], "--pp 65"),
+    ("train-seq-len-huge", lambda t: ["train", "--backend", "torch", "--seq-len", "99999999"], "--seq-len"),
+    (
+        "train-model-too-big",
+        lambda t: ["train", "--backend", "torch", "--hidden", "200000", "--heads", "1"],
+        "--hidden 200000 --seq-len 32",
+    ),
     ("emulate-too-many-local-ranks", lambda t: ["train", "--emulate", "--pp", "200"], "--pp 200"),
 ]
 
