@@ -14,7 +14,7 @@ cases: list[Case] = []
 
 def _args(verb: str, ctx: Ctx, *flags: str) -> list[str]:
     if verb in ("simulate", "dump"):
-        return [verb, *flags, "--out", str(ctx.out / "t.txt" if verb == "dump" else ctx.out)]
+        return [verb, *flags, "--out", str(ctx.cwd / "t.txt" if verb == "dump" else ctx.out)]
     if verb == "train":
         return ["train", "--emulate", "--steps", "100000", *flags]
     return [verb, *flags]
@@ -43,8 +43,16 @@ for verb in ("simulate", "dump", "compare", "train"):
     _add(
         f"{verb}-pp4096-mb65536", "7", verb, ["--algo", "1f1b", "--pp", "4096", "--mb", "65536"], ERR(*NODES)
     )
-_add("simulate-pp100000-mb1", "7", "simulate", ["--algo", "1f1b", "--pp", "100000", "--mb", "1"], ERR(*NODES))
-_add("simulate-pp2-mb1e7", "7", "simulate", ["--algo", "1f1b", "--pp", "2", "--mb", "10000000"], ERR(*NODES))
+_add(
+    "simulate-pp1e6-mb1000",
+    "7",
+    "simulate",
+    ["--algo", "1f1b", "--pp", "1000000", "--mb", "1000"],
+    ERR(*NODES),
+)
+_add(
+    "simulate-pp2-mb1e9", "7", "simulate", ["--algo", "1f1b", "--pp", "2", "--mb", "1000000000"], ERR(*NODES)
+)
 _add("simulate-every-algo-pp512-mb4096", "7", "simulate", ["--pp", "512", "--mb", "4096"], ERR(*NODES))
 _add(
     "dump-check-pp4096-mb65536",

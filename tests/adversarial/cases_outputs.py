@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tests.adversarial.build import SIM_OUT, SMALL, config, yaml_runs
-from tests.adversarial.harness import EITHER, ERR, OK, Case, Ctx, Outcome, fifo_reader
+from tests.adversarial.harness import EITHER, ERR, OK, Case, Ctx, Outcome, fifo_reader, finish, start
 
 cases: list[Case] = []
 
@@ -242,24 +243,101 @@ cases += [
         ERR("gpipe", "res", "output_dir"),
     ),
     Case(
-        "dump-out-dir-user-file-same-name",
-        "3",
+        "dump-out-dir-fifo-named-like-a-table",
+        "2",
         "dump",
-        "result-dir",
+        "output-dir",
         lambda ctx: (
-            ctx.write("out/1f1b.txt", "mine\n"),
+            ctx.fifo("out/1f1b.txt"),
             ["dump", "--algo", "1f1b", "--algo", "gpipe", *SMALL, "--out", str(ctx.out)],
         )[1],
         EITHER("1f1b.txt", "--out"),
-        outputs=("out", "out/gpipe.txt"),
+        outputs=("out", "out/gpipe.txt", "out/1f1b.txt"),
+        during=lambda ctx: fifo_reader(ctx.out / "1f1b.txt"),
+    ),
+    Case(
+        "dump-out-dir-symlink-named-like-a-table",
+        "2",
+        "dump",
+        "output-dir",
+        lambda ctx: (
+            ctx.symlink("out/1f1b.txt", ctx.victim / "thesis.txt"),
+            ["dump", "--algo", "1f1b", "--algo", "gpipe", *SMALL, "--out", str(ctx.out)],
+        )[1],
+        EITHER("1f1b.txt", "--out"),
+        outputs=("out", "out/gpipe.txt", "victim/thesis.txt"),
     ),
 ]
 
-# -- item 5: two runs into one --out ---------------------------------------------------------------
+# -- item 5: two runs into one --out ------------------------------------------------------------------------
 
 
 def _two_runs(ctx: Ctx) -> list[list[str]]:
-    every = ["--pp", "8", "--mb", "32"]
+    """A slow run (every algorithm, p=32 m=512: seconds of simulating, then ~70 MB of results) and a quick one
+    (the same names at p=4 m=8) into the same --out."""
+    return [
+        ["simulate", "--pp", "32", "--mb", "512", "--fwd", "1000", "--out", str(ctx.out)],
+        ["simulate", *SMALL, "--fwd", "2000", "--out", str(ctx.out)],
+    ]
+
+
+def _second_while_first_writes(ctx: Ctx, argvs: list[list[str]], logs: Path, timeout: float) -> list[Outcome]:
+    """Start the slow run; once anything appears in --out (its lock, or its first result being written), start
+    the quick one. Each outcome's `ended` is when that process exited."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    first = start(argvs[0], ctx.cwd, logs, heavy=False)
+    while time.monotonic() < deadline and first[0].poll() is None:
+        if ctx.out.is_dir() and any(ctx.out.iterdir()):
+            break
+        time.sleep(0.01)
+    second = start(argvs[1], ctx.cwd, logs, heavy=False)
+    ends: dict[int, float] = {}
+    while time.monotonic() < deadline and len(ends) < 2:
+        for i, (proc, _, _) in enumerate((first, second)):
+            if i not in ends and proc.poll() is not None:
+                ends[i] = time.monotonic() - t0
+        time.sleep(0.01)
+    outcomes = [finish(*first, deadline, t0), finish(*second, deadline, t0)]
+    for i, o in enumerate(outcomes):
+        o.ended = ends.get(i, o.ended)
+    return outcomes
+
+
+def _serialised(ctx: Ctx, outcomes: list[Outcome]) -> str | None:
+    slow, quick = outcomes
+    if slow.rc != 0:
+        return "the first run did not succeed"
+    if quick.rc == 0 and quick.ended < slow.ended:
+        return (
+            f"the second run wrote into the --out the first was writing and finished first "
+            f"({quick.ended:.1f} s vs {slow.ended:.1f} s): no lock, neither refused nor waited"
+        )
+    forwards = {json.loads(p.read_text())["costs"]["forward"] for p in ctx.out.glob("*/config.json")}
+    pps = {json.loads(p.read_text())["pp_size"] for p in ctx.out.glob("*/config.json")}
+    if len(forwards) != 1 or len(pps) != 1:
+        return f"the result dirs mix both runs (forward {sorted(forwards)}, pp {sorted(pps)})"
+    return None
+
+
+cases.append(
+    Case(
+        "simulate-concurrent-same-out",
+        "5",
+        "simulate",
+        "result-dir",
+        _two_runs,
+        EITHER("--out", "lock", "out"),
+        outputs=(*SIM_OUT, "out/*lock*", "out/.*", "out/.*/*"),
+        check=_serialised,
+        runner=_second_while_first_writes,
+        timeout=300,
+    )
+)
+
+
+def _two_same_runs(ctx: Ctx) -> list[list[str]]:
+    every = ["--pp", "16", "--mb", "64"]
     return [
         ["simulate", *every, "--fwd", "1000", "--out", str(ctx.out)],
         ["simulate", *every, "--fwd", "2000", "--out", str(ctx.out)],
@@ -269,28 +347,25 @@ def _two_runs(ctx: Ctx) -> list[list[str]]:
 def _one_run_wins(ctx: Ctx, outcomes: list[Outcome]) -> str | None:
     if not any(o.rc == 0 for o in outcomes):
         return "neither run succeeded"
-    forwards = set()
-    for s in sorted(ctx.out.glob("*/config.json")):
-        forwards.add(json.loads(s.read_text())["costs"]["forward"])
+    forwards = {json.loads(p.read_text())["costs"]["forward"] for p in ctx.out.glob("*/config.json")}
     if len(forwards) != 1:
         return f"the result dirs mix both runs (forward costs {sorted(forwards)})"
     return None
 
 
-for n in (1, 2):
-    cases.append(
-        Case(
-            f"simulate-concurrent-same-out-{n}",
-            "5",
-            "simulate",
-            "result-dir",
-            _two_runs,
-            EITHER("--out", "lock", "out"),
-            outputs=(*SIM_OUT, "out/*lock*", "out/.*"),
-            check=_one_run_wins,
-            timeout=240,
-        )
+cases.append(
+    Case(
+        "simulate-concurrent-same-names",
+        "5",
+        "simulate",
+        "result-dir",
+        _two_same_runs,
+        EITHER("--out", "lock", "out"),
+        outputs=(*SIM_OUT, "out/*lock*", "out/.*", "out/.*/*"),
+        check=_one_run_wins,
+        timeout=240,
     )
+)
 
 # -- item 9: immutable outputs ---------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 #: address-space cap of offline CLI runs: a memory blow-up ends in MemoryError, not in a swapping host
 OFFLINE_AS_LIMIT = 6 * 2**30
+#: how long after the CLI exits a process of its group may still be exiting
+LEFTOVER_GRACE_S = 3.0
 
 # -- expectations ----------------------------------------------------------------------------------
 
@@ -136,6 +138,7 @@ class Outcome:
     stderr: str
     wall: float
     leftover: int = 0  # processes of the CLI's group still alive after it ended
+    ended: float = 0.0  # seconds from the start of the case's first process to this one's exit
 
 
 Check = Callable[[Ctx, list[Outcome]], str | None]
@@ -160,6 +163,8 @@ class Case:
     timeout: float = 60.0
     during: Callable[[Ctx], contextlib.AbstractContextManager] | None = None
     needs: str | None = None  # "megatron", "chattr": skipped (with the reason) where missing
+    #: how to run the argvs (default: all at once, run_cli); `runner(ctx, argvs, logs, timeout)`
+    runner: Callable[[Ctx, list[list[str]], Path, float], list[Outcome]] | None = None
     heavy: bool = False  # starts ranks (train): no address-space cap
 
 
@@ -295,6 +300,10 @@ def finish(proc: subprocess.Popen, out_path: Path, err_path: Path, deadline: flo
         rc = None
     wall = time.monotonic() - t0
     leftover = _group_members(proc.pid)
+    grace = time.monotonic() + LEFTOVER_GRACE_S
+    while leftover and rc is not None and time.monotonic() < grace:
+        time.sleep(0.1)  # a child the CLI reaped late may still be exiting
+        leftover = _group_members(proc.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     if rc is None:
@@ -305,6 +314,7 @@ def finish(proc: subprocess.Popen, out_path: Path, err_path: Path, deadline: flo
         err_path.read_text(errors="replace"),
         wall,
         len(leftover) if rc is not None else 0,
+        wall,
     )
 
 
@@ -478,7 +488,10 @@ def run_case(case: Case, base: Path) -> Result:
         before = snapshot(ctx.root)
         guard = case.during(ctx) if case.during else contextlib.nullcontext()
         with guard:
-            outcomes = run_cli(argvs, ctx.cwd, logs, case.timeout, case.heavy)
+            if case.runner is not None:
+                outcomes = case.runner(ctx, argvs, logs, case.timeout)
+            else:
+                outcomes = run_cli(argvs, ctx.cwd, logs, case.timeout, case.heavy)
         after = snapshot(ctx.root)
         shutil.rmtree(logs, ignore_errors=True)
     finally:
