@@ -5,7 +5,7 @@ costs (item 10), and the usual hostile values (own)."""
 from __future__ import annotations
 
 from tests.adversarial.build import SIM_OUT, alias_bomb, config, deep_yaml, primus_yaml, yaml_runs
-from tests.adversarial.harness import ERR, OK, Case, Ctx
+from tests.adversarial.harness import EITHER, ERR, OK, Case, Ctx
 
 NAME_KEYS = ("name",)
 cases: list[Case] = []
@@ -23,7 +23,6 @@ BAD_NAMES = {
     "dot": '"."',
     "nested": '"a/b"',
     "back-and-forth": '"x/../../victim"',
-    "empty": '""',
     "newline": '"bad\\nname"',
     "too-long": '"' + "n" * 300 + '"',
     "nul": '"a\\0b"',
@@ -40,6 +39,22 @@ for tag, name in BAD_NAMES.items():
         )
     )
 
+cases.append(
+    Case(
+        "simulate-config-name-empty",
+        "1",
+        "simulate",
+        "config",
+        lambda ctx: _sim(config(ctx, yaml_runs('{algorithm: 1f1b, name: ""}')), ctx),
+        EITHER(*NAME_KEYS),  # an empty name may mean "the default name"
+        outputs=SIM_OUT,
+        check=lambda ctx, o: (
+            None
+            if o[0].rc != 0 or (ctx.out / "1f1b" / "summary.json").is_file()
+            else "an empty name wrote somewhere else than the default out/1f1b"
+        ),
+    )
+)
 cases.append(
     Case(
         "simulate-config-name-absolute",

@@ -17,7 +17,8 @@ def test_case(case, tmp_path):
     result = run_case(case, tmp_path / "case")
     if result.skipped:
         pytest.skip(result.skipped)
-    assert result.passed, f"[issue 11 item {case.item}] {case.id}: {result.reason}"
+    if not result.passed:
+        pytest.fail(f"[issue 11 item {case.item}] {case.id}: {result.reason}", pytrace=False)
 
 
 def test_corpus_is_complete():
