@@ -234,6 +234,18 @@ for algo in (*[a if a != "1f1b-interleaved" else "1f1b-interleaved-v2" for a in 
                 outputs=OUTS.get(reader, ()),
             )
         )
+for algo in (*[a if a != "1f1b-interleaved" else "1f1b-interleaved-v2" for a in ALGOS], "zbv-offload"):
+    # the same output as a bare pp_data dump (no summary.json): compare must read its pp_rank files
+    cases.append(
+        Case(
+            f"compare-roundtrip-ppdata-{algo}",
+            "13",
+            "compare",
+            "pp_data",
+            lambda ctx, algo=algo: ["compare", str(dump_dir(ctx, algo)), "--json"],
+            OK(),
+        )
+    )
 cases.append(
     Case(
         "visualize-roundtrip-root",
