@@ -451,11 +451,11 @@ def available(what: str) -> str | None:
         try:
             r = subprocess.run(["chattr", "+i", str(probe)], capture_output=True)
             if r.returncode != 0:
-                return "chattr +i does not work here (as root, chmod alone stops no write)"
+                return "hardware: this filesystem has no immutable files (chattr +i; as root, chmod stops no write)"
             subprocess.run(["chattr", "-i", str(probe)], capture_output=True)
             return None
         except FileNotFoundError:
-            return "chattr is not installed (as root, chmod alone stops no write)"
+            return "hardware: chattr is not installed (as root, chmod alone stops no write)"
         finally:
             shutil.rmtree(probe, ignore_errors=True)
     raise ValueError(what)

@@ -2,19 +2,39 @@
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.adversarial.cases import CASES
-from tests.adversarial.harness import run_case
+from tests.adversarial.harness import Result, run_case
 
 VERBS = {"simulate", "dump", "viz", "visualize", "compare", "train", "algorithms"}
 
 
+#: cases run at once (each is one CLI process in its own directory; most wait on process start-up)
+JOBS = int(os.environ.get("PRIMUSPP_CORPUS_JOBS", "3"))
+
+
+@pytest.fixture(scope="session")
+def corpus(request, tmp_path_factory) -> dict[str, Result]:
+    """Every selected case, run JOBS at a time (the corpus is ~480 CLI processes): id -> result."""
+    selected = [
+        item.callspec.params["case"]
+        for item in request.session.items
+        if item.originalname == "test_case" and hasattr(item, "callspec")
+    ]
+    base = tmp_path_factory.mktemp("corpus")
+    with ThreadPoolExecutor(max(1, JOBS)) as pool:
+        results = pool.map(lambda c: run_case(c, base / c.id / "case"), selected)
+        return {r.case.id: r for r in results}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_case(case, tmp_path):
-    result = run_case(case, tmp_path / "case")
+def test_case(case, corpus):
+    result = corpus[case.id]
     if result.skipped:
         pytest.skip(result.skipped)
     if not result.passed:
