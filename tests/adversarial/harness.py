@@ -451,7 +451,7 @@ def available(what: str) -> str | None:
         try:
             r = subprocess.run(["chattr", "+i", str(probe)], capture_output=True)
             if r.returncode != 0:
-                return "hardware: this filesystem has no immutable files (chattr +i; as root, chmod stops no write)"
+                return "hardware: no immutable files on this filesystem (chattr +i)"
             subprocess.run(["chattr", "-i", str(probe)], capture_output=True)
             return None
         except FileNotFoundError:
