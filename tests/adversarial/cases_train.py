@@ -370,6 +370,7 @@ _add(
     "own",
     lambda ctx: [*TORCH, "--steps", "1", "--json"],
     OK(),
+    outputs=("cwd/output", "cwd/output/**"),  # its pp_data goes to output/pp_data by default
     timeout=180,
     check=_trained,
 )
