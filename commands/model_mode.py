@@ -159,7 +159,7 @@ def build(
     if costs_from is not None:
         from primuspp.models.calibrate import calibrate_hardware
 
-        fit = calibrate_hardware(spec, hw, par, costs_from)
+        fit = calibrate_hardware(spec, hw, par, costs_from, flags.layout or "balanced")
         hw, note = fit.hardware, fit.describe()
     runs, refused = model_runs(
         spec, hw, par, algorithms, vpp, named, flags.layout or "balanced", fl, max_nodes=max_nodes
