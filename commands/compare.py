@@ -66,6 +66,12 @@ def compare(
     layout: o.LayoutOpt = None,
     dtype: o.DtypeOpt = None,
     no_sequence_parallel: o.NoSpOpt = False,
+    layers: o.LayersOpt = None,
+    hidden: o.HiddenOpt = None,
+    heads: o.HeadsOpt = None,
+    ffn: o.FfnOpt = None,
+    kv_heads: o.KvHeadsOpt = None,
+    vocab: o.VocabOpt = None,
 ) -> None:
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
 
@@ -84,20 +90,24 @@ def compare(
     if html is not None:
         check_file_target(html, "--html")  # before any work
     mflags = ModelFlags(
-        model,
-        gpu,
-        tp,
-        ep,
-        gpus,
-        micro_batch_size,
-        global_batch_size,
-        seq_len,
-        recompute,
-        layout,
-        None,
-        None,
-        no_sequence_parallel,
-        dtype,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        ep=ep,
+        gpus=gpus,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        seq_len=seq_len,
+        recompute=recompute,
+        layout=layout,
+        no_sequence_parallel=no_sequence_parallel,
+        dtype=dtype,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        ffn=ffn,
+        kv_heads=kv_heads,
+        vocab=vocab,
     )
     mflags.check_without_model()
     if model is not None:

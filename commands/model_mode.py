@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from rich.table import Table
 
+from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands.console import out
 from primuspp.commands.options import check_positive, first_last
 from primuspp.errors import ConfigError
@@ -39,6 +40,12 @@ class ModelFlags:
     last_layers: int | None = None
     no_sequence_parallel: bool = False
     dtype: str | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    ffn: int | None = None
+    kv_heads: int | None = None
+    vocab: int | None = None
 
     _FLAGS: ClassVar[dict[str, str]] = {
         "gpu": "--gpu",
@@ -54,7 +61,38 @@ class ModelFlags:
         "last_layers": "--decoder-last-pipeline-num-layers",
         "no_sequence_parallel": "--no-sequence-parallel",
         "dtype": "--dtype",
+        "layers": "--layers",
+        "hidden": "--hidden",
+        "heads": "--heads",
+        "ffn": "--ffn",
+        "kv_heads": "--kv-heads",
+        "vocab": "--vocab",
     }
+
+    def spec(self) -> ModelSpec:
+        """The model, with the size flags applied (like `primuspp train`'s)."""
+        from primuspp.models.presets import resolve_model
+
+        assert self.model is not None
+        spec = resolve_model(self.model)
+        sizes = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "ffn": self.ffn}
+        sizes.update(kv_heads=self.kv_heads, vocab=self.vocab)
+        changes: dict[str, Any] = {k: v for k, v in sizes.items() if v is not None}
+        for k, v in changes.items():
+            check_positive(self._FLAGS[k], v)
+        if self.hidden is not None and self.ffn is None:
+            changes["ffn"] = spec.ffn * self.hidden // spec.hidden
+        if self.seq_len is not None and spec.learned_positions:
+            changes["learned_positions"] = self.seq_len  # a position table of the sequence (Megatron's)
+        if not changes:
+            return spec
+        try:
+            return spec.with_(**changes)
+        except ConfigError as e:
+            msg = str(e)
+            for k, flag in self._FLAGS.items():
+                msg = msg.replace(f"model.{k}=", f"{flag} ")
+            raise ConfigError(msg, key=e.key) from None
 
     def check_without_model(self) -> None:
         """Without --model, its companions mean nothing: the first one given is an error."""
@@ -113,10 +151,8 @@ def build(
     from primuspp.config.loader import load_config
     from primuspp.models.hardware import load_hardware
     from primuspp.models.plan import DEFAULT_ALGORITHMS
-    from primuspp.models.presets import resolve_model
 
-    assert flags.model is not None
-    spec = resolve_model(flags.model)
+    spec = flags.spec()
     hw = load_hardware(flags.gpu or DEFAULT_GPU)
     for key, value in (
         ("--pp", pp),
@@ -134,7 +170,8 @@ def build(
     if keys and not algo:  # the measured runs' schedules
         algorithms = [k[0] for k in keys]
         pp = pp or keys[0][1]
-        vpp = vpp if vpp is not None else (keys[0][2] if len({k[2] for k in keys}) == 1 else None)
+        if vpp is None and len({k[2] for k in keys}) == 1:  # named by -v<vpp> only off the default
+            vpp = None if all(k[2] == get_algorithm(k[0]).vpp_default for k in keys) else keys[0][2]
         mb = mb or (keys[0][3] if flags.global_batch_size is None else None)
         named = True
     else:

@@ -219,3 +219,14 @@ def first_last(first: int | None, last: int | None) -> tuple[int | None, int | N
     check_positive("--decoder-first-pipeline-num-layers", first)
     check_positive("--decoder-last-pipeline-num-layers", last)
     return None if first is None and last is None else (first, last)
+
+
+LayersOpt = Annotated[int | None, typer.Option("--layers", help="With --model: transformer layers instead.")]
+HiddenOpt = Annotated[
+    int | None,
+    typer.Option("--hidden", help="With --model: hidden size instead (the FFN keeps its ratio)."),
+]
+HeadsOpt = Annotated[int | None, typer.Option("--heads", help="With --model: attention heads instead.")]
+FfnOpt = Annotated[int | None, typer.Option("--ffn", help="With --model: MLP width instead.")]
+KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="With --model: key/value heads instead.")]
+VocabOpt = Annotated[int | None, typer.Option("--vocab", help="With --model: vocabulary size instead.")]

@@ -44,6 +44,12 @@ def simulate(
     layout: o.LayoutOpt = None,
     dtype: o.DtypeOpt = None,
     no_sequence_parallel: o.NoSpOpt = False,
+    layers: o.LayersOpt = None,
+    hidden: o.HiddenOpt = None,
+    heads: o.HeadsOpt = None,
+    ffn: o.FfnOpt = None,
+    kv_heads: o.KvHeadsOpt = None,
+    vocab: o.VocabOpt = None,
 ) -> None:
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm).
 
@@ -51,20 +57,24 @@ def simulate(
     time in ms, tokens/s, TFLOP/s and MFU per GPU, bubble, and each rank's peak memory in bytes against HBM
     (see docs/plan.md); --costs-from then calibrates the profile's efficiencies on the measured run."""
     flags = ModelFlags(
-        model,
-        gpu,
-        tp,
-        ep,
-        gpus,
-        micro_batch_size,
-        global_batch_size,
-        seq_len,
-        recompute,
-        layout,
-        None,
-        None,
-        no_sequence_parallel,
-        dtype,
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        ep=ep,
+        gpus=gpus,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        seq_len=seq_len,
+        recompute=recompute,
+        layout=layout,
+        no_sequence_parallel=no_sequence_parallel,
+        dtype=dtype,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        ffn=ffn,
+        kv_heads=kv_heads,
+        vocab=vocab,
     )
     flags.check_without_model()
     if model is not None:
