@@ -115,3 +115,91 @@ def test_bad_model_input_one_line(capsys, tmp_path, verb, args, match):
     assert code == 2, (out, err)
     assert err.startswith("error: ") and err.count("\n") == 1 and match in err, err
     assert not any(tmp_path.iterdir())
+
+
+TINY = ("--layers", "4", "--hidden", "64", "--heads", "4", "--seq-len", "32", "--micro-batch-size", "2")
+
+
+@pytest.fixture(scope="module")
+def torch_dump(tmp_path_factory):
+    """A measured run: `primuspp train --backend torch` (fp32 on CPU, 2 ranks), its pp_data dump."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("train") / "pp_data"
+    args = ["train", "--backend", "torch", "--algo", "zbv", "--pp", "2", "--mb", "4", "--steps", "2", *TINY]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.run(
+        [sys.executable, "-m", "primuspp.commands", *args, "--dump-pp-data", str(out), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out, json.loads(proc.stdout)
+
+
+def test_compare_model_with_a_measured_run(capsys, torch_dump):
+    dump, run = torch_dump
+    model = (
+        "--model",
+        "megatron-gpt",
+        "--gpu",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--vocab",
+        "64",
+        "--layout",
+        "even-ends",
+    )
+    code, out, err = run_cli(capsys, "compare", *model, *TINY, str(dump), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    (res,) = doc["results"]  # the measured run's schedule, projected
+    assert (res["name"], res["pp"], res["vpp"], res["micro_batches"]) == ("zbv", 2, 2, 4)
+    (pair,) = doc["predicted_vs_measured"]
+    assert pair["has_memory"] and pair["same_schedule"] and "both in bytes" in pair["memory_note"]
+    measured = run["steps"][-1]["peak_activation_bytes"]
+    ranks = pair["per_rank_peak_memory"]
+    assert [r["measured"] for r in ranks] == pytest.approx(measured)
+    assert [r["predicted"] for r in ranks] == [r["peak_activation_bytes"] for r in res["per_rank"]]
+    # torch's GPT is not Megatron's (its own attention kernels and head): the accuracy of the bytes is
+    # tested against megatron-core (tests/megatron); here, that the pair is the projection and the run
+    for r in ranks:
+        assert r["error"] == pytest.approx(r["predicted"] / r["measured"] - 1)
+    # the table shows the bytes side by side
+    code, out, _ = run_cli(capsys, "compare", *model, *TINY, str(dump))
+    assert code == 0 and "peak memory (bytes)" in out and "rank 1 peak" in out
+
+
+def test_compare_model_calibrated_on_the_run(capsys, torch_dump):
+    dump, _ = torch_dump
+    model = (
+        "--model",
+        "megatron-gpt",
+        "--gpu",
+        "cpu",
+        "--dtype",
+        "fp32",
+        "--vocab",
+        "64",
+        "--layout",
+        "even-ends",
+    )
+    code, out, err = run_cli(capsys, "compare", *model, *TINY, "--costs-from", str(dump), str(dump), "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["calibration"].startswith("CPU calibrated on ")
+    (pair,) = doc["predicted_vs_measured"]
+    step = next(m for m in pair["metrics"] if m["metric"] == "step_time")
+    assert step["predicted"] > 0 and step["measured"] > 0
+
+
+def test_compare_model_refuses_a_simulated_source(capsys, tmp_path):
+    code, _, _ = run_cli(capsys, "simulate", "-a", "1f1b", "--out", str(tmp_path))
+    assert code == 0
+    code, _, err = run_cli(capsys, "compare", "--model", "llama2-7b", str(tmp_path / "1f1b"))
+    assert code == 2 and "a simulated run; with --model, SOURCES are measured runs" in err
