@@ -75,6 +75,15 @@ def test_simulate_model_sweep_lists_refusals(capsys, tmp_path):
     assert {r["algorithm"] for r in doc["results"]} >= {"1f1b", "zero-bubble"}
 
 
+def test_simulate_model_first_last_layers(capsys, tmp_path):
+    args = ("simulate", *LLAMA[:4], "--pp", "4", "-a", "1f1b", "--out", str(tmp_path))
+    code, out, _ = run_cli(capsys, *args, "--decoder-first-pipeline-num-layers", "5", "--json")
+    assert code == 0 and json.loads(out)["results"][0]["layout"] == "Et*5|t*9|t*9|t*9L"
+    zbv = (*args[:-4], "-a", "zbv", "--out", str(tmp_path))
+    code, _, err = run_cli(capsys, *zbv, "--decoder-first-pipeline-num-layers", "5")
+    assert code == 2 and "zbv's v placement does not take them" in err
+
+
 def test_without_model_unchanged(capsys, tmp_path):
     code, out, _ = run_cli(
         capsys, "simulate", "--algo", "1f1b", "--pp", "8", "--mb", "32", "--json", "--out", str(tmp_path)
