@@ -12,6 +12,7 @@ import typer
 from primuspp.algorithms.registry import ALGORITHMS
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
+from primuspp.commands.model_mode import ModelFlags, reject_with_model
 from primuspp.commands.render import fidelity_table, results_table
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError
@@ -53,6 +54,26 @@ def compare(
         Path | None,
         typer.Option("--html", help="Also write bar charts of step time, bubble and peak memory (HTML)."),
     ] = None,
+    model: o.ModelOpt = None,
+    gpu: o.GpuOpt = None,
+    tp: o.TpOpt = None,
+    ep: o.EpOpt = None,
+    gpus: o.GpusOpt = None,
+    micro_batch_size: o.MbsOpt = None,
+    global_batch_size: o.GbsOpt = None,
+    seq_len: o.SeqLenOpt = None,
+    recompute: o.RecomputeOpt = None,
+    layout: o.LayoutOpt = None,
+    dtype: o.DtypeOpt = None,
+    no_sequence_parallel: o.NoSpOpt = False,
+    first_layers: o.FirstLayersOpt = None,
+    last_layers: o.LastLayersOpt = None,
+    layers: o.LayersOpt = None,
+    hidden: o.HiddenOpt = None,
+    heads: o.HeadsOpt = None,
+    ffn: o.FfnOpt = None,
+    kv_heads: o.KvHeadsOpt = None,
+    vocab: o.VocabOpt = None,
 ) -> None:
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
 
@@ -63,9 +84,41 @@ def compare(
     With no arguments at all, after `primuspp train` (which writes output/pp_data, or $DUMP_PP_DIR): the
     measured run next to the latest `primuspp simulate` run of its schedule (else its schedule simulated now
     on costs measured from it), predicted vs measured; without a measured run, the packaged config's runs.
+
+    With --model on --gpu, the schedules are projected in ms and bytes (see `simulate --model`); SOURCES are
+    then measured runs (pp_data dumps): their schedules are projected, and each is shown predicted vs
+    measured, peak activation bytes per rank included. --costs-from calibrates the GPU profile first.
     """
     if html is not None:
         check_file_target(html, "--html")  # before any work
+    mflags = ModelFlags(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        ep=ep,
+        gpus=gpus,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        seq_len=seq_len,
+        recompute=recompute,
+        layout=layout,
+        first_layers=first_layers,
+        last_layers=last_layers,
+        no_sequence_parallel=no_sequence_parallel,
+        dtype=dtype,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        ffn=ffn,
+        kv_heads=kv_heads,
+        vocab=vocab,
+    )
+    mflags.check_without_model()
+    if model is not None:
+        given = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
+        reject_with_model({**given, "--mem-limit": mem_limit})
+        _compare_model(mflags, sources or [], algo, pp, vpp, mb, costs_from, max_nodes, json_, html)
+        return
     flags = (config, algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
     if not sources and all(f is None for f in flags):
         latest = find_latest(Path(load_config(None).output_dir), default_pp_data_dir())
@@ -192,4 +245,70 @@ def _report(
                 )
     if html is not None:
         write_file(html, compare_page(ranking.rows, ranking.best, ranking.reason, mem_limit), "--html")
+        err.print(f"wrote {html}", soft_wrap=True)
+
+
+def _compare_model(
+    flags: ModelFlags,
+    sources: list[Path],
+    algo: list[str] | None,
+    pp: int | None,
+    vpp: int | None,
+    mb: int | None,
+    costs_from: Path | None,
+    max_nodes: int,
+    json_: bool,
+    html: Path | None,
+) -> None:
+    """Projected runs of a real model, ranked; each measured run in SOURCES next to the projection of its
+    schedule, predicted vs measured (time in ms, activation memory in bytes)."""
+    from primuspp.commands import model_mode as mm
+    from primuspp.models.runs import ranked
+    from primuspp.sim.fidelity import RunRecord
+
+    measured = [r for src in sources for r in load_runs(src)]
+    for r in measured:
+        if r.simulated:
+            raise ConfigError(
+                f"{r.path}: a simulated run; with --model, SOURCES are measured runs (pp_data dumps of "
+                "`primuspp train`)",
+                key="path",
+            )
+    keys = list(dict.fromkeys(r.key for r in measured))
+    setup = mm.build(flags, algo, pp, vpp, mb, max_nodes, costs_from, keys)
+    runs = ranked(setup.runs)
+    records = [r.record() for r in runs]
+    best, reason = mm.recommendation(records)
+    pairs, unmatched = [], []
+    for real in measured:
+        match = next((r for r in runs if r.key == real.key), None)
+        if match is None:
+            unmatched.append(f"{real.path}: no projection of its schedule ({describe_key(real.key)})")
+            continue
+        sim = RunRecord(Path(f"projection {match.name}"), [match.result.timeline], {})
+        pairs.append(predicted_vs_measured(sim, real))
+    if json_:
+        doc = {**setup.header(), "results": records, "recommendation": best, "reason": reason}
+        doc["refused"] = setup.refused
+        if sources:
+            doc["predicted_vs_measured"] = pairs
+            doc["unmatched"] = unmatched
+        print(json.dumps(doc))
+    else:
+        if setup.note:
+            out.print(f"[dim]{setup.note}[/dim]", highlight=False, soft_wrap=True)
+        out.print(mm.model_table(records, mm.title(setup, "Projected (fastest that fits first)")))
+        mm.print_breakdown(records)
+        for r in setup.refused:
+            out.print(f"[dim]not admissible: {r['name']}: {r['reason']}[/dim]", highlight=False)
+        style = "bold green" if best else "bold red"
+        out.print(f"[{style}]recommendation:[/{style}] {reason}", highlight=False)
+        for pair in pairs:
+            out.print(fidelity_table(pair))
+            out.print(f"[dim]memory: {pair['memory_note']}[/dim]", highlight=False)
+        for line in unmatched:
+            out.print(f"[yellow]{line}[/yellow]", highlight=False)
+    if html is not None:
+        rows = [{**summary(r.result), "fits": r.projection.fits} for r in runs]
+        write_file(html, compare_page(rows, best, reason, None), "--html")
         err.print(f"wrote {html}", soft_wrap=True)

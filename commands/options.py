@@ -160,3 +160,73 @@ def overrides(
     explicit = (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))
     costs.update({k: v for k, v in explicit if v is not None})
     return Overrides(tuple(algo or ()), pp, vpp, mb, costs, mem_limit, max_nodes)
+
+
+# --- a real model on a GPU profile (`plan`, and `simulate` / `compare` with --model) ---------------------
+
+MODEL_HELP = "Preset (e.g. llama3-70b) or a Hugging Face config.json path."
+GPU_HELP = "GPU profile (mi300x, h100, cpu, ...) or a YAML path."
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help=MODEL_HELP + " Projects in ms and bytes (the costs come from the model)."),
+]
+GpuOpt = Annotated[str | None, typer.Option("--gpu", help=GPU_HELP + " With --model (default h100).")]
+SeqLenOpt = Annotated[int | None, typer.Option("--seq-len", help="Tokens per sequence (default 4096).")]
+LayoutOpt = Annotated[
+    str | None, typer.Option("--layout", help="balanced (default), even, or a Megatron layout string.")
+]
+FirstLayersOpt = Annotated[
+    int | None,
+    typer.Option("--decoder-first-pipeline-num-layers", help="Layers on the first pipeline rank (Megatron)."),
+]
+LastLayersOpt = Annotated[
+    int | None,
+    typer.Option("--decoder-last-pipeline-num-layers", help="Layers on the last pipeline rank (Megatron)."),
+]
+NoSpOpt = Annotated[bool, typer.Option("--no-sequence-parallel", help="TP without sequence parallelism.")]
+DtypeOpt = Annotated[
+    str | None, typer.Option("--dtype", help="Peak FLOP/s to use: bf16 or fp8 (fp32: 4-byte activations).")
+]
+TpOpt = Annotated[int | None, typer.Option("--tp", help="With --model: tensor-parallel size (default 1).")]
+EpOpt = Annotated[int | None, typer.Option("--ep", help="With --model: expert-parallel size (default 1).")]
+GpusOpt = Annotated[
+    int | None, typer.Option("--gpus", help="With --model: GPUs in all, TP x PP x DP (default TP x PP).")
+]
+MbsOpt = Annotated[
+    int | None, typer.Option("--micro-batch-size", help="With --model: sequences per microbatch (default 1).")
+]
+GbsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--global-batch-size", help="With --model: sequences per step (default micro-batch size x DP x m)."
+    ),
+]
+RecomputeOpt = Annotated[
+    str | None, typer.Option("--recompute", help="With --model: none (default), selective or full.")
+]
+
+
+def check_positive(key: str, value: int | None) -> None:
+    """An integer flag given as 0 or less is one line naming it."""
+    from primuspp.errors import ConfigError
+
+    if value is not None and value < 1:
+        raise ConfigError(f"{key} {value}: must be >= 1", key=key)
+
+
+def first_last(first: int | None, last: int | None) -> tuple[int | None, int | None] | None:
+    """Megatron's --decoder-first/last-pipeline-num-layers, checked; None when neither is given."""
+    check_positive("--decoder-first-pipeline-num-layers", first)
+    check_positive("--decoder-last-pipeline-num-layers", last)
+    return None if first is None and last is None else (first, last)
+
+
+LayersOpt = Annotated[int | None, typer.Option("--layers", help="With --model: transformer layers instead.")]
+HiddenOpt = Annotated[
+    int | None,
+    typer.Option("--hidden", help="With --model: hidden size instead (the FFN keeps its ratio)."),
+]
+HeadsOpt = Annotated[int | None, typer.Option("--heads", help="With --model: attention heads instead.")]
+FfnOpt = Annotated[int | None, typer.Option("--ffn", help="With --model: MLP width instead.")]
+KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="With --model: key/value heads instead.")]
+VocabOpt = Annotated[int | None, typer.Option("--vocab", help="With --model: vocabulary size instead.")]

@@ -24,17 +24,11 @@ from primuspp.viz.html import write_file
 IntList = Annotated[list[int] | None, typer.Option(help="Only these values (repeatable).")]
 
 
-def _positive(key: str, value: int) -> int:
-    if value < 1:
-        raise ConfigError(f"{key} {value}: must be >= 1", key=key)
-    return value
-
-
 def plan(
-    model: Annotated[str, typer.Option("--model", help="Preset (e.g. llama3-70b) or a config.json path.")],
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU profile (mi300x, h100, ...) or a YAML path.")],
+    model: Annotated[str, typer.Option("--model", help=o.MODEL_HELP)],
+    gpu: Annotated[str, typer.Option("--gpu", help=o.GPU_HELP)],
     gpus: Annotated[int, typer.Option("--gpus", help="GPUs in all.")],
-    seq_len: Annotated[int, typer.Option("--seq-len", help="Tokens per sequence.")] = 4096,
+    seq_len: o.SeqLenOpt = 4096,
     global_batch_size: Annotated[
         int, typer.Option("--global-batch-size", help="Sequences per step (all data-parallel replicas).")
     ] = 1024,
@@ -55,25 +49,11 @@ def plan(
         list[str] | None,
         typer.Option("--recompute", help="none (default), selective or full; repeat to sweep several."),
     ] = None,
-    layout: Annotated[
-        str, typer.Option("--layout", help="balanced (default), even, or a Megatron layout string.")
-    ] = "balanced",
-    first_layers: Annotated[
-        int | None,
-        typer.Option(
-            "--decoder-first-pipeline-num-layers", help="Layers on the first pipeline rank (Megatron)."
-        ),
-    ] = None,
-    last_layers: Annotated[
-        int | None,
-        typer.Option(
-            "--decoder-last-pipeline-num-layers", help="Layers on the last pipeline rank (Megatron)."
-        ),
-    ] = None,
-    no_sequence_parallel: Annotated[
-        bool, typer.Option("--no-sequence-parallel", help="TP without sequence parallelism.")
-    ] = False,
-    dtype: Annotated[str, typer.Option("--dtype", help="Peak FLOP/s to use: bf16 or fp8.")] = "bf16",
+    layout: o.LayoutOpt = "balanced",
+    first_layers: o.FirstLayersOpt = None,
+    last_layers: o.LastLayersOpt = None,
+    no_sequence_parallel: o.NoSpOpt = False,
+    dtype: o.DtypeOpt = "bf16",
     top: Annotated[int, typer.Option("--top", help="Configurations to show.")] = 10,
     show_all: Annotated[
         bool,
@@ -92,19 +72,14 @@ def plan(
     hw = load_hardware(gpu)
     hw.peak(dtype)
     for key, value in (("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch-size", global_batch_size)):
-        _positive(key, value)
-    _positive("--top", top)
+        o.check_positive(key, value)
+    o.check_positive("--top", top)
     for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep)):
         for v in values or ():
-            _positive(key, v)
-    for key, value in (
-        ("--decoder-first-pipeline-num-layers", first_layers),
-        ("--decoder-last-pipeline-num-layers", last_layers),
-    ):
-        if value is not None:
-            _positive(key, value)
+            o.check_positive(key, v)
+    first_last = o.first_last(first_layers, last_layers)
     for v in micro_batch_size or ():
-        _positive("--micro-batch-size", v)
+        o.check_positive("--micro-batch-size", v)
     for value in recompute or ():
         if value not in RECOMPUTE:
             raise ConfigError(
@@ -121,7 +96,6 @@ def plan(
             dtype=dtype,
         )
         items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
-    first_last = None if first_layers is None and last_layers is None else (first_layers, last_layers)
     result = evaluate(spec, hw, progress(items, "planning"), layout, first_last=first_last)
     if result.evaluated and not (result.fits or result.no_fit or result.dropped.get(NO_FIT)):
         # nothing could even be projected: the options themselves are inconsistent (bad input, exit 2)

@@ -10,6 +10,7 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
+from primuspp.commands.model_mode import ModelFlags, reject_with_model
 from primuspp.commands.render import print_refused, results_table
 
 
@@ -31,8 +32,60 @@ def simulate(
     ] = None,
     json_: o.JsonOpt = False,
     show: o.ShowOpt = False,
+    model: o.ModelOpt = None,
+    gpu: o.GpuOpt = None,
+    tp: o.TpOpt = None,
+    ep: o.EpOpt = None,
+    gpus: o.GpusOpt = None,
+    micro_batch_size: o.MbsOpt = None,
+    global_batch_size: o.GbsOpt = None,
+    seq_len: o.SeqLenOpt = None,
+    recompute: o.RecomputeOpt = None,
+    layout: o.LayoutOpt = None,
+    dtype: o.DtypeOpt = None,
+    no_sequence_parallel: o.NoSpOpt = False,
+    first_layers: o.FirstLayersOpt = None,
+    last_layers: o.LastLayersOpt = None,
+    layers: o.LayersOpt = None,
+    hidden: o.HiddenOpt = None,
+    heads: o.HeadsOpt = None,
+    ffn: o.FfnOpt = None,
+    kv_heads: o.KvHeadsOpt = None,
+    vocab: o.VocabOpt = None,
 ) -> None:
-    """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm)."""
+    """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm).
+
+    With --model (a preset or a config.json) on --gpu (a GPU profile), the costs come from the model: step
+    time in ms, tokens/s, TFLOP/s and MFU per GPU, bubble, and each rank's peak memory in bytes against HBM
+    (see docs/plan.md); --costs-from then calibrates the profile's efficiencies on the measured run."""
+    flags = ModelFlags(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        ep=ep,
+        gpus=gpus,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        seq_len=seq_len,
+        recompute=recompute,
+        layout=layout,
+        first_layers=first_layers,
+        last_layers=last_layers,
+        no_sequence_parallel=no_sequence_parallel,
+        dtype=dtype,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        ffn=ffn,
+        kv_heads=kv_heads,
+        vocab=vocab,
+    )
+    flags.check_without_model()
+    if model is not None:
+        given = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
+        reject_with_model({**given, "--mem-limit": mem_limit})
+        _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show)
+        return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
     from primuspp.config.loader import load_config, run_specs
     from primuspp.sim.output import results_dir, write_result
@@ -61,3 +114,42 @@ def simulate(
         console = err if json_ else out
         for result in results:
             console.print(render_timeline(result.timeline, console.width))
+
+
+def _simulate_model(
+    flags: ModelFlags,
+    algo: list[str] | None,
+    pp: int | None,
+    vpp: int | None,
+    mb: int | None,
+    costs_from: Path | None,
+    max_nodes: int,
+    out_dir: Path | None,
+    json_: bool,
+    show: bool,
+) -> None:
+    from primuspp.commands import model_mode as mm
+    from primuspp.config.loader import load_config
+    from primuspp.models.runs import ranked
+    from primuspp.sim.output import results_dir, write_result
+    from primuspp.viz.terminal import render_timeline
+
+    setup = mm.build(flags, algo, pp, vpp, mb, max_nodes, costs_from)
+    runs = ranked(setup.runs)
+    target = out_dir or Path(load_config(None).output_dir)
+    with results_dir(target, [r.name for r in runs]):
+        for r in runs:
+            write_result(r.result, target)
+    records = [r.record() for r in runs]
+    if json_:
+        print(json.dumps({**setup.header(), "results": records, "refused": setup.refused}))
+    else:
+        if setup.note:
+            out.print(f"[dim]{setup.note}[/dim]", highlight=False, soft_wrap=True)
+        out.print(mm.model_table(records, mm.title(setup, f"Projected (results in {target}/)")))
+        mm.print_breakdown(records)
+        print_refused(setup.refused)
+    if show:
+        console = err if json_ else out
+        for r in runs:
+            console.print(render_timeline(r.result.timeline, console.width))

@@ -71,6 +71,8 @@ class Hardware(_Strict):
     inter_node: Link
     reserved_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     efficiency: Efficiency = Efficiency()
+    #: fused (flash) attention: the s x s scores are not stored (false: CPUs, unfused kernels)
+    flash_attention: bool = True
 
     @field_validator("peak_flops")
     @classmethod

@@ -27,6 +27,24 @@ def even_layout(layers: int, parts: int, key: str = "--layout") -> Layout:
     return (layers // parts,) * parts
 
 
+def ends_layout(layers: int, parts: int, key: str = "--layout") -> Layout:
+    """The embedding and the loss head counted as one layer each, the layers + 2 cut evenly, the first parts
+    taking one more when it does not divide (`primuspp train --backend torch`'s cut; Megatron's
+    --account-for-embedding/loss-in-pipeline-split when it divides). Layers per part."""
+    if layers + 2 < parts:
+        raise ConfigError(
+            f"{key} even-ends: {layers} layers + embedding + head do not fill {parts} pipeline stages",
+            key=key,
+        )
+    base, extra = divmod(layers + 2, parts)
+    sizes = [base + (1 if i < extra else 0) for i in range(parts)]
+    sizes[0] -= 1
+    sizes[-1] -= 1
+    if min(sizes) < 0 or (parts == 1 and sizes[0] != layers):
+        raise ConfigError(f"{key} even-ends: cannot cut {layers} layers into {parts} stages", key=key)
+    return tuple(sizes)
+
+
 def _expand(text: str, key: str) -> str:
     for _ in range(64):  # nested groups expand from the inside out
         new = _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)

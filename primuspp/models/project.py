@@ -18,7 +18,15 @@ from primuspp.algorithms.registry import build_schedule, get_algorithm
 from primuspp.errors import ConfigError
 from primuspp.models.costs import LayerCost, embedding_cost, head_cost, layer_cost, p2p_bytes, p2p_ms
 from primuspp.models.hardware import Hardware
-from primuspp.models.layout import Layout, balance, emit_layout, even_layout, first_last_layout, parse_layout
+from primuspp.models.layout import (
+    Layout,
+    balance,
+    emit_layout,
+    ends_layout,
+    even_layout,
+    first_last_layout,
+    parse_layout,
+)
 from primuspp.models.memory import state_bytes
 from primuspp.models.parallel import Parallel, check_parallel
 from primuspp.models.spec import ModelSpec
@@ -149,9 +157,12 @@ def layer_kinds(spec: ModelSpec) -> list[bool]:
 def choose_layout(
     spec: ModelSpec, par: Parallel, hw: Hardware, parts: int, layout: str = "balanced", key: str = "--layout"
 ) -> Layout:
-    """`balanced` (the balancer), `even` (Megatron's default) or a Megatron layout string."""
+    """`balanced` (the balancer), `even` (Megatron's default), `even-ends` (the embedding and the head
+    counted as a layer each: `primuspp train --backend torch`) or a Megatron layout string."""
     if layout == "even":
         return even_layout(spec.layers, parts, key)
+    if layout == "even-ends":
+        return ends_layout(spec.layers, parts, key)
     if layout != "balanced":
         return parse_layout(layout, spec.layers, parts, key)
     costs = {moe: layer_cost(spec, moe, par, hw) for moe in set(layer_kinds(spec))}

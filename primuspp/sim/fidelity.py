@@ -179,6 +179,10 @@ def predicted_vs_measured(sim: RunRecord, real: RunRecord) -> dict[str, Any]:
     elif sim.first.memory_unit == unit:
         factors = [1.0] * len(p_peaks)
         note = f"both in {unit}"
+        if unit == "bytes":  # a model-aware projection against a real run: saved activations per rank
+            note += (
+                " (each rank's peak of saved activations; weights and optimizer state are not in the dump)"
+            )
     else:
         sim_act, sim_how = _per_rank_activation(sim)
         real_act, real_how = _per_rank_activation(real)

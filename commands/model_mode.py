@@ -1,0 +1,278 @@
+"""`simulate` and `compare` with `--model`: the flags of a real model on a GPU profile turned into projected
+runs (primuspp.models.runs), and their table in real units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.table import Table
+
+from primuspp.algorithms.registry import get_algorithm
+from primuspp.commands.console import out
+from primuspp.commands.options import check_positive, first_last
+from primuspp.errors import ConfigError
+from primuspp.models.hardware import Hardware
+from primuspp.models.parallel import Parallel
+from primuspp.models.runs import ModelRun, model_header, model_parallel, model_runs
+from primuspp.models.spec import ModelSpec
+
+DEFAULT_GPU = "h100"
+DEFAULT_SEQ_LEN = 4096
+
+
+@dataclass(frozen=True)
+class ModelFlags:
+    """What `--model` and its companions say (None: not given)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    tp: int | None = None
+    ep: int | None = None
+    gpus: int | None = None
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    seq_len: int | None = None
+    recompute: str | None = None
+    layout: str | None = None
+    first_layers: int | None = None
+    last_layers: int | None = None
+    no_sequence_parallel: bool = False
+    dtype: str | None = None
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    ffn: int | None = None
+    kv_heads: int | None = None
+    vocab: int | None = None
+
+    _FLAGS: ClassVar[dict[str, str]] = {
+        "gpu": "--gpu",
+        "tp": "--tp",
+        "ep": "--ep",
+        "gpus": "--gpus",
+        "micro_batch_size": "--micro-batch-size",
+        "global_batch_size": "--global-batch-size",
+        "seq_len": "--seq-len",
+        "recompute": "--recompute",
+        "layout": "--layout",
+        "first_layers": "--decoder-first-pipeline-num-layers",
+        "last_layers": "--decoder-last-pipeline-num-layers",
+        "no_sequence_parallel": "--no-sequence-parallel",
+        "dtype": "--dtype",
+        "layers": "--layers",
+        "hidden": "--hidden",
+        "heads": "--heads",
+        "ffn": "--ffn",
+        "kv_heads": "--kv-heads",
+        "vocab": "--vocab",
+    }
+
+    def spec(self) -> ModelSpec:
+        """The model, with the size flags applied (like `primuspp train`'s)."""
+        from primuspp.models.presets import resolve_model
+
+        assert self.model is not None
+        spec = resolve_model(self.model)
+        sizes = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "ffn": self.ffn}
+        sizes.update(kv_heads=self.kv_heads, vocab=self.vocab)
+        changes: dict[str, Any] = {k: v for k, v in sizes.items() if v is not None}
+        for k, v in changes.items():
+            check_positive(self._FLAGS[k], v)
+        if self.hidden is not None and self.ffn is None:
+            changes["ffn"] = spec.ffn * self.hidden // spec.hidden
+        if self.seq_len is not None and spec.learned_positions:
+            changes["learned_positions"] = self.seq_len  # a position table of the sequence (Megatron's)
+        if not changes:
+            return spec
+        try:
+            return spec.with_(**changes)
+        except ConfigError as e:
+            msg = str(e)
+            for k, flag in self._FLAGS.items():
+                msg = msg.replace(f"model.{k}=", f"{flag} ")
+            raise ConfigError(msg, key=e.key) from None
+
+    def check_without_model(self) -> None:
+        """Without --model, its companions mean nothing: the first one given is an error."""
+        if self.model is not None:
+            return
+        for attr, flag in self._FLAGS.items():
+            value = getattr(self, attr)
+            if value not in (None, False):
+                raise ConfigError(
+                    f"{flag} {value}: only with --model (a model's sizes; the simulation costs come from "
+                    "--config, --fwd/--bwd/--wgrad/--comm or --costs-from otherwise)",
+                    key=flag,
+                )
+
+
+def reject_with_model(given: dict[str, object]) -> None:
+    """With --model the costs and the memory come from the model: abstract-cost flags are errors."""
+    for flag, value in given.items():
+        if value is not None:
+            raise ConfigError(
+                f"{flag} {value}: not with --model (its costs come from the model and the GPU profile; "
+                "the memory limit is the GPU's HBM)",
+                key=flag,
+            )
+
+
+@dataclass(frozen=True)
+class ModelSetup:
+    spec: ModelSpec
+    hw: Hardware
+    par: Parallel
+    runs: list[ModelRun]
+    refused: list[dict[str, str]]
+    note: str = ""  # how the GPU profile was calibrated, if it was
+
+    def header(self) -> dict[str, Any]:
+        doc = model_header(self.spec, self.hw, self.par)
+        if self.note:
+            doc["calibration"] = self.note
+        return doc
+
+
+def build(
+    flags: ModelFlags,
+    algo: list[str] | None,
+    pp: int | None,
+    vpp: int | None,
+    mb: int | None,
+    max_nodes: int,
+    costs_from: Path | None = None,
+    keys: list[tuple[str, int, int, int]] | None = None,
+) -> ModelSetup:
+    """The projected runs the flags describe. `keys` (algorithm, p, v, m of measured runs): project those
+    schedules when neither --algo nor --pp/--vpp/--mb say otherwise. `costs_from`: calibrate the profile's
+    efficiencies on that measured run first."""
+    from primuspp.config.loader import load_config
+    from primuspp.models.hardware import load_hardware
+    from primuspp.models.plan import DEFAULT_ALGORITHMS
+
+    spec = flags.spec()
+    hw = load_hardware(flags.gpu or DEFAULT_GPU)
+    for key, value in (
+        ("--pp", pp),
+        ("--tp", flags.tp),
+        ("--ep", flags.ep),
+        ("--gpus", flags.gpus),
+        ("--micro-batch-size", flags.micro_batch_size),
+        ("--global-batch-size", flags.global_batch_size),
+        ("--seq-len", flags.seq_len),
+    ):
+        check_positive(key, value)
+    fl = first_last(flags.first_layers, flags.last_layers)
+    packaged = load_config(None)
+    named = bool(algo)
+    if keys and not algo:  # the measured runs' schedules
+        algorithms = [k[0] for k in keys]
+        pp = pp or keys[0][1]
+        if vpp is None and len({k[2] for k in keys}) == 1:  # named by -v<vpp> only off the default
+            vpp = None if all(k[2] == get_algorithm(k[0]).vpp_default for k in keys) else keys[0][2]
+        mb = mb or (keys[0][3] if flags.global_batch_size is None else None)
+        named = True
+    else:
+        algorithms = list(algo or DEFAULT_ALGORITHMS)
+    par = model_parallel(
+        spec,
+        hw,
+        tp=flags.tp,
+        pp=pp or packaged.pp,
+        ep=flags.ep,
+        gpus=flags.gpus,
+        micro_batch_size=flags.micro_batch_size,
+        global_batch_size=flags.global_batch_size,
+        micro_batches=mb,
+        default_micro_batches=packaged.micro_batches,
+        seq_len=flags.seq_len or DEFAULT_SEQ_LEN,
+        recompute=flags.recompute or "none",
+        sequence_parallel=not flags.no_sequence_parallel,
+        dtype=flags.dtype or "bf16",
+    )
+    note = ""
+    if costs_from is not None:
+        from primuspp.models.calibrate import calibrate_hardware
+
+        fit = calibrate_hardware(spec, hw, par, costs_from, flags.layout or "balanced")
+        hw, note = fit.hardware, fit.describe()
+    runs, refused = model_runs(
+        spec, hw, par, algorithms, vpp, named, flags.layout or "balanced", fl, max_nodes=max_nodes
+    )
+    return ModelSetup(spec, hw, par, runs, refused, note)
+
+
+def title(setup: ModelSetup, what: str) -> str:
+    s, p, hw = setup.spec, setup.par, setup.hw
+    return (
+        f"{what}: {s.name} ({s.parameters / 1e9:.3g}B parameters) on {p.gpus} x {hw.name}, "
+        f"tp {p.tp} pp {p.pp} dp {p.dp} ep {p.ep}, micro-batch {p.micro_batch_size} x {p.seq_len} "
+        f"tokens, global batch {p.global_batch_size}, recompute {p.recompute}"
+    )
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.3g}" if x < 1e9 else f"{x / 1e9:.1f}"
+
+
+def model_table(records: list[dict[str, Any]], title_: str) -> Table:
+    """One row per projected run (fastest that fits in bold green), in ms, tokens/s, TFLOP/s and GB."""
+    best = next((r for r in records if r["fits"]), None)
+    table = Table(title=title_, title_justify="left")
+    table.add_column("name", no_wrap=True)
+    cols = ("p", "v", "m", "step ms", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "bubble", "peak GB / HBM", "fits")
+    for col in cols:
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in records:
+        style = "bold green" if r is best else None
+        table.add_row(
+            r["name"],
+            str(r["pp"]),
+            str(r["vpp"]),
+            str(r["micro_batches"]),
+            _num(r["step_time_ms"]),
+            f"{r['tokens_per_s_per_gpu']:,.0f}",
+            _num(r["tflops_per_gpu"]),
+            f"{r['mfu']:.1%}",
+            f"{r['bubble_rate']:.1%}",
+            f"{_gb(r['peak_memory_bytes'])} / {_gb(r['hbm_bytes'])}",
+            "yes" if r["fits"] else "[red]no[/red]",
+            style=style,
+        )
+    return table
+
+
+def print_breakdown(records: list[dict[str, Any]]) -> None:
+    """The first run's most loaded rank, part by part."""
+    if not records:
+        return
+    first = records[0]
+    rank = max(first["per_rank"], key=lambda x: x["total"])
+    parts = ", ".join(
+        f"{key} {_gb(rank[key])}" for key in ("weights", "gradients", "optimizer", "activations", "other")
+    )
+    out.print(
+        f"{first['name']}'s most loaded rank ({rank['rank']}), GB: {parts}; total {_gb(rank['total'])}",
+        highlight=False,
+    )
+
+
+def recommendation(records: list[dict[str, Any]]) -> tuple[str | None, str]:
+    fitting = [r for r in records if r["fits"]]
+    if not fitting:
+        low = min(records, key=lambda r: r["peak_memory_bytes"])
+        return None, (
+            f"nothing fits in {_gb(low['hbm_bytes'])} GB; the lowest peak is {low['name']} at "
+            f"{_gb(low['peak_memory_bytes'])} GB"
+        )
+    b = fitting[0]
+    return b["name"], (
+        f"{b['name']} has the shortest step time that fits ({b['step_time_ms']:,.4g} ms, "
+        f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, peak {_gb(b['peak_memory_bytes'])} GB)"
+    )

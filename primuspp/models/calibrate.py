@@ -1,0 +1,223 @@
+"""Fit a GPU profile's efficiencies to a measured run (`--costs-from DIR` with `--model`).
+
+The projection's time of a rank's F, B and W per microbatch is a sum of three parts, each linear in one
+factor of the profile: GEMMs (G, over the `gemm` efficiency), the other compute (O: the attention core over
+the `attention` efficiency plus the memory-bound norms and activations over the HBM bandwidth) and
+collectives (C, left as they are). Each part is found by projecting with the other two switched off. The
+measured run gives each rank's median F, B and W (sim.calibrate; a run without a separate W gives B + W),
+and a least-squares fit on the relative errors of
+
+    measured ≈ a·G + b·O + C        (per rank and per kind: F, B, W — or F and B + W)
+
+gives a and b: the GEMM efficiencies are divided by a, the attention efficiency and the HBM bandwidth by b
+(when the fit is degenerate, one common factor). An efficiency that would pass 1 raises the peak instead
+(the times stay the same; MFU is then against the fitted peak). The p2p latency of the link between
+pipeline neighbours is set so that one activation's transfer takes the measured hand-off delay.
+
+The measured run must be of the same model and sizes as the flags say (micro-batch size, sequence length,
+layout); its algorithm, p, v and m are read from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from primuspp.errors import ConfigError
+from primuspp.models.costs import BYTES
+from primuspp.models.hardware import Hardware
+from primuspp.models.parallel import Parallel
+from primuspp.models.project import stage_plan
+from primuspp.models.spec import ModelSpec
+
+#: "switched off": a factor so large that the part it divides vanishes from the projection
+_OFF = 1e30
+
+
+@dataclass(frozen=True)
+class Fit:
+    hardware: Hardware
+    gemm_factor: float  # a: measured GEMM time / projected
+    other_factor: float  # b: measured other compute / projected
+    p2p_ms: float  # the measured hand-off delay the latency was set from
+    rms_error: float  # of the fitted per-rank F/B/W against the measured ones (relative)
+    source: str
+    schedule: str
+
+    def describe(self) -> str:
+        hw = self.hardware
+        e = hw.efficiency
+        gemm = "/".join(f"{f:.3g}" for _, f in e.gemm)
+        peak = hw.peak_flops.get("fp32", hw.peak_flops["bf16"])
+        return (
+            f"{hw.name} calibrated on {self.source} ({self.schedule}): GEMM efficiency {gemm}, attention "
+            f"{e.attention:.3g}, memory bandwidth {hw.hbm_bandwidth / 1e9:.3g} GB/s, peak "
+            f"{peak / 1e9:.4g} GFLOP/s; p2p {self.p2p_ms:.3g} ms; "
+            f"fit error {self.rms_error:.1%} rms over the ranks' F, B, W"
+        )
+
+
+def _variant(hw: Hardware, gemm: bool, other: bool, comm: bool) -> Hardware:
+    """`hw` with the parts not wanted switched off (model_copy: no validation, the values are internal)."""
+    eff = hw.efficiency
+    new_eff = eff.model_copy(
+        update={
+            "gemm": eff.gemm if gemm else tuple((s, _OFF) for s, _ in eff.gemm),
+            "attention": eff.attention if other else _OFF,
+            "comm": eff.comm if comm else _OFF,
+        }
+    )
+    links = {}
+    if not comm:
+        for name in ("intra_node", "inter_node"):
+            links[name] = getattr(hw, name).model_copy(update={"latency": 0.0})
+    return hw.model_copy(
+        update={
+            "efficiency": new_eff,
+            "hbm_bandwidth": hw.hbm_bandwidth if other else hw.hbm_bandwidth * _OFF,
+            **links,
+        }
+    )
+
+
+def _per_rank(values: tuple[float, ...] | float, stage_rank: list[int], pp: int) -> list[float]:
+    if not isinstance(values, tuple):
+        return [float(values)] * pp
+    out = [0.0] * pp
+    for s, x in enumerate(values):
+        out[stage_rank[s]] += x
+    return out
+
+
+def _kinds(spec, hw, par, algorithm, layout) -> list[list[float]]:
+    """Per rank [F, B, W] (ms) projected on `hw`."""
+    plan = stage_plan(spec, hw, par, algorithm, layout)
+    c, pl = plan.costs, plan.placement
+    ranks = [pl.stage_rank[s] for s in range(pl.num_stages)]
+    f = _per_rank(c.forward, ranks, par.pp)
+    b = _per_rank(c.backward, ranks, par.pp)
+    w = _per_rank(c.wgrad, ranks, par.pp)
+    return [[f[r], b[r], w[r]] for r in range(par.pp)]
+
+
+def _solve(g: list[float], o: list[float], rest: list[float], y: list[float]) -> tuple[float, float]:
+    """min over a, b of sum(((a g + b o + rest - y) / y)^2); one common factor when that is degenerate."""
+    rows = [
+        (gi / yi, oi / yi, (yi - ri) / yi) for gi, oi, ri, yi in zip(g, o, rest, y, strict=True) if yi > 0
+    ]
+    sgg = sum(r[0] * r[0] for r in rows)
+    soo = sum(r[1] * r[1] for r in rows)
+    sgo = sum(r[0] * r[1] for r in rows)
+    sgy = sum(r[0] * r[2] for r in rows)
+    soy = sum(r[1] * r[2] for r in rows)
+    det = sgg * soo - sgo * sgo
+    if det > 1e-12 * max(sgg * soo, 1e-300):
+        a = (sgy * soo - soy * sgo) / det
+        b = (soy * sgg - sgy * sgo) / det
+        if a > 0 and b > 0:
+            return a, b
+    # one factor k for both: min sum((k (g + o) - t)^2)
+    s = [r[0] + r[1] for r in rows]
+    den = sum(x * x for x in s)
+    if den <= 0:
+        raise ConfigError("--costs-from: the projection has no compute time to fit", key="--costs-from")
+    k = sum(x * r[2] for x, r in zip(s, rows, strict=True)) / den
+    if k <= 0:
+        raise ConfigError(
+            "--costs-from: the measured run is faster than the collectives alone", key="--costs-from"
+        )
+    return k, k
+
+
+def fit_hardware(
+    spec: ModelSpec,
+    hw: Hardware,
+    par: Parallel,
+    algorithm: str,
+    measured: list[list[float | None]],
+    comm_ms: float | None,
+    layout: str = "balanced",
+    source: str = "a measured run",
+) -> Fit:
+    """Fit `hw` so that `par` under `algorithm` projects the `measured` per-rank [F, B, W] ms (W None: the
+    run has no separate W; then F and B + W are fitted). `comm_ms`: the measured p2p hand-off delay."""
+    full = _kinds(spec, hw, par, algorithm, layout)
+    gemm = _kinds(spec, _variant(hw, True, False, False), par, algorithm, layout)
+    other = _kinds(spec, _variant(hw, False, True, False), par, algorithm, layout)
+    g, o, rest, y = [], [], [], []
+    for r in range(par.pp):
+        m = measured[r]
+        groups = [(0,), (1,), (2,)] if m[2] is not None else [(0,), (1, 2)]
+        for idx in groups:
+            meas = sum(float(m[i] or 0.0) for i in idx)
+            if meas <= 0:
+                continue
+            gg = sum(gemm[r][i] for i in idx)
+            oo = sum(other[r][i] for i in idx)
+            g.append(gg)
+            o.append(oo)
+            rest.append(max(sum(full[r][i] for i in idx) - gg - oo, 0.0))
+            y.append(meas)
+    if not y:
+        raise ConfigError(f"--costs-from {source}: no F/B/W time measured", key="--costs-from")
+    a, b = _solve(g, o, rest, y)
+    fitted = [a * gi + b * oi + ri for gi, oi, ri in zip(g, o, rest, strict=True)]
+    rms = (sum((f / yi - 1) ** 2 for f, yi in zip(fitted, y, strict=True)) / len(y)) ** 0.5
+    new = _scaled(hw, a, b)
+    if comm_ms is not None and comm_ms > 0:
+        new = _with_p2p(spec, new, par, comm_ms)
+    schedule = f"{algorithm} p={par.pp} v={par.vpp} m={par.micro_batches}"
+    return Fit(new, a, b, comm_ms or 0.0, rms, source, schedule)
+
+
+def _scaled(hw: Hardware, a: float, b: float) -> Hardware:
+    eff = hw.efficiency
+    gemm = tuple((s, f / a) for s, f in eff.gemm)
+    attention = eff.attention / b
+    top = max([f for _, f in gemm] + [attention, 1.0])  # > 1: raise the peak, keep the times
+    peaks = {k: v * top for k, v in hw.peak_flops.items()}
+    new_eff = eff.model_copy(
+        update={"gemm": tuple((s, f / top) for s, f in gemm), "attention": attention / top}
+    )
+    data = hw.model_dump()
+    data.update(
+        peak_flops=peaks,
+        hbm_bandwidth=hw.hbm_bandwidth / b,
+        efficiency=new_eff.model_dump(),
+    )
+    return Hardware.model_validate(data)  # validated: the fit stays a profile a user could write
+
+
+def _with_p2p(spec: ModelSpec, hw: Hardware, par: Parallel, comm_ms: float) -> Hardware:
+    """The link between pipeline neighbours with the latency that makes one transfer take `comm_ms`."""
+    name = "intra_node" if 2 * (par.gpus // par.pp) <= hw.gpus_per_node else "inter_node"
+    link = getattr(hw, name)
+    tokens = par.micro_batch_size * par.seq_len
+    bytes_ = tokens * spec.hidden * BYTES / (par.tp if par.sp else 1)
+    latency = max(comm_ms / 1e3 - bytes_ / (link.bandwidth * hw.efficiency.comm), 0.0)
+    return hw.model_copy(update={name: link.model_copy(update={"latency": latency})})
+
+
+def calibrate_hardware(
+    spec: ModelSpec, hw: Hardware, par: Parallel, path: Path, layout: str = "balanced"
+) -> Fit:
+    """Fit `hw` on the measured run in `path` (a pp_data dump): its schedule with `par`'s sizes."""
+    from primuspp.sim.calibrate import costs_from_dir
+    from primuspp.sim.fidelity import load_runs
+
+    records = load_runs(path)
+    real = records[0]
+    algorithm, pp, vpp, m = real.key
+    if not algorithm:
+        raise ConfigError(f"--costs-from {path}: the run does not name its algorithm", key="--costs-from")
+    cal = costs_from_dir(str(real.path))
+    costs = cal.portable()
+    run_par = replace(par, pp=pp, vpp=vpp, global_batch_size=par.micro_batch_size * par.dp * m)
+    f = _per_rank(costs.forward, list(range(pp)), pp)
+    b = _per_rank(costs.backward, list(range(pp)), pp)
+    w = _per_rank(costs.wgrad, list(range(pp)), pp)
+    measured: list[list[float | None]] = [
+        [f[r], b[r] + w[r] if cal.bw_split_assumed else b[r], None if cal.bw_split_assumed else w[r]]
+        for r in range(pp)
+    ]
+    return fit_hardware(spec, hw, run_par, algorithm, measured, cal.costs.comm, layout, str(real.path))
