@@ -245,10 +245,21 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         print(
-            f"error: internal: {type(e).__name__}: {_one_line(str(e))} (run with --debug for the traceback)",
+            f"error: internal: {_internal_context(args)}{type(e).__name__}: {_one_line(str(e))[:300]} "
+            "(a bug: run with --debug for the traceback)",
             file=sys.stderr,
         )
         return 1
+
+
+def _internal_context(args: list[str]) -> str:
+    """`primuspp VERB` and the last input file it opened, so an unexpected error still says where it was."""
+    from primuspp.inputs import last_read
+
+    verb = next((a for a in args if not a.startswith("-") and a in {v.name for v in VERBS}), None)
+    where = f"primuspp {verb}" if verb else "primuspp"
+    reading = last_read()
+    return f"{where}{f' reading {reading}' if reading else ''}: "
 
 
 def entry() -> None:

@@ -49,8 +49,17 @@ def check_regular(path: str | Path, key: str | None = None, max_bytes: int = MAX
     return p
 
 
+_last_read: list[str] = []
+
+
+def last_read() -> str | None:
+    """The input file read most recently in this process (named by an unexpected error's one line)."""
+    return _last_read[-1] if _last_read else None
+
+
 def read_bytes(path: str | Path, key: str | None = None, max_bytes: int = MAX_INPUT_BYTES) -> bytes:
     """A regular file's bytes, refused (one line) when it is special, missing, unreadable or too large."""
+    _last_read[:] = [str(path)]
     p = check_regular(path, key, max_bytes)
     try:
         # O_NONBLOCK: should the path be swapped for a FIFO after the check, open() still returns at once
