@@ -1,8 +1,9 @@
 """Runner overhead against torch.distributed.pipelining, where compute is negligible.
 
-    python bench/runner_overhead.py [--pp 4] [--mb 16] [--steps 30] [--recv-ahead N]
+    python bench/runner_overhead.py [--pp 4] [--mb 16] [--steps 30] [--recv-ahead N] [--hidden 8]
 
-4 ranks (gloo, one thread each), one Linear(8, 8) per stage, 16 microbatches of 1 row. For 1f1b and zbv,
+4 ranks (gloo, one thread each), one Linear(H, H) per stage (H = --hidden, default 8: compute negligible;
+2048: compute dominates), 16 microbatches of 1 row. For 1f1b and zbv,
 the same model runs under our runner and under torch's Schedule1F1B / ScheduleZBVZeroBubble, interleaved
 step by step in the same processes. A step is timed from a barrier to the slowest rank's end; the median
 over the steps is reported, and our/torch as a ratio (target ≤ 0.8). Wall time here is p2p latency: a
@@ -74,13 +75,13 @@ def zbv_table(pp: int, m: int) -> tuple[ScheduleTable, str]:
     return table, "torch's ZBV order, lowered by primuspp"
 
 
-def _torch_schedule(name: str, rank: int, pp: int, m: int, modules: dict[int, nn.Module]):
+def _torch_schedule(name: str, rank: int, pp: int, m: int, modules: dict[int, nn.Module], hidden: int):
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import Schedule1F1B, ScheduleZBVZeroBubble
 
     n_stages = len(modules) * pp
     stages = [
-        PipelineStage(mod, s, n_stages, torch.device("cpu"), input_args=torch.empty(1, 8))
+        PipelineStage(mod, s, n_stages, torch.device("cpu"), input_args=torch.empty(1, hidden))
         for s, mod in sorted(modules.items())
     ]
     if name == "1f1b":
@@ -88,10 +89,10 @@ def _torch_schedule(name: str, rank: int, pp: int, m: int, modules: dict[int, nn
     return ScheduleZBVZeroBubble(stages, m, loss_fn=loss_fn)
 
 
-def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead):
+def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead, hidden):
     """One training step of each implementation, as argument-less callables."""
-    pipe = TorchPipeline(table, rank, ours_mods, loss_fn, TensorSpec((1, 8)), recv_ahead=recv_ahead)
-    sched = _torch_schedule(name, rank, pp, m, theirs_mods)
+    pipe = TorchPipeline(table, rank, ours_mods, loss_fn, TensorSpec((1, hidden)), recv_ahead=recv_ahead)
+    sched = _torch_schedule(name, rank, pp, m, theirs_mods, hidden)
     first = 0 in theirs_mods
     last = (2 * pp - 1 if name == "zbv" else pp - 1) in theirs_mods
 
@@ -108,19 +109,21 @@ def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, 
     return ours, theirs
 
 
-def worker(ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict, recv_ahead: int | None) -> dict:
+def worker(
+    ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict, recv_ahead: int | None, hidden: int = 8
+) -> dict:
     rank = ctx.rank
     torch.manual_seed(0)
-    x, y = torch.randn(m, 8), torch.randn(m, 8)
+    x, y = torch.randn(m, hidden), torch.randn(m, hidden)
     micro = [(x[i : i + 1], y[i : i + 1]) for i in range(m)]
     out = {}
     for name, table in tables.items():
-        ours_mods = {s: SplitLinear(8, 8) for s in table.placement.stages_of_rank(rank)}
-        theirs_mods = {s: nn.Linear(8, 8) for s in ours_mods}
+        ours_mods = {s: SplitLinear(hidden, hidden) for s in table.placement.stages_of_rank(rank)}
+        theirs_mods = {s: nn.Linear(hidden, hidden) for s in ours_mods}
         for s in ours_mods:
             theirs_mods[s].load_state_dict(ours_mods[s].state_dict())
         ours, theirs = _step_functions(
-            name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead
+            name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead, hidden
         )
         times: dict[str, list[float]] = {"ours": [], "torch": [], "ours cpu": [], "torch cpu": []}
         pair = (("ours", ours), ("torch", theirs))
@@ -148,18 +151,23 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=16)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument(
+        "--hidden", type=int, default=8, help="Linear(H, H) per stage (8: runner cost; 2048: compute)"
+    )
+    ap.add_argument(
         "--recv-ahead", type=int, default=None, help="receives posted ahead of their batch (default: all)"
     )
     args = ap.parse_args()
     zbv, zbv_source = zbv_table(args.pp, args.mb)
     tables = {"1f1b": build_schedule("1f1b", args.pp, 1, args.mb), "zbv": zbv}
-    results = launch(worker, args.pp, args.pp, args.mb, args.steps, tables, args.recv_ahead, backend="gloo")
+    results = launch(
+        worker, args.pp, args.pp, args.mb, args.steps, tables, args.recv_ahead, args.hidden, backend="gloo"
+    )
     assert results is not None
     res = results[0]
     ahead = "all" if args.recv_ahead is None else args.recv_ahead
     table = Table(
-        title=f"runner overhead: {args.pp} ranks (gloo), Linear(8, 8) per stage, {args.mb} microbatches "
-        f"of 1 row, median of {args.steps} steps, receives ahead: {ahead}",
+        title=f"runner overhead: {args.pp} ranks (gloo), Linear({args.hidden}, {args.hidden}) per stage, "
+        f"{args.mb} microbatches of 1 row, median of {args.steps} steps, receives ahead: {ahead}",
         title_justify="left",
     )
     cols = ("schedule", "ours ms", "torch ms", "ours / torch", "ours cpu ms", "torch cpu ms", "cpu ratio")
