@@ -89,7 +89,7 @@ def schedule(
     dur = (costs.forward, costs.backward, costs.wgrad)
     comm = costs.comm
     unit = memory_units(placement, costs.activation)
-    bfree = costs.b_free_fraction
+    bfree = costs.fractions()  # per stage, as the simulator frees them (one memory model)
     scale = max(max(dur[0]), max(dur[1]), max(dur[2]), comm, 1e-300)
     eps = 1e-9 * scale
     cap_eps = cap + 1e-9
@@ -238,14 +238,14 @@ def schedule(
         elif kind == _B:
             nb[s] += 1
             g_end[key] = end
-            mem[r] -= unit[s] * bfree
+            mem[r] -= unit[s] * bfree[s]
             q = prv[s]
             if q >= 0:
                 r2 = srank[q]
                 heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
         else:
             nw[s] += 1
-            mem[r] -= unit[s] * (1.0 - bfree)
+            mem[r] -= unit[s] * (1.0 - bfree[s])
         order[r].append((kind, mb, s))
         if kind != _W:
             last_kind[r] = kind

@@ -8,13 +8,13 @@ from primuspp.gcpause import without_gc
 from primuspp.schedule.costs import CostModel, StageCosts
 from primuspp.schedule.lowering import stage_peers
 from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.semantics import order_memory
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing import node_times
 from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.timeline import Interval, RankTimeline, Timeline, Transfer
 
 _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
-_OFFLOAD, _RELOAD = NodeKind.OFFLOAD, NodeKind.RELOAD
 
 
 @dataclass(frozen=True)
@@ -90,60 +90,12 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
 
 
 def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[float, float]], float]:
-    """Activation memory over time: F allocates at its start; B frees `b_free_fraction`, W the rest, BW all,
-    at their ends; OFFLOAD/RELOAD move what is resident to host and back.
-
-    Events at equal times keep the rank's table order (then a node's start before its end): a rank runs its
-    nodes one after another, so an earlier node's free precedes a later node's allocation at the same instant,
-    and a zero-length F allocates before the B that frees it. Sorting frees first regardless of order made
-    zero costs free before allocating (a negative curve, peak 0)."""
+    """Activation memory over time, from the one memory model (`semantics.order_memory`): each effect at
+    its node's start or end. A rank's events are in table order, which is their order in time, so an
+    earlier node's free precedes a later node's allocation at the same instant and a zero-length F
+    allocates before the B that frees it (sorting frees first made zero costs go negative, peak 0)."""
     act = costs.activation
-    bf = costs.b_free or (costs.b_free_fraction,) * len(act)
-    resident: dict[tuple[int, int], float] = {}
-    offloaded: dict[tuple[int, int], float] = {}
-    events: list[tuple[float, int, int, float]] = []  # (time, node index, 0 at start / 1 at end, delta)
-    append = events.append
-
-    def backward(kind, mb, s, t, i):
-        key = (mb, s)
-        freed = act[s] if kind is _BW else act[s] * bf[s]
-        resident[key] = resident.get(key, act[s]) - freed
-        append((t, i, 1, -freed))
-
-    for i, node in enumerate(nodes):
-        kind = node.kind
-        if kind is _F:
-            append((starts[i], i, 0, act[node.stage]))
-        elif kind is _BW:
-            append((ends[i], i, 1, -act[node.stage]))
-        elif kind is _B:
-            backward(kind, node.microbatch, node.stage, ends[i], i)
-        elif kind is _W:
-            key = (node.microbatch, node.stage)
-            append((ends[i], i, 1, -resident.pop(key, act[node.stage] * (1 - bf[node.stage]))))
-        elif kind is _FB:
-            fpart, bpart = node.parts
-            append((starts[i], i, 0, act[fpart.stage]))
-            backward(bpart.kind, bpart.microbatch, bpart.stage, ends[i], i)
-        elif kind is _OFFLOAD:
-            key = (node.microbatch, node.stage)
-            amount = resident.get(key, act[node.stage])
-            offloaded[key] = amount
-            resident[key] = 0.0
-            append((starts[i], i, 0, -amount))
-        elif kind is _RELOAD:
-            key = (node.microbatch, node.stage)
-            amount = offloaded.pop(key, 0.0)
-            resident[key] = amount
-            append((starts[i], i, 0, amount))
-    events.sort()
-    level, peak = 0.0, 0.0
+    levels, peak = order_memory(nodes, act, costs.b_free or (costs.b_free_fraction,) * len(act))
     curve = [(0.0, 0.0)]
-    for t, _, _, delta in events:
-        level += delta
-        if -1e-9 < level < 1e-9:
-            level = 0.0
-        curve.append((t, level))
-        if level > peak:
-            peak = level
+    curve.extend(((ends if phase else starts)[i], level) for i, phase, level in levels)
     return curve, peak
