@@ -53,6 +53,8 @@ class KindSemantics:
     cost: tuple[str, ...] = ()
     carries: str | None = None
     parts: tuple[tuple[NodeKind, ...], ...] = ()
+    #: for a composite kind: the StageCosts field scaling the sum of its parts' durations
+    overlap: str | None = None
 
 
 _K = NodeKind
@@ -64,7 +66,7 @@ SEMANTICS: dict[NodeKind, KindSemantics] = {
         _K.BW, "compute", (SAVED, GRAD_NEXT), (GRAD,), (), (FREE_ALL,), ("backward", "wgrad")
     ),
     # the composition of an F and a B/BW of other (mb, stage)s: everything is taken from the parts
-    _K.FB: KindSemantics(_K.FB, "compute", parts=((_K.F,), (_K.B, _K.BW))),
+    _K.FB: KindSemantics(_K.FB, "compute", parts=((_K.F,), (_K.B, _K.BW)), overlap="fb_overlap"),
     _K.SEND_F: KindSemantics(_K.SEND_F, "comm", carries=ACT),
     _K.RECV_F: KindSemantics(_K.RECV_F, "comm", carries=ACT_PREV),
     _K.SEND_B: KindSemantics(_K.SEND_B, "comm", carries=GRAD),
@@ -93,7 +95,7 @@ def duration(node: Node, costs) -> float:
     """Reference: the node's time under `costs` (a StageCosts). Composite nodes: `fb_overlap` x the parts'."""
     sem = SEMANTICS[node.kind]
     if sem.parts:
-        return costs.fb_overlap * sum(duration(p, costs) for p in node.parts)
+        return getattr(costs, sem.overlap) * sum(duration(p, costs) for p in node.parts)
     total = 0.0
     for field in sem.cost:
         total += getattr(costs, field)[node.stage]

@@ -1,0 +1,112 @@
+"""The node-semantics table: the fast paths agree with the readable reference that reads it node by node."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from primuspp.algorithms.registry import ALGORITHMS, build_schedule
+from primuspp.schedule import semantics
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.lowering import lower_comms
+from primuspp.schedule.nodes import Node, NodeKind, fused
+from primuspp.schedule.placement import make_placement
+from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, inputs, order_memory, outputs
+from primuspp.schedule.timing import node_times, node_times_reference
+from tests.schedule.random_orders import random_order
+
+COSTS = (
+    CostModel(),
+    CostModel(0.0, 0.0, 0.0),
+    CostModel((1.0, 2.0, 3.0, 4.0), 2.5, (0.5, 0.0, 1.0, 2.0), comm=0.7, fb_overlap=0.8),
+)
+PLACEMENTS = (("linear", 4, 1), ("loop", 4, 2), ("v", 4, 2), ("bidirectional", 4, 2))
+
+
+def _same_timing(placement, m, order, stage_costs) -> None:
+    fast = node_times(placement, m, order, stage_costs)
+    ref = node_times_reference(placement, m, order, stage_costs)
+    assert fast.starts == ref.starts and fast.ends == ref.ends
+    assert fast.forward_end == ref.forward_end and fast.grad_end == ref.grad_end
+
+
+@pytest.mark.parametrize("name", [n for n in ALGORITHMS if n != "zb-optimal"])
+@pytest.mark.parametrize("costs", COSTS, ids=["unit", "zero", "unequal"])
+def test_fast_timing_is_the_reference_on_every_algorithm(name, costs):
+    table = build_schedule(name, 4, None, 8, costs)
+    stage_costs = costs.for_placement(table.placement)
+    _same_timing(table.placement, 8, table.compute_order(), stage_costs)
+
+
+@pytest.mark.parametrize("kind,pp,vpp", PLACEMENTS)
+def test_fast_timing_is_the_reference_on_random_orders(kind, pp, vpp):
+    placement = make_placement(kind, pp, vpp)
+    rng = random.Random(7)
+    for costs in COSTS:
+        for _ in range(5):
+            order = random_order(placement, 6, rng)
+            _same_timing(placement, 6, order, costs.for_placement(placement))
+
+
+def test_durations_follow_the_table():
+    stage_costs = COSTS[2].for_placement(make_placement("linear", 4, 1))
+    table = semantics.kind_durations(stage_costs)
+    for s in range(4):
+        assert table[NodeKind.BW][s] == stage_costs.backward[s] + stage_costs.wgrad[s]
+        for kind in (NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW):
+            assert semantics.duration(Node(kind, 0, s), stage_costs) == table[kind][s]
+    fb = fused(Node(NodeKind.F, 1, 2), Node(NodeKind.BW, 0, 2))
+    assert semantics.duration(fb, stage_costs) == pytest.approx(0.8 * (3.0 + 2.5 + 1.0))
+    assert semantics.duration(Node(NodeKind.OFFLOAD, 0, 1), stage_costs) == 0.0
+
+
+def test_fb_is_the_composition_of_its_parts():
+    placement = make_placement("linear", 3, 1)
+    f, b = Node(NodeKind.F, 2, 1), Node(NodeKind.B, 0, 1)
+    fb = fused(f, b)
+    assert outputs(fb) == outputs(f) + outputs(b) == [(ACT, 2, 1), (GRAD, 0, 1)]
+    assert inputs(fb, placement) == inputs(f, placement) + inputs(b, placement)
+    # a part's input the other part makes is not waited for
+    own = fused(Node(NodeKind.F, 0, 1), Node(NodeKind.BW, 0, 1))
+    assert (ACT, 0, 1) not in inputs(own, placement)
+    levels, peak = order_memory([fb], [1.0, 1.0, 1.0], [0.25, 0.25, 0.25])
+    assert [lv for _, _, lv in levels] == [1.0, 0.75] and peak == 1.0  # F allocates at start, B frees at end
+
+
+def test_memory_follows_the_table():
+    act, bf = [2.0], [0.25]
+    order = [
+        Node(NodeKind.F, 0, 0),
+        Node(NodeKind.OFFLOAD, 0, 0),
+        Node(NodeKind.RELOAD, 0, 0),
+        Node(NodeKind.B, 0, 0),
+        Node(NodeKind.W, 0, 0),
+        Node(NodeKind.F, 1, 0),
+        Node(NodeKind.BW, 1, 0),
+    ]
+    levels, peak = order_memory(order, act, bf)
+    assert [lv for _, _, lv in levels] == [2.0, 0.0, 2.0, 1.5, 0.0, 2.0, 0.0]
+    assert [(i, phase) for i, phase, _ in levels] == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 0), (6, 1)]
+    assert peak == 2.0
+
+
+@pytest.mark.parametrize("kind,pp,vpp", PLACEMENTS)
+def test_lowering_sends_what_the_table_says(kind, pp, vpp):
+    """Every SEND lowering emits after a compute node is one of the hand-offs `semantics.sends` names."""
+    placement = make_placement(kind, pp, vpp)
+    order = random_order(placement, 6, random.Random(3))
+    for r, seq in enumerate(lower_comms(placement, 6, order)):
+        expected, got = [], []
+        for node in seq:
+            if node.kind.is_compute:
+                expected.extend(send for send, _, _ in semantics.sends(node, placement))
+            elif node.kind in (NodeKind.SEND_F, NodeKind.SEND_B):
+                got.append(node)
+        assert got == expected, r
+
+
+def test_every_kind_has_a_row():
+    assert set(SEMANTICS) == set(NodeKind)
+    for kind, sem in SEMANTICS.items():
+        assert sem.role == ("compute" if kind.is_compute else "comm" if kind.is_comm else "memory")
