@@ -215,20 +215,77 @@ def _apply(effect: str, node: Node, amount, b_free, resident: dict, offloaded: d
     raise ValueError(f"unknown memory effect {effect!r}")
 
 
+# Fast path of the memory model: the table's effects per kind, built once. `_ONE[kind]` is the
+# (phase, effect) of a kind with exactly one effect (all simple kinds today), else None.
+_PHASE_EFFECTS = (
+    {k: sem.at_start for k, sem in SEMANTICS.items()},
+    {k: sem.at_end for k, sem in SEMANTICS.items()},
+)
+_STEPS = {
+    k: () if sem.parts else tuple((0, e) for e in sem.at_start) + tuple((1, e) for e in sem.at_end)
+    for k, sem in SEMANTICS.items()
+}
+_ONE = {k: steps[0] if len(steps) == 1 else None for k, steps in _STEPS.items()}
+
+
 def order_memory(
-    nodes: Sequence[Node], amount: Sequence[float], b_free: Sequence[float]
-) -> tuple[list[tuple[int, int, float]], float]:
-    """(events with the level after each: (node index, phase, level), peak) of one rank's order."""
+    nodes: Sequence[Node],
+    amount: Sequence[float],
+    b_free: Sequence[float],
+    starts: Sequence[float] | None = None,
+    ends: Sequence[float] | None = None,
+) -> tuple[list[tuple[float, float]], float]:
+    """(curve, peak) of one rank's order: after each event of `memory_events`, (when, level). `when` is
+    the node's start or end time from `starts`/`ends` (the simulator's curve), or without them its
+    position in the order. The same events as `memory_events` (a test holds them equal), with the common
+    effects inlined: the simulator calls this for every rank."""
+    if starts is None or ends is None:
+        starts = ends = range(len(nodes))
     level, peak = 0.0, 0.0
-    levels = []
-    for i, phase, delta in memory_events(nodes, amount, b_free):
-        level += delta
-        if -1e-9 < level < 1e-9:
-            level = 0.0
-        levels.append((i, phase, level))
-        if level > peak:
-            peak = level
-    return levels, peak
+    curve: list[tuple[float, float]] = []
+    add = curve.append
+    resident: dict[tuple[int, int], float] = {}
+    offloaded: dict[tuple[int, int], float] = {}
+    one, all_steps = _ONE, _STEPS
+    for i, node in enumerate(nodes):
+        kind = node.kind
+        step = one[kind]
+        if step is not None:  # the common case, inlined
+            ph, e = step
+            s = node.stage
+            if e is ALLOC:
+                level += amount[s]
+            elif e is FREE_B:
+                key = (node.microbatch, s)
+                freed = amount[s] * b_free[s]
+                resident[key] = resident.get(key, amount[s]) - freed
+                level -= freed
+            elif e is FREE_REST:
+                level -= resident.pop((node.microbatch, s), amount[s] * (1 - b_free[s]))
+            elif e is FREE_ALL:
+                level -= amount[s]
+            else:
+                level += _apply(e, node, amount, b_free, resident, offloaded)
+            if -1e-9 < level < 1e-9:
+                level = 0.0
+            add(((ends if ph else starts)[i], level))
+            if level > peak:
+                peak = level
+            continue
+        if SEMANTICS[kind].parts:  # composite: its parts' effects, all starts before all ends
+            steps = [
+                (ph, part, e) for ph in (0, 1) for part in node.parts for e in _PHASE_EFFECTS[ph][part.kind]
+            ]
+        else:
+            steps = [(ph, node, e) for ph, e in all_steps[kind]]
+        for ph, part, e in steps:
+            level += _apply(e, part, amount, b_free, resident, offloaded)
+            if -1e-9 < level < 1e-9:
+                level = 0.0
+            add(((ends if ph else starts)[i], level))
+            if level > peak:
+                peak = level
+    return curve, peak
 
 
 def order_peak(order: Sequence[Sequence[Node]], amount: Sequence[float], b_free: Sequence[float]) -> float:

@@ -95,7 +95,6 @@ def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[fl
     earlier node's free precedes a later node's allocation at the same instant and a zero-length F
     allocates before the B that frees it (sorting frees first made zero costs go negative, peak 0)."""
     act = costs.activation
-    levels, peak = order_memory(nodes, act, costs.b_free or (costs.b_free_fraction,) * len(act))
-    curve = [(0.0, 0.0)]
-    curve.extend(((ends if phase else starts)[i], level) for i, phase, level in levels)
+    curve, peak = order_memory(nodes, act, costs.fractions(), starts, ends)
+    curve.insert(0, (0.0, 0.0))
     return curve, peak

@@ -70,8 +70,8 @@ def test_fb_is_the_composition_of_its_parts():
     # a part's input the other part makes is not waited for
     own = fused(Node(NodeKind.F, 0, 1), Node(NodeKind.BW, 0, 1))
     assert (ACT, 0, 1) not in inputs(own, placement)
-    levels, peak = order_memory([fb], [1.0, 1.0, 1.0], [0.25, 0.25, 0.25])
-    assert [lv for _, _, lv in levels] == [1.0, 0.75] and peak == 1.0  # F allocates at start, B frees at end
+    curve, peak = order_memory([fb], [1.0, 1.0, 1.0], [0.25, 0.25, 0.25], [3.0], [5.0])
+    assert curve == [(3.0, 1.0), (5.0, 0.75)] and peak == 1.0  # F allocates at start, B frees at end
 
 
 def test_memory_follows_the_table():
@@ -85,10 +85,11 @@ def test_memory_follows_the_table():
         Node(NodeKind.F, 1, 0),
         Node(NodeKind.BW, 1, 0),
     ]
-    levels, peak = order_memory(order, act, bf)
-    assert [lv for _, _, lv in levels] == [2.0, 0.0, 2.0, 1.5, 0.0, 2.0, 0.0]
-    assert [(i, phase) for i, phase, _ in levels] == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 0), (6, 1)]
+    curve, peak = order_memory(order, act, bf)
+    assert curve == [(0, 2.0), (1, 0.0), (2, 2.0), (3, 1.5), (4, 0.0), (5, 2.0), (6, 0.0)]
     assert peak == 2.0
+    events = [(i, phase) for i, phase, _ in semantics.memory_events(order, act, bf)]
+    assert events == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 0), (6, 1)]
 
 
 @pytest.mark.parametrize("kind,pp,vpp", PLACEMENTS)
@@ -110,3 +111,25 @@ def test_every_kind_has_a_row():
     assert set(SEMANTICS) == set(NodeKind)
     for kind, sem in SEMANTICS.items():
         assert sem.role == ("compute" if kind.is_compute else "comm" if kind.is_comm else "memory")
+
+
+@pytest.mark.parametrize("kind,pp,vpp", PLACEMENTS)
+def test_fast_memory_is_the_reference(kind, pp, vpp):
+    """`order_memory` (inlined effects) yields the levels of `memory_events` (the table, effect by effect)."""
+    placement = make_placement(kind, pp, vpp)
+    rng = random.Random(11)
+    n = placement.num_stages
+    for _ in range(5):
+        amount = [rng.uniform(0.5, 3.0) for _ in range(n)]
+        b_free = [rng.uniform(-1.0, 1.0) for _ in range(n)]
+        for seq in random_order(placement, 6, rng):
+            level, expected = 0.0, []
+            for i, phase, delta in semantics.memory_events(seq, amount, b_free):
+                level += delta
+                level = 0.0 if -1e-9 < level < 1e-9 else level
+                expected.append((i, phase, level))
+            starts = [2.0 * i for i in range(len(seq))]
+            ends = [2.0 * i + 1 for i in range(len(seq))]
+            curve, peak = order_memory(seq, amount, b_free, starts, ends)
+            assert curve == [(2.0 * i + phase, level) for i, phase, level in expected]
+            assert peak == max([0.0] + [lv for _, _, lv in expected])
