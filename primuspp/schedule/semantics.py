@@ -215,17 +215,29 @@ def _apply(effect: str, node: Node, amount, b_free, resident: dict, offloaded: d
     raise ValueError(f"unknown memory effect {effect!r}")
 
 
-# Fast path of the memory model: the table's effects per kind, built once. `_ONE[kind]` is the
-# (phase, effect) of a kind with exactly one effect (all simple kinds today), else None.
-_PHASE_EFFECTS = (
-    {k: sem.at_start for k, sem in SEMANTICS.items()},
-    {k: sem.at_end for k, sem in SEMANTICS.items()},
-)
-_STEPS = {
-    k: () if sem.parts else tuple((0, e) for e in sem.at_start) + tuple((1, e) for e in sem.at_end)
+# Fast path of the memory model: the table's effects as plans of (phase, part index or -1 for the node
+# itself, effect), built once per kind (per combination of part kinds for a composite). Keyed by the kind's
+# text: an Enum member hashes in Python, a str in C.
+_PLANS: dict[object, tuple[tuple[int, int, str], ...]] = {
+    k.text: tuple((0, -1, e) for e in sem.at_start) + tuple((1, -1, e) for e in sem.at_end)
     for k, sem in SEMANTICS.items()
+    if not sem.parts
 }
-_ONE = {k: steps[0] if len(steps) == 1 else None for k, steps in _STEPS.items()}
+
+
+def _composite_plan(node: Node) -> tuple[tuple[int, int, str], ...]:
+    """Its parts' effects, all starts before all ends (an FB's F allocates as it begins, its B frees at the
+    end), cached by the part kinds."""
+    key = (node.kind.text, *(p.kind.text for p in node.parts))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = tuple(
+            (ph, j, e)
+            for ph in (0, 1)
+            for j, part in enumerate(node.parts)
+            for e in (SEMANTICS[part.kind].at_start if ph == 0 else SEMANTICS[part.kind].at_end)
+        )
+    return plan
 
 
 def order_memory(
@@ -246,40 +258,27 @@ def order_memory(
     add = curve.append
     resident: dict[tuple[int, int], float] = {}
     offloaded: dict[tuple[int, int], float] = {}
-    one, all_steps = _ONE, _STEPS
+    plans = _PLANS
     for i, node in enumerate(nodes):
-        kind = node.kind
-        step = one[kind]
-        if step is not None:  # the common case, inlined
-            ph, e = step
-            s = node.stage
+        plan = plans.get(node.kind.text)
+        if plan is None:
+            plan = _composite_plan(node)
+        for ph, j, e in plan:
+            part = node if j < 0 else node.parts[j]
+            s = part.stage
             if e is ALLOC:
                 level += amount[s]
             elif e is FREE_B:
-                key = (node.microbatch, s)
+                key = (part.microbatch, s)
                 freed = amount[s] * b_free[s]
                 resident[key] = resident.get(key, amount[s]) - freed
                 level -= freed
             elif e is FREE_REST:
-                level -= resident.pop((node.microbatch, s), amount[s] * (1 - b_free[s]))
+                level -= resident.pop((part.microbatch, s), amount[s] * (1 - b_free[s]))
             elif e is FREE_ALL:
                 level -= amount[s]
             else:
-                level += _apply(e, node, amount, b_free, resident, offloaded)
-            if -1e-9 < level < 1e-9:
-                level = 0.0
-            add(((ends if ph else starts)[i], level))
-            if level > peak:
-                peak = level
-            continue
-        if SEMANTICS[kind].parts:  # composite: its parts' effects, all starts before all ends
-            steps = [
-                (ph, part, e) for ph in (0, 1) for part in node.parts for e in _PHASE_EFFECTS[ph][part.kind]
-            ]
-        else:
-            steps = [(ph, node, e) for ph, e in all_steps[kind]]
-        for ph, part, e in steps:
-            level += _apply(e, part, amount, b_free, resident, offloaded)
+                level += _apply(e, part, amount, b_free, resident, offloaded)
             if -1e-9 < level < 1e-9:
                 level = 0.0
             add(((ends if ph else starts)[i], level))
