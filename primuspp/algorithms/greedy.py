@@ -23,6 +23,7 @@ import heapq
 from dataclasses import dataclass
 
 from primuspp.algorithms.portfolio import memory_units
+from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
@@ -90,6 +91,12 @@ def schedule(
     comm = costs.comm
     unit = memory_units(placement, costs.activation)
     bfree = costs.fractions()  # per stage, as the simulator frees them (one memory model)
+    # what one microbatch's activation on stage s can reach: more than F allocated when B keeps more than
+    # F saved (b_free < 0). `mem` counts it from the F on, so the cap holds at every instant, not only when
+    # an F starts; with b_free >= 0 it is the F's allocation and `mem` is the simulator's level.
+    foot = [unit[s] * max(1.0, 1.0 - bfree[s]) for s in range(n_stages)]
+    b_drop = [unit[s] * bfree[s] if bfree[s] > 0 else 0.0 for s in range(n_stages)]  # what B frees of it
+    w_drop = [unit[s] * (1.0 - bfree[s]) if bfree[s] >= 0 else foot[s] for s in range(n_stages)]
     scale = max(max(dur[0]), max(dur[1]), max(dur[2]), comm, 1e-300)
     eps = 1e-9 * scale
     cap_eps = cap + 1e-9
@@ -110,8 +117,15 @@ def schedule(
             if r not in seen:
                 seen.add(r)
                 opens[s] = True
-                later = [unit[q] for q in route[i + 1 :] if srank[q] == r]
+                later = [foot[q] for q in route[i + 1 :] if srank[q] == r]
                 reserve[s] = max(later, default=0.0)
+    worst = max(foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages))
+    if worst > cap_eps:  # only when b_free < 0: with b_free >= 0 one microbatch needs at most 1 <= cap
+        raise ScheduleError(
+            f"an activation cap of {cap:g} microbatches per rank is below what one microbatch reaches on a "
+            f"rank ({worst:g}) when B keeps more than F saved (b_free_fraction < 0)",
+            key="costs.b_free_fraction",
+        )
     # stages of each rank, deepest (latest on its route) first
     rank_stages: list[list[int]] = [[] for _ in range(p)]
     for route in placement.routes:
@@ -192,7 +206,7 @@ def schedule(
                     e = f_end[mb * n_stages + q]
                     ready = -1.0 if e < 0 else e + (comm if srank[q] != r else 0.0)
                 if ready >= 0:
-                    need = unit[s] + (reserve[s] if opens[s] else 0.0)
+                    need = foot[s] + (reserve[s] if opens[s] else 0.0)
                     if mem[r] + need > cap_eps:
                         blocked_by_memory = True
                     elif ready <= t + eps + patience * dur[_F][s]:
@@ -228,7 +242,7 @@ def schedule(
         if kind == _F:
             nf[s] += 1
             f_end[key] = end
-            mem[r] += unit[s]
+            mem[r] += foot[s]
             if mem[r] > peak:
                 peak = mem[r]
             q = nxt[s]
@@ -238,14 +252,14 @@ def schedule(
         elif kind == _B:
             nb[s] += 1
             g_end[key] = end
-            mem[r] -= unit[s] * bfree[s]
+            mem[r] -= b_drop[s]
             q = prv[s]
             if q >= 0:
                 r2 = srank[q]
                 heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
         else:
             nw[s] += 1
-            mem[r] -= unit[s] * (1.0 - bfree[s])
+            mem[r] -= w_drop[s]
         order[r].append((kind, mb, s))
         if kind != _W:
             last_kind[r] = kind

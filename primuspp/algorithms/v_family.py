@@ -78,13 +78,17 @@ def v_orders(
         candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
             candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
-    if small or not candidates:
+    # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
+    # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
+    # every candidate, and the capped greedy, which counts B's growth, is among them.
+    units = memory_units(placement, stage_costs.activation)
+    grows = min(stage_costs.fractions()) < 0
+    exact = all(abs(u - 0.5) < 1e-12 for u in units) and not grows
+    if small or not candidates or grows:
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)
             candidates.append((f"greedy/{policy.name}", plan.order))
-    units = memory_units(placement, stage_costs.activation)
-    uniform = all(abs(u - 0.5) < 1e-12 for u in units)  # then `chunks` live chunks is exactly the cap
-    name, order, _ = pick(placement, m, candidates, stage_costs, None if uniform else cap, "span")
+    name, order, _ = pick(placement, m, candidates, stage_costs, None if exact else cap, "span")
     report["candidate"] = name
     return order
 

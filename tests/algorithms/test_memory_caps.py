@@ -1,5 +1,7 @@
 """Every memory-capped algorithm's table stays within its cap in the simulator, whatever part of each stage's
-activation B frees: the planners and the simulator count memory with one model (`schedule.semantics`)."""
+activation B frees: the planners and the simulator count memory with one model (`schedule.semantics`). When
+B keeps more than F saved (b_free_fraction < 0) and one microbatch alone overflows the cap, the algorithm
+refuses with one line instead."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from hypothesis import strategies as st
 
 from primuspp.algorithms.portfolio import memory_units, order_peak
 from primuspp.algorithms.registry import build_schedule
+from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.semantics import order_memory
 from primuspp.sim import simulate
@@ -43,7 +46,9 @@ def rank_peaks_in_units(table, costs: CostModel) -> list[float]:
 )
 def test_capped_tables_stay_within_their_cap(name, pp, mb, data):
     n_stages = pp if name in ("zero-bubble-heuristic", "zb-h2") else 2 * pp
-    fractions = st.floats(0.0, 1.0, allow_nan=False)
+    # negative: B keeps more than F saved (a weight-grad store); a cap may then be out of reach, which the
+    # algorithm must say rather than exceed it
+    fractions = st.floats(-1.0, 1.0, allow_nan=False) if data.draw(st.booleans()) else st.floats(0.0, 1.0)
     b_free = tuple(data.draw(st.lists(fractions, min_size=n_stages, max_size=n_stages), label="b_free"))
     activation = tuple(
         data.draw(st.lists(st.floats(0.25, 4.0), min_size=n_stages, max_size=n_stages), label="activation")
@@ -58,7 +63,11 @@ def test_capped_tables_stay_within_their_cap(name, pp, mb, data):
         b_free_fraction=b_free,
     )
     params = {"max_mem": cap} if name in ("zero-bubble-heuristic", "v-auto") else {}
-    table = build_schedule(name, pp, None, mb, costs, **params)
+    try:
+        table = build_schedule(name, pp, None, mb, costs, **params)
+    except ScheduleError as err:
+        assert min(b_free) < 0 and "b_free_fraction < 0" in str(err)
+        return
     limit = CAPPED[name](pp, cap)
     peaks = rank_peaks_in_units(table, costs)
     assert max(peaks) <= limit + 1e-6, (name, peaks, limit)
