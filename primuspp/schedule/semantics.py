@@ -24,8 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from primuspp.schedule.nodes import Node, NodeKind
+
+if TYPE_CHECKING:  # costs and placement import nothing from here, but keep this module a leaf
+    from primuspp.schedule.costs import StageCosts
+    from primuspp.schedule.placement import Placement
 
 ACT_PREV, GRAD_NEXT, SAVED, OWN_GRAD = "act_prev", "grad_next", "saved", "own_grad"
 ACT, GRAD = "act", "grad"
@@ -79,10 +84,6 @@ SEND_OF = {ACT: _K.SEND_F, GRAD: _K.SEND_B}
 RECV_OF = {ACT: _K.RECV_F, GRAD: _K.RECV_B}
 
 
-def semantics(kind: NodeKind) -> KindSemantics:
-    return SEMANTICS[kind]
-
-
 def simple_parts(node: Node) -> tuple[Node, ...]:
     """The non-composite nodes `node` stands for: its parts for FB, else itself."""
     return node.parts if SEMANTICS[node.kind].parts else (node,)
@@ -91,7 +92,7 @@ def simple_parts(node: Node) -> tuple[Node, ...]:
 # -- durations -------------------------------------------------------------------------------------------
 
 
-def duration(node: Node, costs) -> float:
+def duration(node: Node, costs: StageCosts) -> float:
     """Reference: the node's time under `costs` (a StageCosts). Composite nodes: `fb_overlap` x the parts'."""
     sem = SEMANTICS[node.kind]
     if sem.parts:
@@ -102,7 +103,7 @@ def duration(node: Node, costs) -> float:
     return total
 
 
-def kind_durations(costs) -> dict[NodeKind, tuple[float, ...]]:
+def kind_durations(costs: StageCosts) -> dict[NodeKind, tuple[float, ...]]:
     """Fast-path form of `duration` for the simple kinds: per kind, its time on each stage."""
     out = {}
     for kind, sem in SEMANTICS.items():
@@ -116,7 +117,7 @@ def kind_durations(costs) -> dict[NodeKind, tuple[float, ...]]:
 # -- data flow -------------------------------------------------------------------------------------------
 
 
-def inputs(node: Node, placement) -> list[tuple[str, int, int]]:
+def inputs(node: Node, placement: Placement) -> list[tuple[str, int, int]]:
     """(datum, microbatch, stage of its producer) a compute node waits for: ("act", mb, s) = the activation
     of (mb, s) (its F's end), ("grad", mb, s) = the input grad of (mb, s) (its B/BW's end). Inputs one part
     of a composite node produces for the other are left out."""
@@ -146,12 +147,12 @@ def outputs(node: Node) -> list[tuple[str, int, int]]:
     return [(what, p.microbatch, p.stage) for p in simple_parts(node) for what in SEMANTICS[p.kind].produces]
 
 
-def consumer_stage(what: str, stage: int, placement) -> int:
+def consumer_stage(what: str, stage: int, placement: Placement) -> int:
     """The stage that consumes datum `what` of `stage` on another node: next for ACT, prev for GRAD (-1)."""
     return placement.next_stage[stage] if what == ACT else placement.prev_stage[stage]
 
 
-def sends(node: Node, placement) -> list[tuple[Node, int, Node]]:
+def sends(node: Node, placement: Placement) -> list[tuple[Node, int, Node]]:
     """The cross-rank hand-offs a compute node starts: (SEND on this rank, peer rank, matching RECV there)."""
     srank = placement.stage_rank
     out = []
