@@ -133,3 +133,19 @@ def test_fast_memory_is_the_reference(kind, pp, vpp):
             curve, peak = order_memory(seq, amount, b_free, starts, ends)
             assert curve == [(2.0 * i + phase, level) for i, phase, level in expected]
             assert peak == max([0.0] + [lv for _, _, lv in expected])
+
+
+def test_validation_refuses_a_table_it_does_not_check(monkeypatch):
+    """Validation's per-kind checks are written out: a semantics table saying something else stops its
+    import, naming the kind, instead of validating by the wrong rules."""
+    import dataclasses
+    import importlib
+
+    from primuspp.schedule import validation
+
+    changed = dataclasses.replace(SEMANTICS[NodeKind.W], consumes=(semantics.SAVED,))
+    monkeypatch.setitem(SEMANTICS, NodeKind.W, changed)
+    with pytest.raises(ImportError, match="node kind W"):
+        importlib.reload(validation)
+    monkeypatch.undo()
+    importlib.reload(validation)
