@@ -247,11 +247,13 @@ def order_memory(
     b_free: Sequence[float],
     starts: Sequence[float] | None = None,
     ends: Sequence[float] | None = None,
+    keep_curve: bool = True,
 ) -> tuple[list[tuple[float, float]], float]:
     """(curve, peak) of one rank's order: after each event of `memory_events`, (when, level). `when` is
     the node's start or end time from `starts`/`ends` (the simulator's curve), or without them its
     position in the order. The same events as `memory_events` (a test holds them equal), with the common
-    effects inlined: the simulator calls this for every rank."""
+    effects inlined: the simulator calls this for every rank, planners for every candidate (with
+    `keep_curve=False`: the peak alone, the curve left empty)."""
     if starts is None or ends is None:
         starts = ends = range(len(nodes))
     level, peak = 0.0, 0.0
@@ -282,7 +284,8 @@ def order_memory(
                 level += _apply(e, part, amount, b_free, resident, offloaded)
             if -1e-9 < level < 1e-9:
                 level = 0.0
-            add(((ends if ph else starts)[i], level))
+            if keep_curve:
+                add(((ends if ph else starts)[i], level))
             if level > peak:
                 peak = level
     return curve, peak
@@ -290,7 +293,7 @@ def order_memory(
 
 def order_peak(order: Sequence[Sequence[Node]], amount: Sequence[float], b_free: Sequence[float]) -> float:
     """The highest level any rank's activation memory reaches (the simulator's peak, from the order alone)."""
-    return max((order_memory(seq, amount, b_free)[1] for seq in order), default=0.0)
+    return max((order_memory(seq, amount, b_free, keep_curve=False)[1] for seq in order), default=0.0)
 
 
 def per_stage(b_free: float | Sequence[float], n_stages: int) -> Sequence[float]:
