@@ -7,8 +7,11 @@ runs the forwards of a stage in microbatch order, its B's in the same order and 
 so a decision looks at a handful of candidates, never at the whole table.
 
 Memory is counted in microbatch units per rank (1 = one microbatch's activations for a whole rank; a V
-chunk holds half): an F allocates its stage's share at its start, B frees `b_free_fraction` of it, W the
-rest. An F that brings a new microbatch onto a rank whose route returns to it later (the V turn) needs room
+chunk holds half), by the simulator's rules (`schedule.semantics`, each stage with its own
+`b_free_fraction`): an F allocates its stage's share at its start, B frees its fraction of it, W the rest.
+When B keeps more than F saved (a negative fraction) a microbatch is counted at the most it will hold from
+its F on, so the cap holds at every instant, not only when an F starts. An F that brings a new microbatch
+onto a rank whose route returns to it later (the V turn) needs room
 left for that return; this reservation is what keeps a capped V schedule from filling a rank with chunk-0
 activations and deadlocking.
 

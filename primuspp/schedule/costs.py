@@ -80,7 +80,9 @@ class CostModel:
 
 
 def _planning_fraction(value: PerStage) -> float:
-    """The one fraction memory-planning algorithms use: the value (or the per-stage mean), in [0, 1]."""
+    """One fraction for the whole model: the value (or the per-stage mean), in [0, 1]. Only zb-optimal's MILP,
+    which keeps a single fraction, plans with it; every other planner and the simulator use the per-stage
+    fractions (`StageCosts.fractions`)."""
     if isinstance(value, tuple):
         value = sum(value) / len(value)
     return min(max(float(value), 0.0), 1.0)

@@ -1,4 +1,4 @@
-"""What each node kind means: the one table timing, validation, lowering, the simulator and the planners read.
+"""What each node kind means: the one table that timing, lowering, the simulator and the planners read.
 
 For every `NodeKind` the table says what the node consumes, what it produces (and so what is sent, to which
 neighbour on the microbatch's route), what it does to the stage's activation memory and how long it takes
