@@ -123,12 +123,8 @@ def schedule(
                 later = [foot[q] for q in route[i + 1 :] if srank[q] == r]
                 reserve[s] = max(later, default=0.0)
     worst = max(foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages))
-    if worst > cap_eps:  # only when b_free < 0: with b_free >= 0 one microbatch needs at most 1 <= cap
-        raise ScheduleError(
-            f"an activation cap of {cap:g} microbatches per rank is below what one microbatch reaches on a "
-            f"rank ({worst:g}) when B keeps more than F saved (b_free_fraction < 0)",
-            key="costs.b_free_fraction",
-        )
+    if worst > cap_eps:  # generators pass a cap from `fit_cap`, which is never below this
+        raise ScheduleError(f"activation cap {cap:g} is below one microbatch's {worst:g}", key="max_mem")
     # stages of each rank, deepest (latest on its route) first
     rank_stages: list[list[int]] = [[] for _ in range(p)]
     for route in placement.routes:
@@ -276,3 +272,37 @@ def schedule(
     spans = [free[r] - first[r] for r in range(p)]
     nodes = [[Node(_KINDS[k], mb, s) for k, mb, s in seq] for seq in order]
     return Plan(policy.name, nodes, max(free) - min(first), max(spans), peak)
+
+
+def least_cap(placement: Placement, costs: StageCosts) -> float:
+    """The smallest cap (microbatch units per rank) the greedy can plan under: 1 when B frees part of each
+    activation (b_free >= 0); more when B keeps more than F saved, as one microbatch then grows past 1."""
+    unit = memory_units(placement, costs.activation)
+    bfree = costs.fractions()
+    srank = placement.stage_rank
+    worst = 0.0
+    for route in placement.routes:
+        seen: set[int] = set()
+        for i, s in enumerate(route):
+            if srank[s] in seen:
+                continue
+            seen.add(srank[s])
+            here = [q for q in route[i:] if srank[q] == srank[s]]
+            foot = [unit[q] * max(1.0, 1.0 - bfree[q]) for q in here]
+            worst = max(worst, foot[0] + max(foot[1:], default=0.0))
+    return worst
+
+
+def fit_cap(placement: Placement, costs: StageCosts, cap: float, given: str | None, report: dict) -> float:
+    """The cap to plan under: `cap`, unless one microbatch alone reaches more on a rank (B keeping more than
+    F saved). Then a cap the user gave (`given` names its parameter) is refused with one line, and an
+    algorithm's own budget is raised to what one microbatch needs, which `report["memory"]` says."""
+    least = least_cap(placement, costs)
+    if least <= cap + 1e-9:
+        return cap
+    why = f"what one microbatch reaches on a rank ({least:g}) when B keeps more than F saved"
+    why += " (b_free_fraction < 0)"
+    if given:
+        raise ScheduleError(f"{given}={cap:g} is below {why} (allowed: {given} >= {least:g})", key=given)
+    report["memory"] = f"budget raised from {cap:g} to {least:g} microbatches per rank, {why}"
+    return least

@@ -53,11 +53,13 @@ def v_orders(
     report: dict,
     widest: int = 1,
     effort: str = "auto",
+    given: str | None = None,
 ) -> ComputeOrder:
     """Best V order within `cap` (microbatch units per rank): the `widest` blocks of `blocks` that fit,
     squeezed; with a full search (`effort`) both squeezes of each and the greedy policies too."""
     placement = v_shape(p)
     stage_costs = costs.for_placement(placement)
+    cap = greedy.fit_cap(placement, stage_costs, cap, given, report)
     chunks = math.floor(cap * 2 + 1e-9)
     small = full_search(effort, 6 * p * m, FULL_SEARCH_LIMIT, report)
     widest = widest if small else 1
@@ -113,7 +115,8 @@ def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1):
         p, m = req.pp, req.micro_batches
         cap = budget(p, req.params)
         effort = req.params.get("effort", "auto")
-        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest, effort)
+        given = "max_mem" if req.params.get("max_mem") is not None else None  # a cap the user set
+        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest, effort, given)
         return with_offload(order, p) if req.params.get("offload") else order
 
     return generate

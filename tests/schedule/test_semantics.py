@@ -149,3 +149,34 @@ def test_validation_refuses_a_table_it_does_not_check(monkeypatch):
         importlib.reload(validation)
     monkeypatch.undo()
     importlib.reload(validation)
+
+
+def test_timing_follows_a_changed_table(monkeypatch):
+    """Durations come from the table in the fast path too; a changed dependency rule makes the fast path step
+    aside for the reference, which reads the table."""
+    import dataclasses
+    import importlib
+
+    from primuspp.schedule import timing
+
+    placement = make_placement("linear", 2, 1)
+    order = [
+        [Node(NodeKind.F, 0, 0), Node(NodeKind.BW, 0, 0)],
+        [Node(NodeKind.F, 0, 1), Node(NodeKind.BW, 0, 1)],
+    ]
+    costs = CostModel().for_placement(placement)
+    monkeypatch.setitem(
+        SEMANTICS, NodeKind.F, dataclasses.replace(SEMANTICS[NodeKind.F], cost=("forward", "wgrad"))
+    )
+    assert timing.node_times(placement, 1, order, costs).ends == [[2.0, 8.0], [4.0, 6.0]]  # F = 1 + 1, BW = 2
+    monkeypatch.undo()
+    changed = dataclasses.replace(SEMANTICS[NodeKind.W], consumes=(semantics.OWN_GRAD, semantics.ACT_PREV))
+    monkeypatch.setitem(SEMANTICS, NodeKind.W, changed)
+    try:
+        importlib.reload(timing)
+        assert not timing._FAST_OK
+        assert timing.node_times(placement, 1, order, costs).ends == [[1.0, 6.0], [2.0, 4.0]]
+    finally:
+        monkeypatch.undo()
+        importlib.reload(timing)
+    assert timing._FAST_OK
