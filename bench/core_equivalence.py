@@ -28,7 +28,8 @@ VPPS = (1, 2, 3, 4)
 
 
 def cost_models(p: int) -> dict[str, CostModel]:
-    """Equal costs, unequal per-rank costs with comm, zero costs, per-rank b_free_fraction varying."""
+    """Equal costs, unequal per-rank costs with comm, zero costs, per-rank b_free_fraction varying (in [0, 1],
+    and partly negative)."""
     return {
         "equal": CostModel(1000, 1000, 1000),
         "unequal": CostModel(
@@ -41,6 +42,8 @@ def cost_models(p: int) -> dict[str, CostModel]:
         ),
         "zero": CostModel(0.0, 0.0, 0.0),
         "bfree": CostModel(1000, 1200, 800, comm=10.0, b_free_fraction=tuple((r % 4) / 4 for r in range(p))),
+        # B keeping more than F saved on some ranks (a weight-grad store)
+        "bgrow": CostModel(1000, 1000, 500, b_free_fraction=tuple(-0.25 if r % 2 else 0.5 for r in range(p))),
     }
 
 

@@ -60,7 +60,12 @@ def v_orders(
     placement = v_shape(p)
     stage_costs = costs.for_placement(placement)
     cap = greedy.fit_cap(placement, stage_costs, cap, given, report)
-    chunks = math.floor(cap * 2 + 1e-9)
+    # live whole chunks the blocks may hold: a chunk is half a microbatch, or up to `growth` times that
+    # when B keeps more than F saved (then the blocks plan under the cap divided by it)
+    growth = max(1.0, *(1.0 - f for f in stage_costs.fractions()))
+    chunks = math.floor(cap * 2 / growth + 1e-9)
+    if growth > 1.0:  # the algorithm's own blocks may not fit that: let the narrower ones compete
+        blocks = tuple(dict.fromkeys((*blocks, *AUTO_BLOCKS)))
     small = full_search(effort, 6 * p * m, FULL_SEARCH_LIMIT, report)
     widest = widest if small else 1
     ranked = sorted(
