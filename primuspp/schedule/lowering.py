@@ -54,14 +54,20 @@ def lower_comms(
         GRAD: (bwd_peer, prv, SEND_OF[GRAD], RECV_OF[GRAD]),
     }
     out_routes = {kind.text: tuple(route[what] for what in sem.produces) for kind, sem in SEMANTICS.items()}
-    composite = {kind.text: bool(sem.parts) for kind, sem in SEMANTICS.items()}
+    # what lowering does per kind: None = nothing to send; a route = the one datum a simple kind sends
+    # (F, B, BW: inlined below); True = go through its parts (a composite) or several data
+    how: dict[str, object] = {}
+    for kind, sem in SEMANTICS.items():
+        routes = out_routes[kind.text]
+        how[kind.text] = True if sem.parts or len(routes) > 1 else routes[0] if routes else None
     for r, seq in enumerate(order):
         ends, sa = timing.ends[r], sends_after[r]
         for i, node in enumerate(seq):
-            kind = node.kind
-            routes = out_routes[kind.text]
-            if len(routes) == 1:  # the common case (F, B, BW): one datum, inlined
-                peers, consumer, send_kind, recv_kind = routes[0]
+            step = how[node.kind.text]
+            if step is None:
+                continue
+            if step is not True:
+                peers, consumer, send_kind, recv_kind = step
                 s = node.stage
                 peer = peers[s]
                 if peer < 0:
@@ -69,9 +75,9 @@ def lower_comms(
                 mb = node.microbatch
                 sends = [Node(send_kind, mb, s, peer)]
                 recvs = [(peer, Node(recv_kind, mb, consumer[s], r))]
-            elif composite[kind.text] or routes:
+            else:
                 sends, recvs = [], []
-                for part in node.parts if composite[kind.text] else (node,):
+                for part in node.parts or (node,):
                     for peers, consumer, send_kind, recv_kind in out_routes[part.kind.text]:
                         s = part.stage
                         peer = peers[s]
@@ -79,10 +85,8 @@ def lower_comms(
                             mb = part.microbatch
                             sends.append(Node(send_kind, mb, s, peer))
                             recvs.append((peer, Node(recv_kind, mb, consumer[s], r)))
-            else:
-                continue
-            if not sends:
-                continue
+                if not sends:
+                    continue
             sa[i] = sends
             t = ends[i]
             for peer, recv in recvs:
