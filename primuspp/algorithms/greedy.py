@@ -7,8 +7,11 @@ runs the forwards of a stage in microbatch order, its B's in the same order and 
 so a decision looks at a handful of candidates, never at the whole table.
 
 Memory is counted in microbatch units per rank (1 = one microbatch's activations for a whole rank; a V
-chunk holds half): an F allocates its stage's share at its start, B frees `b_free_fraction` of it, W the
-rest. An F that brings a new microbatch onto a rank whose route returns to it later (the V turn) needs room
+chunk holds half), by the simulator's rules (`schedule.semantics`, each stage with its own
+`b_free_fraction`): an F allocates its stage's share at its start, B frees its fraction of it, W the rest.
+When B keeps more than F saved (a negative fraction) a microbatch is counted at the most it will hold from
+its F on, so the cap holds at every instant, not only when an F starts. An F that brings a new microbatch
+onto a rank whose route returns to it later (the V turn) needs room
 left for that return; this reservation is what keeps a capped V schedule from filling a rank with chunk-0
 activations and deadlocking.
 
@@ -23,6 +26,7 @@ import heapq
 from dataclasses import dataclass
 
 from primuspp.algorithms.portfolio import memory_units
+from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
@@ -89,7 +93,13 @@ def schedule(
     dur = (costs.forward, costs.backward, costs.wgrad)
     comm = costs.comm
     unit = memory_units(placement, costs.activation)
-    bfree = costs.b_free_fraction
+    bfree = costs.fractions()  # per stage, as the simulator frees them (one memory model)
+    # what one microbatch's activation on stage s can reach: more than F allocated when B keeps more than
+    # F saved (b_free < 0). `mem` counts it from the F on, so the cap holds at every instant, not only when
+    # an F starts; with b_free >= 0 it is the F's allocation and `mem` is the simulator's level.
+    foot = [unit[s] * max(1.0, 1.0 - bfree[s]) for s in range(n_stages)]
+    b_drop = [unit[s] * bfree[s] if bfree[s] > 0 else 0.0 for s in range(n_stages)]  # what B frees of it
+    w_drop = [unit[s] * (1.0 - bfree[s]) if bfree[s] >= 0 else foot[s] for s in range(n_stages)]
     scale = max(max(dur[0]), max(dur[1]), max(dur[2]), comm, 1e-300)
     eps = 1e-9 * scale
     cap_eps = cap + 1e-9
@@ -110,8 +120,11 @@ def schedule(
             if r not in seen:
                 seen.add(r)
                 opens[s] = True
-                later = [unit[q] for q in route[i + 1 :] if srank[q] == r]
+                later = [foot[q] for q in route[i + 1 :] if srank[q] == r]
                 reserve[s] = max(later, default=0.0)
+    worst = max(foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages))
+    if worst > cap_eps:  # generators pass a cap from `fit_cap`, which is never below this
+        raise ScheduleError(f"activation cap {cap:g} is below one microbatch's {worst:g}", key="max_mem")
     # stages of each rank, deepest (latest on its route) first
     rank_stages: list[list[int]] = [[] for _ in range(p)]
     for route in placement.routes:
@@ -192,7 +205,7 @@ def schedule(
                     e = f_end[mb * n_stages + q]
                     ready = -1.0 if e < 0 else e + (comm if srank[q] != r else 0.0)
                 if ready >= 0:
-                    need = unit[s] + (reserve[s] if opens[s] else 0.0)
+                    need = foot[s] + (reserve[s] if opens[s] else 0.0)
                     if mem[r] + need > cap_eps:
                         blocked_by_memory = True
                     elif ready <= t + eps + patience * dur[_F][s]:
@@ -228,7 +241,7 @@ def schedule(
         if kind == _F:
             nf[s] += 1
             f_end[key] = end
-            mem[r] += unit[s]
+            mem[r] += foot[s]
             if mem[r] > peak:
                 peak = mem[r]
             q = nxt[s]
@@ -238,14 +251,14 @@ def schedule(
         elif kind == _B:
             nb[s] += 1
             g_end[key] = end
-            mem[r] -= unit[s] * bfree
+            mem[r] -= b_drop[s]
             q = prv[s]
             if q >= 0:
                 r2 = srank[q]
                 heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
         else:
             nw[s] += 1
-            mem[r] -= unit[s] * (1.0 - bfree)
+            mem[r] -= w_drop[s]
         order[r].append((kind, mb, s))
         if kind != _W:
             last_kind[r] = kind
@@ -259,3 +272,37 @@ def schedule(
     spans = [free[r] - first[r] for r in range(p)]
     nodes = [[Node(_KINDS[k], mb, s) for k, mb, s in seq] for seq in order]
     return Plan(policy.name, nodes, max(free) - min(first), max(spans), peak)
+
+
+def least_cap(placement: Placement, costs: StageCosts) -> float:
+    """The smallest cap (microbatch units per rank) the greedy can plan under: 1 when B frees part of each
+    activation (b_free >= 0); more when B keeps more than F saved, as one microbatch then grows past 1."""
+    unit = memory_units(placement, costs.activation)
+    bfree = costs.fractions()
+    srank = placement.stage_rank
+    worst = 0.0
+    for route in placement.routes:
+        seen: set[int] = set()
+        for i, s in enumerate(route):
+            if srank[s] in seen:
+                continue
+            seen.add(srank[s])
+            here = [q for q in route[i:] if srank[q] == srank[s]]
+            foot = [unit[q] * max(1.0, 1.0 - bfree[q]) for q in here]
+            worst = max(worst, foot[0] + max(foot[1:], default=0.0))
+    return worst
+
+
+def fit_cap(placement: Placement, costs: StageCosts, cap: float, given: str | None, report: dict) -> float:
+    """The cap to plan under: `cap`, unless one microbatch alone reaches more on a rank (B keeping more than
+    F saved). Then a cap the user gave (`given` names its parameter) is refused with one line, and an
+    algorithm's own budget is raised to what one microbatch needs, which `report["memory"]` says."""
+    least = least_cap(placement, costs)
+    if least <= cap + 1e-9:
+        return cap
+    why = f"what one microbatch reaches on a rank ({least:g}) when B keeps more than F saved"
+    why += " (b_free_fraction < 0)"
+    if given:
+        raise ScheduleError(f"{given}={cap:g} is below {why} (allowed: {given} >= {least:g})", key=given)
+    report["memory"] = f"budget raised from {cap:g} to {least:g} microbatches per rank, {why}"
+    return least

@@ -53,7 +53,8 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     p, m = req.pp, req.micro_batches
     placement = linear(p)
     costs = planning_costs(req.costs, req.params).for_placement(placement)
-    cap = default_cap(p, req.params)
+    given = "max_mem" if req.params.get("max_mem") is not None else None
+    cap = greedy.fit_cap(placement, costs, default_cap(p, req.params), given, req.report)
     small = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
     candidates: list[tuple[str, ComputeOrder]] = []
     for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:

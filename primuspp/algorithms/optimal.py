@@ -258,7 +258,7 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     order, report = solve(p, m, costs, cap, warm, float(req.params.get("time_limit", 10.0)))
     req.report.update(report)
     if order is not None:
-        sc = score(placement, m, order, costs, costs.b_free_fraction)
+        sc = score(placement, m, order, costs, costs.fractions())
         if sc.peak <= cap + 1e-9 and sc.makespan <= report["heuristic_step_time"] * (1 + 1e-12):
             return order
     req.report["step_time"] = report["heuristic_step_time"]

@@ -13,13 +13,11 @@ from dataclasses import dataclass
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.errors import ScheduleError
+from primuspp.schedule import semantics
 from primuspp.schedule.costs import StageCosts
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.timing import node_times
-
-_F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
-_OFFLOAD, _RELOAD = NodeKind.OFFLOAD, NodeKind.RELOAD
 
 
 @dataclass(frozen=True)
@@ -51,50 +49,17 @@ def memory_units(placement: Placement, activation: Sequence[float]) -> list[floa
     return units
 
 
-def order_peak(order: Sequence[Sequence[Node]], units: Sequence[float], b_free: float) -> float:
-    """Highest activation (in `units`) any rank holds when one of its forwards starts."""
-    peak = 0.0
-    for seq in order:
-        level = 0.0
-        resident: dict[tuple[int, int], float] = {}
-        offloaded: dict[tuple[int, int], float] = {}
-        for node in seq:
-            kind = node.kind
-            if kind is _F or kind is _FB:
-                f = node.parts[0] if kind is _FB else node
-                level += units[f.stage]
-                peak = max(peak, level)
-                if kind is _FB:
-                    level -= _backward_frees(node.parts[1], units, b_free, resident)
-            elif kind is _B or kind is _BW:
-                level -= _backward_frees(node, units, b_free, resident)
-            elif kind is _W:
-                key = (node.microbatch, node.stage)
-                level -= resident.pop(key, units[node.stage] * (1.0 - b_free))
-            elif kind is _OFFLOAD:
-                key = (node.microbatch, node.stage)
-                amount = resident.get(key, units[node.stage])
-                offloaded[key] = amount
-                resident[key] = 0.0
-                level -= amount
-            elif kind is _RELOAD:
-                key = (node.microbatch, node.stage)
-                amount = offloaded.pop(key, 0.0)
-                resident[key] = amount
-                level += amount
-                peak = max(peak, level)
-    return peak
+def order_peak(
+    order: Sequence[Sequence[Node]], units: Sequence[float], b_free: float | Sequence[float]
+) -> float:
+    """Highest activation (in `units`) any rank holds: the simulator's memory model (`semantics.order_peak`)
+    in microbatch units. `b_free`: the part B frees, one value per stage (or one for all)."""
+    return semantics.order_peak(order, units, semantics.per_stage(b_free, len(units)))
 
 
-def _backward_frees(node: Node, units: Sequence[float], b_free: float, resident: dict) -> float:
-    key = (node.microbatch, node.stage)
-    full = resident.get(key, units[node.stage])
-    freed = full if node.kind is _BW else units[node.stage] * b_free
-    resident[key] = full - freed
-    return freed
-
-
-def score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, b_free: float) -> Score:
+def score(
+    placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, b_free: float | Sequence[float]
+) -> Score:
     timing = node_times(placement, m, order, costs)
     first, last = float("inf"), float("-inf")
     max_span = 0.0
@@ -127,13 +92,13 @@ def pick(
         name, order = candidates[0]
         if cap is None:  # nor a cap to check: a lone candidate is not scored at all
             return name, order, Score(float("nan"), float("nan"), float("nan"))
-        peak = order_peak(order, memory_units(placement, costs.activation), costs.b_free_fraction)
+        peak = order_peak(order, memory_units(placement, costs.activation), costs.fractions())
         if cap is None or peak <= cap + 1e-9:
             return name, order, Score(float("nan"), float("nan"), peak)
         candidates = []
     for cand in candidates:
         name, order = cand[0], cand[1]
-        sc = cand[2] if len(cand) == 3 else score(placement, m, order, costs, costs.b_free_fraction)
+        sc = cand[2] if len(cand) == 3 else score(placement, m, order, costs, costs.fractions())
         if cap is not None and sc.peak > cap + 1e-9:
             continue
         if best is None or sc.key(objective) < best[2].key(objective):

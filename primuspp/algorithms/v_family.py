@@ -53,12 +53,19 @@ def v_orders(
     report: dict,
     widest: int = 1,
     effort: str = "auto",
+    given: str | None = None,
 ) -> ComputeOrder:
     """Best V order within `cap` (microbatch units per rank): the `widest` blocks of `blocks` that fit,
     squeezed; with a full search (`effort`) both squeezes of each and the greedy policies too."""
     placement = v_shape(p)
     stage_costs = costs.for_placement(placement)
-    chunks = math.floor(cap * 2 + 1e-9)
+    cap = greedy.fit_cap(placement, stage_costs, cap, given, report)
+    # live whole chunks the blocks may hold: a chunk is half a microbatch, or up to `growth` times that
+    # when B keeps more than F saved (then the blocks plan under the cap divided by it)
+    growth = max(1.0, *(1.0 - f for f in stage_costs.fractions()))
+    chunks = math.floor(cap * 2 / growth + 1e-9)
+    if growth > 1.0:  # the algorithm's own blocks may not fit that: let the narrower ones compete
+        blocks = tuple(dict.fromkeys((*blocks, *AUTO_BLOCKS)))
     small = full_search(effort, 6 * p * m, FULL_SEARCH_LIMIT, report)
     widest = widest if small else 1
     ranked = sorted(
@@ -78,13 +85,17 @@ def v_orders(
         candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
             candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
-    if small or not candidates:
+    # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
+    # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
+    # every candidate, and the capped greedy, which counts B's growth, is among them.
+    units = memory_units(placement, stage_costs.activation)
+    grows = min(stage_costs.fractions()) < 0
+    exact = all(abs(u - 0.5) < 1e-12 for u in units) and not grows
+    if small or not candidates or grows:
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)
             candidates.append((f"greedy/{policy.name}", plan.order))
-    units = memory_units(placement, stage_costs.activation)
-    uniform = all(abs(u - 0.5) < 1e-12 for u in units)  # then `chunks` live chunks is exactly the cap
-    name, order, _ = pick(placement, m, candidates, stage_costs, None if uniform else cap, "span")
+    name, order, _ = pick(placement, m, candidates, stage_costs, None if exact else cap, "span")
     report["candidate"] = name
     return order
 
@@ -109,7 +120,8 @@ def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1):
         p, m = req.pp, req.micro_batches
         cap = budget(p, req.params)
         effort = req.params.get("effort", "auto")
-        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest, effort)
+        given = "max_mem" if req.params.get("max_mem") is not None else None  # a cap the user set
+        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest, effort, given)
         return with_offload(order, p) if req.params.get("offload") else order
 
     return generate

@@ -23,7 +23,7 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     p, m = req.pp, req.micro_batches
     placement = linear(p)
     costs = req.costs.for_placement(placement)
-    cap = float(2 * p - 1)
+    cap = greedy.fit_cap(placement, costs, float(2 * p - 1), None, req.report)
     candidates = []
     full = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
     for policy in POLICIES if full else POLICIES[:1]:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, fields
 
 from primuspp.errors import ConfigError
 from primuspp.schedule.limits import MAX_COST
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
 
 PerStage = float | tuple[float, ...]
@@ -80,7 +80,9 @@ class CostModel:
 
 
 def _planning_fraction(value: PerStage) -> float:
-    """The one fraction memory-planning algorithms use: the value (or the per-stage mean), in [0, 1]."""
+    """One fraction for the whole model: the value (or the per-stage mean), in [0, 1]. Only zb-optimal's MILP,
+    which keeps a single fraction, plans with it; every other planner and the simulator use the per-stage
+    fractions (`StageCosts.fractions`)."""
     if isinstance(value, tuple):
         value = sum(value) / len(value)
     return min(max(float(value), 0.0), 1.0)
@@ -121,8 +123,9 @@ def _per_stage(name: str, value: PerStage, placement: Placement) -> tuple[float,
 class StageCosts:
     """A CostModel resolved against a placement: one value per virtual stage.
 
-    `b_free` is the per-stage fraction the simulator frees at B; `b_free_fraction` is the single fraction
-    memory-planning algorithms use (the per-stage mean, clamped to [0, 1])."""
+    `b_free` is the per-stage fraction B frees (`fractions()`), in the simulator and in every planner;
+    `b_free_fraction` is its per-stage mean clamped to [0, 1] (the MILP of zb-optimal, which keeps one
+    fraction, uses it)."""
 
     forward: tuple[float, ...]
     backward: tuple[float, ...]
@@ -136,19 +139,15 @@ class StageCosts:
     def fraction_freed_by_b(self, stage: int) -> float:
         return self.b_free[stage] if self.b_free else self.b_free_fraction
 
+    def fractions(self) -> tuple[float, ...]:
+        """The per-stage part B frees, as the simulator and (since they share its memory model) the
+        planners use it."""
+        return self.b_free or (self.b_free_fraction,) * len(self.activation)
+
     def duration(self, node: Node) -> float:
-        kind, s = node.kind, node.stage
-        if kind is NodeKind.F:
-            return self.forward[s]
-        if kind is NodeKind.B:
-            return self.backward[s]
-        if kind is NodeKind.W:
-            return self.wgrad[s]
-        if kind is NodeKind.BW:
-            return self.backward[s] + self.wgrad[s]
-        if kind is NodeKind.FB:
-            return self.fb_overlap * sum(self.duration(p) for p in node.parts)
-        return 0.0
+        from primuspp.schedule.semantics import duration  # semantics imports nodes only; avoid a cycle
+
+        return duration(node, self)
 
 
 def unit_costs(placement: Placement) -> StageCosts:

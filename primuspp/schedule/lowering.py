@@ -16,12 +16,10 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 from primuspp.schedule.costs import unit_costs
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
+from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 from primuspp.schedule.timing import node_times
-
-_F, _B, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.BW, NodeKind.FB
-_SEND_F, _RECV_F, _SEND_B, _RECV_B = NodeKind.SEND_F, NodeKind.RECV_F, NodeKind.SEND_B, NodeKind.RECV_B
 
 
 def stage_peers(placement: Placement) -> tuple[list[int], list[int]]:
@@ -48,42 +46,48 @@ def lower_comms(
     nxt, prv = placement.next_stage, placement.prev_stage
     sends_after: list[list[list[Node] | None]] = [[None] * len(seq) for seq in order]
     recvs_before: list[list[list[Node] | None]] = [[None] * (len(cs) + 1) for cs in compute_starts]
+    # per kind (semantics): for each datum it produces, the rank that datum goes to from each stage, the
+    # stage that consumes it there and the SEND/RECV kinds that carry it (keyed by the kind's text, which
+    # hashes in C where an Enum member hashes in Python)
+    route = {
+        ACT: (fwd_peer, nxt, SEND_OF[ACT], RECV_OF[ACT]),
+        GRAD: (bwd_peer, prv, SEND_OF[GRAD], RECV_OF[GRAD]),
+    }
+    out_routes = {kind.text: tuple(route[what] for what in sem.produces) for kind, sem in SEMANTICS.items()}
+    # what lowering does per kind: None = nothing to send; a route = the one datum a simple kind sends
+    # (F, B, BW: inlined below); True = go through its parts (a composite) or several data
+    how: dict[str, object] = {}
+    for kind, sem in SEMANTICS.items():
+        routes = out_routes[kind.text]
+        how[kind.text] = True if sem.parts or len(routes) > 1 else routes[0] if routes else None
     for r, seq in enumerate(order):
         ends, sa = timing.ends[r], sends_after[r]
         for i, node in enumerate(seq):
-            kind = node.kind
-            if kind is _F:
+            step = how[node.kind.text]
+            if step is None:
+                continue
+            if step is not True:
+                peers, consumer, send_kind, recv_kind = step
                 s = node.stage
-                peer = fwd_peer[s]
+                peer = peers[s]
                 if peer < 0:
                     continue
                 mb = node.microbatch
-                sa[i] = [Node(_SEND_F, mb, s, peer)]
-                recvs = [(peer, Node(_RECV_F, mb, nxt[s], r))]
-            elif kind is _B or kind is _BW:
-                s = node.stage
-                peer = bwd_peer[s]
-                if peer < 0:
-                    continue
-                mb = node.microbatch
-                sa[i] = [Node(_SEND_B, mb, s, peer)]
-                recvs = [(peer, Node(_RECV_B, mb, prv[s], r))]
-            elif kind is _FB:
-                fpart, bpart = node.parts
+                sends = [Node(send_kind, mb, s, peer)]
+                recvs = [(peer, Node(recv_kind, mb, consumer[s], r))]
+            else:
                 sends, recvs = [], []
-                s, peer = fpart.stage, fwd_peer[fpart.stage]
-                if peer >= 0:
-                    sends.append(Node(_SEND_F, fpart.microbatch, s, peer))
-                    recvs.append((peer, Node(_RECV_F, fpart.microbatch, nxt[s], r)))
-                s, peer = bpart.stage, bwd_peer[bpart.stage]
-                if peer >= 0:
-                    sends.append(Node(_SEND_B, bpart.microbatch, s, peer))
-                    recvs.append((peer, Node(_RECV_B, bpart.microbatch, prv[s], r)))
+                for part in node.parts or (node,):
+                    for peers, consumer, send_kind, recv_kind in out_routes[part.kind.text]:
+                        s = part.stage
+                        peer = peers[s]
+                        if peer >= 0:
+                            mb = part.microbatch
+                            sends.append(Node(send_kind, mb, s, peer))
+                            recvs.append((peer, Node(recv_kind, mb, consumer[s], r)))
                 if not sends:
                     continue
-                sa[i] = sends
-            else:
-                continue
+            sa[i] = sends
             t = ends[i]
             for peer, recv in recvs:
                 # the consumer's rank receives before its first node starting at or after the producer's end

@@ -15,8 +15,44 @@ from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
+from primuspp.schedule.semantics import (
+    ACT,
+    ACT_PREV,
+    GRAD,
+    GRAD_NEXT,
+    OWN_GRAD,
+    SAVED,
+    SEMANTICS,
+    duration,
+    inputs,
+    kind_durations,
+    outputs,
+)
 
 _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
+
+# `node_times` is the fast path: one branch per kind, written out, with durations from the table
+# (`kind_durations`). It runs only while the semantics table says what its branches do: for any other
+# table (a new node kind, a changed rule) `node_times_reference`, which reads the table for every node,
+# takes over, so a new kind is timed correctly before anyone touches this file.
+_FAST_RULES = {
+    _F: ((ACT_PREV,), (ACT,)),
+    _B: ((SAVED, GRAD_NEXT), (GRAD,)),
+    _BW: ((SAVED, GRAD_NEXT), (GRAD,)),
+    _W: ((OWN_GRAD,), ()),
+}
+_FAST_OK = (
+    all((SEMANTICS[k].consumes, SEMANTICS[k].produces) == rule for k, rule in _FAST_RULES.items())
+    and SEMANTICS[_FB].parts == ((_F,), (_B, _BW))
+    and SEMANTICS[_FB].overlap == "fb_overlap"
+    and {k for k, sem in SEMANTICS.items() if sem.role == "compute"} == {*_FAST_RULES, _FB}
+    # the other kinds take no time and wait for nothing a valid table has not already done on this rank
+    and all(
+        not sem.cost and not (set(sem.consumes) - {SAVED})
+        for sem in SEMANTICS.values()
+        if sem.role != "compute"
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -37,7 +73,11 @@ def node_times(
 ) -> Timing:
     n_stages = placement.num_stages
     nxt, prv, srank = placement.next_stage, placement.prev_stage, placement.stage_rank
-    fwd, bwd, wgr = costs.forward, costs.backward, costs.wgrad
+    """Fast path of `node_times_reference` (same results, several times faster)."""
+    if not _FAST_OK:
+        return node_times_reference(placement, num_microbatches, order, costs)
+    dur = kind_durations(costs)
+    fwd, bwd, bwd_w, wgr = dur[_F], dur[_B], dur[_BW], dur[_W]
     comm, fb_overlap = costs.comm, costs.fb_overlap
     size = num_microbatches * n_stages
     f_end: list[float | None] = [None] * size
@@ -92,7 +132,7 @@ def node_times(
                         e += comm
                     if e > ready:
                         ready = e
-                end = ready + (bwd[s] if kind is _B else bwd[s] + wgr[s])
+                end = ready + (bwd[s] if kind is _B else bwd_w[s])
                 g_end[key] = end
                 woken = wait_g.pop(key, None)
             elif kind is _W:
@@ -135,7 +175,7 @@ def node_times(
                         e += comm
                     if e > ready:
                         ready = e
-                back = bwd[bs] if bpart.kind is _B else bwd[bs] + wgr[bs]
+                back = bwd[bs] if bpart.kind is _B else bwd_w[bs]
                 end = ready + fb_overlap * (fwd[s] + back)
                 f_end[key] = end
                 g_end[bkey] = end
@@ -156,40 +196,58 @@ def node_times(
     return Timing(order, starts, ends, f_end, g_end)
 
 
-def _inputs(node: Node, placement: Placement) -> list[tuple[str, int, int]]:
-    """(kind of input, microbatch, stage) this compute node consumes: 'F' = an activation, 'G' = a grad."""
-    if node.kind is _FB:
-        return [x for part in node.parts for x in _inputs(part, placement)]
-    mb, s = node.microbatch, node.stage
-    if node.kind is _F:
-        p = placement.prev_stage[s]
-        return [("F", mb, p)] if p >= 0 else []
-    if node.kind is _W:
-        return [("G", mb, s)]
-    q = placement.next_stage[s]
-    return [("F", mb, s)] + ([("G", mb, q)] if q >= 0 else [])
-
-
-def _produced_by(node: Node, what: str, mb: int, s: int) -> bool:
-    return (
-        node.kind is _FB
-        and what == "F"
-        and any(p.kind is _F and p.microbatch == mb and p.stage == s for p in node.parts)
-    )
+def node_times_reference(
+    placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], costs: StageCosts
+) -> Timing:
+    """The readable form of `node_times`, reading the semantics table for every node: a node starts when
+    its rank is free and each input it consumes has arrived (`comm` later when made on another rank); it
+    ends its duration later, and what it produces exists from then on. Ranks are swept until none moves."""
+    n_ranks, n_stages = len(order), placement.num_stages
+    made: dict[tuple[str, int, int], float] = {}
+    ptr, free = [0] * n_ranks, [0.0] * n_ranks
+    starts = [[0.0] * len(seq) for seq in order]
+    ends = [[0.0] * len(seq) for seq in order]
+    moved = True
+    while moved:
+        moved = False
+        for r, seq in enumerate(order):
+            while ptr[r] < len(seq):
+                node = seq[ptr[r]]
+                needs = inputs(node, placement)
+                if any(x not in made for x in needs):
+                    break
+                ready = free[r]
+                for what, mb, s in needs:
+                    arrival = made[(what, mb, s)] + (costs.comm if placement.stage_rank[s] != r else 0.0)
+                    ready = max(ready, arrival)
+                end = ready + duration(node, costs)
+                for x in outputs(node):
+                    made[x] = end
+                starts[r][ptr[r]], ends[r][ptr[r]] = ready, end
+                free[r] = end
+                ptr[r] += 1
+                moved = True
+    size = num_microbatches * n_stages
+    f_end: list[float | None] = [None] * size
+    g_end: list[float | None] = [None] * size
+    for (what, mb, s), t in made.items():
+        (f_end if what == ACT else g_end)[mb * n_stages + s] = t
+    stuck = [r for r in range(n_ranks) if ptr[r] < len(order[r])]
+    if stuck:
+        raise ValidationError(_cycle_message(placement, num_microbatches, order, ptr, stuck, f_end, g_end))
+    return Timing(order, starts, ends, f_end, g_end)
 
 
 def _describe_input(what: str, mb: int, s: int) -> str:
-    return f"F{mb}.{s}" if what == "F" else f"the input grad of stage {s} (B{mb}.{s})"
+    return f"F{mb}.{s}" if what == ACT else f"the input grad of stage {s} (B{mb}.{s})"
 
 
 def _cycle_message(placement, m, order, ptr, stuck, f_end, g_end) -> str:
     waits: dict[int, tuple[Node, str, int]] = {}
     for r in stuck:
         node = order[r][ptr[r]]
-        for what, mb, s in _inputs(node, placement):
-            if _produced_by(node, what, mb, s):
-                continue
-            if (f_end if what == "F" else g_end)[mb * placement.num_stages + s] is None:
+        for what, mb, s in inputs(node, placement):
+            if (f_end if what == ACT else g_end)[mb * placement.num_stages + s] is None:
                 waits[r] = (node, _describe_input(what, mb, s), placement.stage_rank[s])
                 break
     start = stuck[0]

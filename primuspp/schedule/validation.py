@@ -14,11 +14,35 @@ from __future__ import annotations
 
 from primuspp.errors import ValidationError
 from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.semantics import ACT, ACT_PREV, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 from primuspp.schedule.table import ScheduleTable
 
 _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
 _SEND_F, _RECV_F, _SEND_B, _RECV_B = NodeKind.SEND_F, NodeKind.RECV_F, NodeKind.SEND_B, NodeKind.RECV_B
 _OFFLOAD, _RELOAD = NodeKind.OFFLOAD, NodeKind.RELOAD
+
+# The per-kind checks below are written out (each with its own message). They check what the semantics
+# table says each kind consumes, produces and carries; a table that says anything else (a new kind, a
+# changed rule) stops the import here, naming the kind, rather than being validated by the wrong rules.
+_CHECKED = {
+    _F: ("compute", (ACT_PREV,), (ACT,), None, ()),
+    _B: ("compute", (SAVED, GRAD_NEXT), (GRAD,), None, ()),
+    _BW: ("compute", (SAVED, GRAD_NEXT), (GRAD,), None, ()),
+    _W: ("compute", (OWN_GRAD,), (), None, ()),
+    _FB: ("compute", (), (), None, ((_F,), (_B, _BW))),
+    _SEND_F: ("comm", (), (), ACT, ()),
+    _RECV_F: ("comm", (), (), ACT_PREV, ()),
+    _SEND_B: ("comm", (), (), GRAD, ()),
+    _RECV_B: ("comm", (), (), GRAD_NEXT, ()),
+    _OFFLOAD: ("memory", (SAVED,), (), None, ()),
+    _RELOAD: ("memory", (), (), None, ()),
+}
+for _kind, _sem in SEMANTICS.items():
+    if _CHECKED.get(_kind) != (_sem.role, _sem.consumes, _sem.produces, _sem.carries, _sem.parts):
+        raise ImportError(
+            f"schedule/validation.py does not check node kind {_kind.text} as schedule/semantics.py "
+            "describes it: teach its per-kind checks the new rule"
+        )
 
 
 def _where(rank: int, pos: int, node: Node) -> str:

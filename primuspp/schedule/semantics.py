@@ -1,0 +1,301 @@
+"""What each node kind means: the one table that timing, lowering, the simulator and the planners read.
+
+For every `NodeKind` the table says what the node consumes, what it produces (and so what is sent, to which
+neighbour on the microbatch's route), what it does to the stage's activation memory and how long it takes
+under a cost model. An `FB` node is the composition of its two parts (an F and a B/BW run overlapped); its
+inputs, outputs and memory are those of its parts, its duration `fb_overlap` x the sum of theirs.
+
+Data (route terms; `prev`/`next` are the neighbouring stages on the microbatch's route):
+
+- `ACT_PREV`: the activation of (mb, prev) — F's input, received from prev's rank when that is another rank;
+- `GRAD_NEXT`: the input grad of (mb, next) — the output grad B and BW consume;
+- `SAVED`: this (mb, stage)'s own saved activation, made by its F (never crosses ranks);
+- `OWN_GRAD`: this (mb, stage)'s own backward having run (W needs the output grad B kept);
+- produced: `ACT` (the activation of (mb, stage), sent to next's rank as SEND_F / RECV_F) and `GRAD` (the
+  input grad of (mb, stage), sent to prev's rank as SEND_B / RECV_B). W produces only weight gradients.
+
+Memory, in fractions of the stage's activation `a` per microbatch: F allocates `a` at its start; B frees
+`b_free_fraction * a` at its end, W the rest (what is still resident), BW all of it; OFFLOAD moves what is
+resident to host at its start and RELOAD brings it back. `order_memory` is the one memory model: the
+simulator draws its curve from it and every planner that works under a cap counts its peak with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from primuspp.schedule.nodes import Node, NodeKind
+
+if TYPE_CHECKING:  # costs and placement import nothing from here, but keep this module a leaf
+    from primuspp.schedule.costs import StageCosts
+    from primuspp.schedule.placement import Placement
+
+ACT_PREV, GRAD_NEXT, SAVED, OWN_GRAD = "act_prev", "grad_next", "saved", "own_grad"
+ACT, GRAD = "act", "grad"
+
+#: memory effects
+ALLOC, FREE_B, FREE_REST, FREE_ALL = "alloc", "free_b", "free_rest", "free_all"
+TO_HOST, FROM_HOST = "to_host", "from_host"
+
+
+@dataclass(frozen=True)
+class KindSemantics:
+    """One kind's row of the table.
+
+    `consumes`/`produces`: the data above. `at_start`/`at_end`: memory effects at the node's start and end.
+    `cost`: the StageCosts fields whose per-stage values add up to its duration. `carries`: for a comm
+    kind, the datum it moves and whether this rank is the producer's (SEND) or the consumer's (RECV).
+    `parts`: for a composite kind, the kinds of its parts (their semantics apply part by part)."""
+
+    kind: NodeKind
+    role: str  # "compute" | "comm" | "memory"
+    consumes: tuple[str, ...] = ()
+    produces: tuple[str, ...] = ()
+    at_start: tuple[str, ...] = ()
+    at_end: tuple[str, ...] = ()
+    cost: tuple[str, ...] = ()
+    carries: str | None = None
+    parts: tuple[tuple[NodeKind, ...], ...] = ()
+    #: for a composite kind: the StageCosts field scaling the sum of its parts' durations
+    overlap: str | None = None
+
+
+_K = NodeKind
+SEMANTICS: dict[NodeKind, KindSemantics] = {
+    _K.F: KindSemantics(_K.F, "compute", (ACT_PREV,), (ACT,), (ALLOC,), (), ("forward",)),
+    _K.B: KindSemantics(_K.B, "compute", (SAVED, GRAD_NEXT), (GRAD,), (), (FREE_B,), ("backward",)),
+    _K.W: KindSemantics(_K.W, "compute", (OWN_GRAD,), (), (), (FREE_REST,), ("wgrad",)),
+    _K.BW: KindSemantics(
+        _K.BW, "compute", (SAVED, GRAD_NEXT), (GRAD,), (), (FREE_ALL,), ("backward", "wgrad")
+    ),
+    # the composition of an F and a B/BW of other (mb, stage)s: everything is taken from the parts
+    _K.FB: KindSemantics(_K.FB, "compute", parts=((_K.F,), (_K.B, _K.BW)), overlap="fb_overlap"),
+    _K.SEND_F: KindSemantics(_K.SEND_F, "comm", carries=ACT),
+    _K.RECV_F: KindSemantics(_K.RECV_F, "comm", carries=ACT_PREV),
+    _K.SEND_B: KindSemantics(_K.SEND_B, "comm", carries=GRAD),
+    _K.RECV_B: KindSemantics(_K.RECV_B, "comm", carries=GRAD_NEXT),
+    _K.OFFLOAD: KindSemantics(_K.OFFLOAD, "memory", (SAVED,), at_start=(TO_HOST,)),
+    _K.RELOAD: KindSemantics(_K.RELOAD, "memory", at_start=(FROM_HOST,)),
+}
+#: the comm kind that sends / receives each produced datum
+SEND_OF = {ACT: _K.SEND_F, GRAD: _K.SEND_B}
+RECV_OF = {ACT: _K.RECV_F, GRAD: _K.RECV_B}
+
+
+def simple_parts(node: Node) -> tuple[Node, ...]:
+    """The non-composite nodes `node` stands for: its parts for FB, else itself."""
+    return node.parts if SEMANTICS[node.kind].parts else (node,)
+
+
+# -- durations -------------------------------------------------------------------------------------------
+
+
+def duration(node: Node, costs: StageCosts) -> float:
+    """Reference: the node's time under `costs` (a StageCosts). Composite nodes: `fb_overlap` x the parts'."""
+    sem = SEMANTICS[node.kind]
+    if sem.parts:
+        return getattr(costs, sem.overlap) * sum(duration(p, costs) for p in node.parts)
+    total = 0.0
+    for field in sem.cost:
+        total += getattr(costs, field)[node.stage]
+    return total
+
+
+def kind_durations(costs: StageCosts) -> dict[NodeKind, tuple[float, ...]]:
+    """Fast-path form of `duration` for the simple kinds: per kind, its time on each stage."""
+    out = {}
+    for kind, sem in SEMANTICS.items():
+        if sem.parts or sem.role != "compute":
+            continue
+        rows = [getattr(costs, field) for field in sem.cost]
+        out[kind] = tuple(sum(vals, 0.0) if len(vals) > 1 else vals[0] for vals in zip(*rows, strict=True))
+    return out
+
+
+# -- data flow -------------------------------------------------------------------------------------------
+
+
+def inputs(node: Node, placement: Placement) -> list[tuple[str, int, int]]:
+    """(datum, microbatch, stage of its producer) a compute node waits for: ("act", mb, s) = the activation
+    of (mb, s) (its F's end), ("grad", mb, s) = the input grad of (mb, s) (its B/BW's end). Inputs one part
+    of a composite node produces for the other are left out."""
+    out: list[tuple[str, int, int]] = []
+    made = set()
+    for part in simple_parts(node):
+        mb, s = part.microbatch, part.stage
+        for need in SEMANTICS[part.kind].consumes:
+            if need == ACT_PREV:
+                q = placement.prev_stage[s]
+                if q >= 0:
+                    out.append((ACT, mb, q))
+            elif need == GRAD_NEXT:
+                q = placement.next_stage[s]
+                if q >= 0:
+                    out.append((GRAD, mb, q))
+            elif need == SAVED:
+                out.append((ACT, mb, s))
+            elif need == OWN_GRAD:
+                out.append((GRAD, mb, s))
+        made.update((what, mb, s) for what in SEMANTICS[part.kind].produces)
+    return [x for x in out if x not in made]
+
+
+def outputs(node: Node) -> list[tuple[str, int, int]]:
+    """(datum, microbatch, stage) a compute node produces."""
+    return [(what, p.microbatch, p.stage) for p in simple_parts(node) for what in SEMANTICS[p.kind].produces]
+
+
+def consumer_stage(what: str, stage: int, placement: Placement) -> int:
+    """The stage that consumes datum `what` of `stage` on another node: next for ACT, prev for GRAD (-1)."""
+    return placement.next_stage[stage] if what == ACT else placement.prev_stage[stage]
+
+
+def sends(node: Node, placement: Placement) -> list[tuple[Node, int, Node]]:
+    """The cross-rank hand-offs a compute node starts: (SEND on this rank, peer rank, matching RECV there)."""
+    srank = placement.stage_rank
+    out = []
+    for what, mb, s in outputs(node):
+        q = consumer_stage(what, s, placement)
+        if q < 0 or srank[q] == srank[s]:
+            continue
+        r, peer = srank[s], srank[q]
+        out.append((Node(SEND_OF[what], mb, s, peer), peer, Node(RECV_OF[what], mb, q, r)))
+    return out
+
+
+# -- the memory model ------------------------------------------------------------------------------------
+
+
+def memory_events(
+    nodes: Sequence[Node], amount: Sequence[float], b_free: Sequence[float]
+) -> Iterator[tuple[int, int, float]]:
+    """The one memory model: (node index, 0 at its start | 1 at its end, change) for each memory effect of a
+    rank's nodes, in the order they happen. `amount[s]` is stage s's activation per microbatch (in any unit),
+    `b_free[s]` the part of it B frees (W frees what is left; negative: B leaves more than F saved).
+
+    A rank runs its nodes one after another, so the order of the list is the order in time: the level after
+    each event is all a curve needs, and its maximum is the peak. Zero-length nodes keep this order too."""
+    resident: dict[tuple[int, int], float] = {}
+    offloaded: dict[tuple[int, int], float] = {}
+    for i, node in enumerate(nodes):
+        sem = SEMANTICS[node.kind]
+        if sem.role == "comm":
+            continue
+        parts = node.parts if sem.parts else (node,)
+        for phase in (0, 1):
+            for part in parts:
+                psem = SEMANTICS[part.kind]
+                for effect in psem.at_start if phase == 0 else psem.at_end:
+                    yield i, phase, _apply(effect, part, amount, b_free, resident, offloaded)
+
+
+def _apply(effect: str, node: Node, amount, b_free, resident: dict, offloaded: dict) -> float:
+    s = node.stage
+    key = (node.microbatch, s)
+    if effect == ALLOC:
+        return amount[s]
+    if effect == FREE_B:
+        freed = amount[s] * b_free[s]
+        resident[key] = resident.get(key, amount[s]) - freed
+        return -freed
+    if effect == FREE_REST:
+        return -resident.pop(key, amount[s] * (1 - b_free[s]))
+    if effect == FREE_ALL:
+        return -amount[s]
+    if effect == TO_HOST:
+        moved = resident.get(key, amount[s])
+        offloaded[key] = moved
+        resident[key] = 0.0
+        return -moved
+    if effect == FROM_HOST:
+        moved = offloaded.pop(key, 0.0)
+        resident[key] = moved
+        return moved
+    raise ValueError(f"unknown memory effect {effect!r}")
+
+
+# Fast path of the memory model: the table's effects as plans of (phase, part index or -1 for the node
+# itself, effect), built once per kind (per combination of part kinds for a composite). Keyed by the kind's
+# text: an Enum member hashes in Python, a str in C.
+_PLANS: dict[object, tuple[tuple[int, int, str], ...]] = {
+    k.text: tuple((0, -1, e) for e in sem.at_start) + tuple((1, -1, e) for e in sem.at_end)
+    for k, sem in SEMANTICS.items()
+    if not sem.parts
+}
+
+
+def _composite_plan(node: Node) -> tuple[tuple[int, int, str], ...]:
+    """Its parts' effects, all starts before all ends (an FB's F allocates as it begins, its B frees at the
+    end), cached by the part kinds."""
+    key = (node.kind.text, *(p.kind.text for p in node.parts))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS[key] = tuple(
+            (ph, j, e)
+            for ph in (0, 1)
+            for j, part in enumerate(node.parts)
+            for e in (SEMANTICS[part.kind].at_start if ph == 0 else SEMANTICS[part.kind].at_end)
+        )
+    return plan
+
+
+def order_memory(
+    nodes: Sequence[Node],
+    amount: Sequence[float],
+    b_free: Sequence[float],
+    starts: Sequence[float] | None = None,
+    ends: Sequence[float] | None = None,
+    keep_curve: bool = True,
+) -> tuple[list[tuple[float, float]], float]:
+    """(curve, peak) of one rank's order: after each event of `memory_events`, (when, level). `when` is
+    the node's start or end time from `starts`/`ends` (the simulator's curve), or without them its
+    position in the order. The same events as `memory_events` (a test holds them equal), with the common
+    effects inlined: the simulator calls this for every rank, planners for every candidate (with
+    `keep_curve=False`: the peak alone, the curve left empty)."""
+    if starts is None or ends is None:
+        starts = ends = range(len(nodes))
+    level, peak = 0.0, 0.0
+    curve: list[tuple[float, float]] = []
+    add = curve.append
+    resident: dict[tuple[int, int], float] = {}
+    offloaded: dict[tuple[int, int], float] = {}
+    plans = _PLANS
+    for i, node in enumerate(nodes):
+        plan = plans.get(node.kind.text)
+        if plan is None:
+            plan = _composite_plan(node)
+        for ph, j, e in plan:
+            part = node if j < 0 else node.parts[j]
+            s = part.stage
+            if e is ALLOC:
+                level += amount[s]
+            elif e is FREE_B:
+                key = (part.microbatch, s)
+                freed = amount[s] * b_free[s]
+                resident[key] = resident.get(key, amount[s]) - freed
+                level -= freed
+            elif e is FREE_REST:
+                level -= resident.pop((part.microbatch, s), amount[s] * (1 - b_free[s]))
+            elif e is FREE_ALL:
+                level -= amount[s]
+            else:
+                level += _apply(e, part, amount, b_free, resident, offloaded)
+            if -1e-9 < level < 1e-9:
+                level = 0.0
+            if keep_curve:
+                add(((ends if ph else starts)[i], level))
+            if level > peak:
+                peak = level
+    return curve, peak
+
+
+def order_peak(order: Sequence[Sequence[Node]], amount: Sequence[float], b_free: Sequence[float]) -> float:
+    """The highest level any rank's activation memory reaches (the simulator's peak, from the order alone)."""
+    return max((order_memory(seq, amount, b_free, keep_curve=False)[1] for seq in order), default=0.0)
+
+
+def per_stage(b_free: float | Sequence[float], n_stages: int) -> Sequence[float]:
+    """A scalar fraction as one value per stage; a sequence as is."""
+    return (float(b_free),) * n_stages if isinstance(b_free, int | float) else b_free
