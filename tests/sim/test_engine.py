@@ -63,7 +63,7 @@ def test_b_free_fraction_per_stage_and_negative():
     assert [level for _, level in r[1].memory] == [0.0, 2.0, 1.0, 0.0]
     per_rank = CostModel(b_free_fraction=(0.0, 1.0)).for_placement(build_schedule("zbv", 2, 2, 4).placement)
     assert per_rank.b_free == (0.0, 1.0, 1.0, 0.0)  # stages 0, 3 on rank 0; 1, 2 on rank 1
-    assert per_rank.b_free_fraction == 0.5  # what memory-planning algorithms get
+    assert per_rank.b_free_fraction == 0.5  # the average (zb-optimal plans with it; the others per stage)
     with pytest.raises(ConfigError, match=r"costs\.b_free_fraction: must be <= 1"):
         CostModel(b_free_fraction=1.5)
 
