@@ -11,6 +11,20 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"
 
 
+def _memory(r: dict[str, Any]) -> str:
+    """A row's peak memory in its own unit: microbatch units bare, bytes as KiB/MiB/GiB, and a dump's
+    framework figure (e.g. Primus' reserved GiB, no activation curve) marked as such, so one column never
+    mixes units silently."""
+    from primuspp.viz.style import memory_scale
+
+    unit = r.get("memory_unit", "microbatches")
+    if unit == "microbatches":
+        return _num(r["peak_memory"])
+    scale, label = memory_scale(r["peak_memory"], unit)
+    shown = f"{r['peak_memory'] / scale:.3g} {label}"
+    return shown if r.get("has_memory_curve", True) else f"{shown} reserved"
+
+
 def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = False) -> Table:
     """One row per result; the fastest (that fits) in bold green. The algorithm column appears only when
     some run's name does not already say its algorithm."""
@@ -36,7 +50,7 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
             _num(r["step_time"]),
             f"{r['bubble_rate']:.2%}",
             f"{r['steady_bubble_rate']:.2%}",
-            _num(r["peak_memory"]),
+            _memory(r),
             f"{ratio:.3f}x",
         ]
         if show_fits:
