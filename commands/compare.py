@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from primuspp.algorithms.registry import ALGORITHMS
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.model_mode import ModelFlags, reject_with_model
 from primuspp.commands.render import fidelity_table, results_table
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError
@@ -24,6 +23,9 @@ from primuspp.sim.recommend import candidate_specs, simulate_candidates
 from primuspp.sim.runs import run, split_refused, summary
 from primuspp.sim.sources import summaries_from_dir
 from primuspp.viz.html import compare_page, write_file
+
+if TYPE_CHECKING:
+    from primuspp.commands.model_mode import ModelFlags
 
 
 def _value(x: object) -> str:
@@ -91,32 +93,11 @@ def compare(
     """
     if html is not None:
         check_file_target(html, "--html")  # before any work
-    mflags = ModelFlags(
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        ep=ep,
-        gpus=gpus,
-        micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size,
-        seq_len=seq_len,
-        recompute=recompute,
-        layout=layout,
-        first_layers=first_layers,
-        last_layers=last_layers,
-        no_sequence_parallel=no_sequence_parallel,
-        dtype=dtype,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        ffn=ffn,
-        kv_heads=kv_heads,
-        vocab=vocab,
-    )
-    mflags.check_without_model()
+    abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
+    from primuspp.commands.model_mode import ModelFlags  # here: --help needs no model code
+
+    mflags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
     if model is not None:
-        given = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
-        reject_with_model({**given, "--mem-limit": mem_limit})
         _compare_model(mflags, sources or [], algo, pp, vpp, mb, costs_from, max_nodes, json_, html)
         return
     flags = (config, algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)

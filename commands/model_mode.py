@@ -3,7 +3,8 @@ runs (primuspp.models.runs), and their table in real units."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -93,6 +94,16 @@ class ModelFlags:
             for k, flag in self._FLAGS.items():
                 msg = msg.replace(f"model.{k}=", f"{flag} ")
             raise ConfigError(msg, key=e.key) from None
+
+    @classmethod
+    def given(cls, params: Mapping[str, Any], abstract: Mapping[str, object]) -> ModelFlags:
+        """The flags from a verb's parameters (its `locals()`), checked: without --model its companions are
+        errors, with --model the abstract-cost flags in `abstract` (`{"--fwd": value, ...}`) are."""
+        flags = cls(**{f.name: params[f.name] for f in fields(cls)})
+        flags.check_without_model()
+        if flags.model is not None:
+            reject_with_model(abstract)
+        return flags
 
     def check_without_model(self) -> None:
         """Without --model, its companions mean nothing: the first one given is an error."""

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.model_mode import ModelFlags, reject_with_model
 from primuspp.commands.render import print_refused, results_table
+
+if TYPE_CHECKING:
+    from primuspp.commands.model_mode import ModelFlags
 
 
 def simulate(
@@ -58,32 +60,11 @@ def simulate(
     With --model (a preset or a config.json) on --gpu (a GPU profile), the costs come from the model: step
     time in ms, tokens/s, TFLOP/s and MFU per GPU, bubble, and each rank's peak memory in bytes against HBM
     (see docs/plan.md); --costs-from then calibrates the profile's efficiencies on the measured run."""
-    flags = ModelFlags(
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        ep=ep,
-        gpus=gpus,
-        micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size,
-        seq_len=seq_len,
-        recompute=recompute,
-        layout=layout,
-        first_layers=first_layers,
-        last_layers=last_layers,
-        no_sequence_parallel=no_sequence_parallel,
-        dtype=dtype,
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        ffn=ffn,
-        kv_heads=kv_heads,
-        vocab=vocab,
-    )
-    flags.check_without_model()
+    abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
+    from primuspp.commands.model_mode import ModelFlags  # here: --help needs no model code
+
+    flags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
     if model is not None:
-        given = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
-        reject_with_model({**given, "--mem-limit": mem_limit})
         _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show)
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
