@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from primuspp.algorithms.registry import build_schedule
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out
 from primuspp.config.loader import load_config, run_specs
@@ -17,6 +16,7 @@ from primuspp.outputs import check_file_target, safe_component, write_file
 from primuspp.schedule.formats import to_csv, to_json, to_text
 from primuspp.schedule.validation import validate
 from primuspp.sim.engine import simulate
+from primuspp.sim.runs import build
 from primuspp.trace.chrome import chrome_trace
 from primuspp.viz.terminal import render_timeline
 
@@ -70,16 +70,7 @@ def dump(
             check_file_target(target, "--out")  # before any table is built
     tables = []
     for spec in specs:
-        table = build_schedule(
-            spec.algorithm,
-            spec.pp,
-            spec.vpp,
-            spec.micro_batches,
-            spec.costs,
-            max_nodes=spec.max_nodes,
-            **spec.params,
-        )
-        tables.append((spec, table))
+        tables.append((spec, build(spec)))
     if check:
         for spec, table in tables:
             validate(table)

@@ -122,16 +122,23 @@ def check_writable_dir(path: str | Path, key: str, shown: str | Path | None = No
     return p
 
 
+def _existing(p: Path, key: str) -> os.stat_result | None:
+    """`lstat` of an output target, or None when it does not exist yet and its directory takes new files."""
+    try:
+        return os.lstat(p)
+    except FileNotFoundError:
+        check_writable_dir(p.parent, key, p)
+        return None
+    except OSError as err:
+        raise _fail(key, p, f"cannot use ({err.strerror})") from None
+
+
 def check_file_target(path: str | Path, key: str) -> Path:
     """Before any work: `write_file(path, ...)` can succeed (as far as can be told without writing)."""
     p = Path(path)
-    try:
-        lst = os.lstat(p)
-    except FileNotFoundError:
-        check_writable_dir(p.parent, key, p)
+    lst = _existing(p, key)
+    if lst is None:
         return p
-    except OSError as err:
-        raise _fail(key, p, f"cannot use ({err.strerror})") from None
     if stat.S_ISLNK(lst.st_mode):
         target = _link_target(p, key)
         return check_file_target(target, key) if target != p else p
@@ -261,13 +268,9 @@ def check_dir_target(path: str | Path, kind: str, key: str) -> Path:
     directory or one of ours) and can write beside it. Raises a one-line ConfigError otherwise."""
     p = Path(path)
     allowed = KINDS[kind]
-    try:
-        lst = os.lstat(p)
-    except FileNotFoundError:
-        check_writable_dir(p.parent, key, p)
+    lst = _existing(p, key)
+    if lst is None:
         return p
-    except OSError as err:
-        raise _fail(key, p, f"cannot use ({err.strerror})") from None
     if stat.S_ISLNK(lst.st_mode):
         raise _fail(key, p, "is a symlink; primuspp replaces only directories it wrote, give the directory")
     if not stat.S_ISDIR(lst.st_mode):

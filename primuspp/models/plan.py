@@ -156,11 +156,7 @@ def plan_record(
     """The `plan --json` document (`results`: the top ones that fit, or with `include_unfit` the top ones
     projected, `fits` telling which)."""
     return {
-        "model": {
-            "name": spec.name,
-            "parameters": spec.parameters,
-            "active_parameters": spec.active_parameters,
-        },
+        "model": spec.identity(),
         "gpu": hw.name,
         "gpus": gpus,
         "configurations_evaluated": result.evaluated,

@@ -167,11 +167,7 @@ def ranked(runs: list[ModelRun]) -> list[ModelRun]:
 
 def model_header(spec: ModelSpec, hw: Hardware, par: Parallel) -> dict[str, Any]:
     return {
-        "model": {
-            "name": spec.name,
-            "parameters": spec.parameters,
-            "active_parameters": spec.active_parameters,
-        },
+        "model": spec.identity(),
         "gpu": hw.name,
         "gpus": par.gpus,
         "tp": par.tp,

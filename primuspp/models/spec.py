@@ -221,3 +221,7 @@ class ModelSpec:
             + self.head_params()
             + sum(self.active_layer_params(i) for i in range(self.layers))
         )
+
+    def identity(self) -> dict[str, str | int]:
+        """The model as `--json` documents name it: name, parameters, active parameters."""
+        return {"name": self.name, "parameters": self.parameters, "active_parameters": self.active_parameters}

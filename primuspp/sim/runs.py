@@ -8,6 +8,7 @@ from typing import Any
 from primuspp.algorithms.registry import build_schedule, refusal
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
+from primuspp.schedule.table import ScheduleTable
 from primuspp.sim.engine import SimResult, simulate
 
 
@@ -23,8 +24,9 @@ class RunSpec:
     max_nodes: int | None = None  # None: primuspp.schedule.limits.DEFAULT_MAX_NODES
 
 
-def run(spec: RunSpec) -> SimResult:
-    table = build_schedule(
+def build(spec: RunSpec) -> ScheduleTable:
+    """The run's validated table (refused in one line when the algorithm or the node limit says no)."""
+    return build_schedule(
         spec.algorithm,
         spec.pp,
         spec.vpp,
@@ -33,7 +35,10 @@ def run(spec: RunSpec) -> SimResult:
         max_nodes=spec.max_nodes,
         **spec.params,
     )
-    return simulate(table, spec.costs, spec.name)
+
+
+def run(spec: RunSpec) -> SimResult:
+    return simulate(build(spec), spec.costs, spec.name)
 
 
 def split_refused(specs: list[RunSpec]) -> tuple[list[RunSpec], list[dict[str, str]]]:
