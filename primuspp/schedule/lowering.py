@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from primuspp.schedule.compact import LoweredRanks, lower_compact
 from primuspp.schedule.costs import unit_costs
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
@@ -33,10 +34,19 @@ def stage_peers(placement: Placement) -> tuple[list[int], list[int]]:
     return fwd, bwd
 
 
-def lower_comms(
+def lower_comms(placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]]) -> LoweredRanks:
+    """Return each rank's list with comm nodes inserted. `order` holds compute and memory nodes only.
+
+    The result reads as a tuple of per-rank node tuples; it stores the comm nodes as arrays
+    (`compact.LoweredRanks`). `lower_comms_reference` is the plain form (a test holds the two equal)."""
+    timing = node_times(placement, num_microbatches, order, unit_costs(placement))
+    return lower_compact(placement, num_microbatches, order, timing)
+
+
+def lower_comms_reference(
     placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]]
 ) -> tuple[tuple[Node, ...], ...]:
-    """Return each rank's list with comm nodes inserted. `order` holds compute and memory nodes only."""
+    """Reference lowering: each rank's list with comm nodes inserted, as plain tuples of Nodes."""
     timing = node_times(placement, num_microbatches, order, unit_costs(placement))
     compute_starts = [
         [st for st, node in zip(timing.starts[r], seq, strict=True) if node.kind.is_compute]

@@ -13,6 +13,7 @@ messages it collects then feed the FIFO and termination checks.
 from __future__ import annotations
 
 from primuspp.errors import ValidationError
+from primuspp.schedule import compact_validation
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.semantics import ACT, ACT_PREV, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 from primuspp.schedule.table import ScheduleTable
@@ -50,7 +51,18 @@ def _where(rank: int, pos: int, node: Node) -> str:
 
 
 def validate(table: ScheduleTable) -> None:
-    """Raise ValidationError naming the first problem found; return None for a valid table."""
+    """Raise ValidationError naming the first problem found; return None for a valid table.
+
+    A table from `lower_comms` (compact storage) is first checked as array passes
+    (`compact_validation.valid`); only if that cannot prove it valid does the walk below run, which finds
+    and names the first problem. `validate_reference` is the walk alone."""
+    if compact_validation.valid(table):
+        return
+    validate_reference(table)
+
+
+def validate_reference(table: ScheduleTable) -> None:
+    """The one-pass walk over the nodes: raise ValidationError naming the first problem found."""
     walk = _Walk(table)
     for r in range(len(table.ranks)):
         walk.rank(r)

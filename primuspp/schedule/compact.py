@@ -1,0 +1,386 @@
+"""Compact lowered tables: the comm nodes lowering adds, stored as integer arrays (struct of arrays).
+
+A lowered table at p=64, m=512 holds about half a million nodes, more than half of them SEND/RECV nodes that
+lowering derives from the compute order. `LoweredRanks` keeps the compute order as given (its Node objects)
+and every comm node as one row of a few numpy int arrays (rank, position, kind, microbatch, stage, peer).
+It behaves as the tuple of per-rank node tuples it stands for (`ScheduleTable.ranks`): indexing a rank
+builds that rank's nodes once and caches them; equality, iteration and length are a tuple's. The validator
+and the simulator read the arrays and the compute order directly, so a build and a simulation never create a
+comm Node at all.
+
+numpy is imported inside the functions that need it: importing this module costs nothing at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
+
+if TYPE_CHECKING:
+    from primuspp.schedule.placement import Placement
+
+#: kind codes in the arrays: the index of the kind in NodeKind's order
+KINDS: tuple[NodeKind, ...] = tuple(NodeKind)
+CODE: dict[str, int] = {k.text: i for i, k in enumerate(KINDS)}  # keyed by text: a str hashes in C
+
+
+class LoweredRanks(Sequence):
+    """Each rank's lowered node list, stored compactly; reads as `tuple[tuple[Node, ...], ...]`.
+
+    `order[r]`: rank r's compute and memory nodes (the lowering's input); `rows`: the same as arrays
+    (`order_arrays`); `node_pos`: each order node's position in its rank's lowered list (rank-major, rank r's
+    from `first[r]`). Comm rows (all ranks, sorted by rank then position): `c_rank`, `c_pos`, `c_kind` (a
+    code of KINDS), `c_mb`, `c_stage` (the stage on the row's own rank), `c_peer`. `hints` (rank-major, rank
+    r's from `hint_first[r]`): the unit-cost start of each compute node in the run lowering placed the
+    receives by; the validator proves termination with them (and checks them: a wrong hint cannot make a
+    bad table pass, only send it to the reference validator)."""
+
+    __slots__ = (
+        "_cache",
+        "c_kind",
+        "c_mb",
+        "c_peer",
+        "c_pos",
+        "c_rank",
+        "c_stage",
+        "first",
+        "hint_first",
+        "hints",
+        "lengths",
+        "node_pos",
+        "order",
+        "rows",
+    )
+
+    def __init__(
+        self,
+        order: tuple[tuple[Node, ...], ...],
+        rows: dict[str, Any],
+        node_pos: Any,
+        first: Any,
+        comm: dict[str, Any],
+        hints: Any,
+        hint_first: Any,
+        lengths: list[int],
+    ) -> None:
+        self.order, self.rows, self.node_pos, self.first = order, rows, node_pos, first
+        self.c_rank, self.c_pos, self.c_kind = comm["rank"], comm["pos"], comm["kind"]
+        self.c_mb, self.c_stage, self.c_peer = comm["mb"], comm["stage"], comm["peer"]
+        self.hints, self.hint_first = hints, hint_first
+        self.lengths = lengths
+        self._cache: list[tuple[Node, ...] | None] = [None] * len(order)
+
+    # -- the tuple it stands for ----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self[r] for r in range(*index.indices(len(self))))
+        r = range(len(self.order))[index]  # negative indices, IndexError
+        nodes = self._cache[r]
+        if nodes is None:
+            nodes = self._cache[r] = self._build(r)
+        return nodes
+
+    def __iter__(self) -> Iterator[tuple[Node, ...]]:
+        return (self[r] for r in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, LoweredRanks | tuple | list):
+            if len(self) != len(other):
+                return False
+            return all(tuple(a) == tuple(b) for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"LoweredRanks({tuple(self)!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in self.__slots__ if k != "_cache"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        self._cache = [None] * len(self.order)
+
+    def _build(self, r: int) -> tuple[Node, ...]:
+        out: list[Node | None] = [None] * self.lengths[r]
+        positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
+        for pos, node in zip(positions, self.order[r], strict=True):
+            out[pos] = node
+        lo, hi = self._rows(r)
+        for pos, k, mb, s, peer in zip(
+            self.c_pos[lo:hi].tolist(),
+            self.c_kind[lo:hi].tolist(),
+            self.c_mb[lo:hi].tolist(),
+            self.c_stage[lo:hi].tolist(),
+            self.c_peer[lo:hi].tolist(),
+            strict=True,
+        ):
+            out[pos] = Node(KINDS[k], mb, s, peer)
+        return tuple(out)  # type: ignore[arg-type]
+
+    def _rows(self, r: int) -> tuple[int, int]:
+        import numpy as np
+
+        return int(np.searchsorted(self.c_rank, r, "left")), int(np.searchsorted(self.c_rank, r, "right"))
+
+    # -- cheap facts --------------------------------------------------------------------------------------
+
+    def num_nodes(self) -> int:
+        return sum(self.lengths)
+
+    def compute_order(self) -> tuple[tuple[Node, ...], ...]:
+        return self.order
+
+
+def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
+    """The order's nodes as flat arrays (rank-major): rank, index in the rank's list, kind code, microbatch,
+    stage, and `part`: a composite node becomes one row per part, numbered 0, 1 (0 for a simple node).
+    `node_kind`: the kind of each node (one per node, not per row); `parts_ok`: every composite node has the
+    parts its semantics name."""
+    import numpy as np
+
+    code = CODE
+    kinds: list[int] = []
+    mbs: list[int] = []
+    stages: list[int] = []
+    composite = {k.text for k, sem in SEMANTICS.items() if sem.parts}
+    for seq in order:
+        kinds.extend([code[n.kind.text] for n in seq])
+        mbs.extend([n.microbatch for n in seq])
+        stages.extend([n.stage for n in seq])
+    if any(KINDS[k].text in composite for k in set(kinds)):
+        # a composite node becomes one row per part (the node's own row is replaced by its first part's)
+        fixed_k, fixed_mb, fixed_s = [], [], []
+        pos = 0
+        fixed_r, fixed_i, fixed_p = [], [], []
+        parts_ok = True
+        for r, seq in enumerate(order):
+            for i, n in enumerate(seq):
+                if n.kind.text in composite:
+                    spec = SEMANTICS[n.kind].parts
+                    if len(n.parts) != len(spec) or any(
+                        part.kind not in allowed for part, allowed in zip(n.parts, spec, strict=False)
+                    ):
+                        parts_ok = False
+                    for j, part in enumerate(n.parts):
+                        fixed_k.append(code[part.kind.text])
+                        fixed_mb.append(part.microbatch)
+                        fixed_s.append(part.stage)
+                        fixed_r.append(r)
+                        fixed_i.append(i)
+                        fixed_p.append(j)
+                else:
+                    fixed_k.append(kinds[pos])
+                    fixed_mb.append(mbs[pos])
+                    fixed_s.append(stages[pos])
+                    fixed_r.append(r)
+                    fixed_i.append(i)
+                    fixed_p.append(0)
+                pos += 1
+        node_kind = np.array(kinds, dtype=np.int8)
+        kinds, mbs, stages, ranks, idx, parts = fixed_k, fixed_mb, fixed_s, fixed_r, fixed_i, fixed_p
+    else:
+        node_kind = None
+        parts_ok = True
+        lengths = np.array([len(seq) for seq in order], dtype=np.int64)
+        ranks = np.repeat(np.arange(len(order), dtype=np.int64), lengths)
+        idx = np.arange(len(kinds), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        parts = np.zeros(len(kinds), dtype=np.int64)
+    kind = np.array(kinds, dtype=np.int8)
+    return {
+        "node_kind": kind if node_kind is None else node_kind,
+        "parts_ok": parts_ok,
+        "kind": kind,
+        "mb": np.array(mbs, dtype=np.int64),
+        "stage": np.array(stages, dtype=np.int64),
+        "rank": np.array(ranks, dtype=np.int64),
+        "index": np.array(idx, dtype=np.int64),
+        "part": np.array(parts, dtype=np.int64),
+    }
+
+
+def lower_compact(
+    placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], timing
+) -> LoweredRanks:
+    """The fast lowering (same nodes, same places as `lowering.lower_comms_reference`): `timing` is the
+    unit-cost run of `order` (`timing.node_times` under `unit_costs`)."""
+    import numpy as np
+
+    from primuspp.schedule.lowering import stage_peers
+
+    order = tuple(tuple(seq) for seq in order)
+    n_ranks = len(order)
+    arr = order_arrays(order)
+    kind, mb, stage, rank, index, part = (arr[k] for k in ("kind", "mb", "stage", "rank", "index", "part"))
+    lengths0 = np.array([len(seq) for seq in order], dtype=np.int64)
+    first = np.zeros(n_ranks + 1, dtype=np.int64)
+    np.cumsum(lengths0, out=first[1:])
+    gidx = first[rank] + index  # the node's index in the concatenated order
+
+    # compute flags and compute indices per node of the concatenated order
+    is_compute_kind = np.array([k.is_compute for k in KINDS])
+    node_kind = arr["node_kind"]
+    node_compute = is_compute_kind[node_kind]
+    node_rank = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
+    ccount = np.cumsum(node_compute) - node_compute  # compute nodes before each node (global)
+    cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
+    np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
+    node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
+    n_compute = np.diff(cfirst)
+
+    starts = np.array([t for row in timing.starts for t in row], dtype=np.float64)
+    ends = np.array([t for row in timing.ends for t in row], dtype=np.float64)
+    cstarts = starts[node_compute]  # rank-major, each rank's compute starts in order
+
+    # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
+    fwd_peer, bwd_peer = stage_peers(placement)
+    nxt = np.array(placement.next_stage, dtype=np.int64)
+    prv = np.array(placement.prev_stage, dtype=np.int64)
+    routes = {ACT: (np.array(fwd_peer, dtype=np.int64), nxt), GRAD: (np.array(bwd_peer, dtype=np.int64), prv)}
+    pieces = []
+    for d, what in enumerate((ACT, GRAD)):
+        makes = np.array(
+            [what in SEMANTICS[k].produces and not SEMANTICS[k].parts for k in KINDS], dtype=bool
+        )
+        peers, consumer = routes[what]
+        sel = makes[kind]
+        sel &= peers[stage] >= 0 if len(stage) else sel
+        rows = np.nonzero(sel)[0]
+        if len(rows):
+            produces = [SEMANTICS[k].produces for k in KINDS]
+            rank_of = np.array([made.index(what) if what in made else 0 for made in produces])
+            pieces.append((rows, d, what, peers[stage[rows]], consumer[stage[rows]], rank_of))
+    if pieces:
+        rows = np.concatenate([p[0] for p in pieces])
+        datum = np.concatenate([np.full(len(p[0]), p[1]) for p in pieces])
+        peer = np.concatenate([p[3] for p in pieces])
+        cons = np.concatenate([p[4] for p in pieces])
+        # the datum's rank among what its kind produces (the reference sends them in that order)
+        datum_index = np.concatenate([p[5][kind[p[0]]] for p in pieces])
+        # creation order of the reference: rank, node, part, datum
+        sort = np.lexsort((datum_index, part[rows], gidx[rows]))
+        rows, datum, peer, cons = rows[sort], datum[sort], peer[sort], cons[sort]
+    else:
+        rows = datum = peer = cons = np.zeros(0, dtype=np.int64)
+    h_rank = rank[rows]
+    h_node = gidx[rows]
+    h_mb = mb[rows]
+    h_stage = stage[rows]
+    t = ends[h_node]
+    # the receive goes before the consumer rank's first compute node starting at or after t
+    span = float(max(ends.max(initial=0.0), starts.max(initial=0.0))) + 2.0
+    shifted = cstarts + np.repeat(np.arange(n_ranks, dtype=np.float64), n_compute) * span
+    k = np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
+    # a receive after the peer's last compute node is never emitted (as in the reference)
+    keep = k < n_compute[peer]
+    send_boundary = node_ci[h_node] + 1  # the producer's compute index + 1
+    send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
+    recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
+
+    # positions. Boundary b of a rank is the place just before its compute node b (b = C: after the last);
+    # there the sends of node b-1 come first, then the receives placed at b (memory nodes after node b-1
+    # come before both). One slot per (rank, boundary), rank-major.
+    slot_base = cfirst + np.arange(n_ranks + 1, dtype=np.int64)  # rank r's boundaries 0..C_r
+    n_slots = int(slot_base[-1])
+    send_slot = slot_base[h_rank] + send_boundary
+    s_count = np.bincount(send_slot, minlength=n_slots)
+    recv_rank = peer[keep]
+    recv_slot = slot_base[recv_rank] + k[keep]
+    r_count = np.bincount(recv_slot, minlength=n_slots)
+    base_of_slot = np.repeat(slot_base[:-1], n_compute + 1)
+    s_cum = np.cumsum(s_count) - s_count
+    r_cum = np.cumsum(r_count) - r_count
+    s_before = s_cum - s_cum[base_of_slot]  # sends at earlier boundaries of the rank
+    r_before = r_cum - r_cum[base_of_slot]
+    # index in the rank's order of its compute node b (the rank's length for b = C)
+    i_of_slot = np.empty(n_slots, dtype=np.int64)
+    last = slot_base[:-1] + n_compute
+    i_of_slot[last] = lengths0
+    mask = np.ones(n_slots, dtype=bool)
+    mask[last] = False
+    i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
+
+    node_slot = slot_base[node_rank] + node_ci
+    node_pos = np.arange(len(node_rank), dtype=np.int64) - first[node_rank]
+    before = node_pos + s_before[node_slot] + r_before[node_slot]
+    pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
+    # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
+    n_h = len(rows)
+    j = np.arange(n_h, dtype=np.int64) - np.searchsorted(send_slot, send_slot, "left")
+    send_pos = i_of_slot[send_slot] + s_before[send_slot] + r_before[send_slot] + j
+    rsort = np.argsort(recv_slot, kind="stable")
+    rs = recv_slot[rsort]
+    j = np.arange(len(rs), dtype=np.int64) - np.searchsorted(rs, rs, "left")
+    recv_pos = np.empty(len(rs), dtype=np.int64)
+    recv_pos[rsort] = i_of_slot[rs] + s_before[rs] + s_count[rs] + r_before[rs] + j
+
+    own = np.nonzero(keep)[0]
+    c_rank = np.concatenate([h_rank, recv_rank])
+    c_pos = np.concatenate([send_pos, recv_pos])
+    comm = {
+        "rank": c_rank,
+        "pos": c_pos,
+        "kind": np.concatenate([send_kind, recv_kind[own]]),
+        "mb": np.concatenate([h_mb, h_mb[own]]),
+        "stage": np.concatenate([h_stage, cons[own]]),
+        "peer": np.concatenate([peer, h_rank[own]]),
+    }
+    sort = np.lexsort((c_pos, c_rank))
+    comm = {key: v[sort] for key, v in comm.items()}
+    lengths = (lengths0 + np.bincount(c_rank, minlength=n_ranks)).tolist()
+    return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)
+
+
+def from_ranks(ranks: Sequence[Sequence[Node]], hints: Any = None, hint_first: Any = None) -> LoweredRanks:
+    """Compact storage of any per-rank node lists (comm nodes included, in any order): the inverse of
+    reading a LoweredRanks. Without `hints` the termination certificate is absent (all hints zero), so the
+    fast validator defers to the reference walk; tests pass a lowering's hints to a changed table."""
+    import numpy as np
+
+    order, positions = [], []
+    c_rank, c_pos, c_kind, c_mb, c_stage, c_peer = [], [], [], [], [], []
+    for r, seq in enumerate(ranks):
+        keep, where = [], []
+        for i, node in enumerate(seq):
+            if node.kind.is_comm:
+                c_rank.append(r)
+                c_pos.append(i)
+                c_kind.append(CODE[node.kind.text])
+                c_mb.append(node.microbatch)
+                c_stage.append(node.stage)
+                c_peer.append(-1 if node.peer is None else node.peer)
+            else:
+                keep.append(node)
+                where.append(i)
+        order.append(tuple(keep))
+        positions.extend(where)
+    order_t = tuple(order)
+    lengths = [len(seq) for seq in ranks]
+    first = np.zeros(len(order_t) + 1, dtype=np.int64)
+    np.cumsum([len(seq) for seq in order_t], out=first[1:])
+    comm = {
+        "rank": np.array(c_rank, dtype=np.int64),
+        "pos": np.array(c_pos, dtype=np.int64),
+        "kind": np.array(c_kind, dtype=np.int8),
+        "mb": np.array(c_mb, dtype=np.int64),
+        "stage": np.array(c_stage, dtype=np.int64),
+        "peer": np.array(c_peer, dtype=np.int64),
+    }
+    if hints is None:
+        n_compute = [sum(1 for n in seq if n.kind.is_compute) for seq in order_t]
+        hints = np.zeros(sum(n_compute))
+        hint_first = np.zeros(len(order_t) + 1, dtype=np.int64)
+        np.cumsum(n_compute, out=hint_first[1:])
+    rows = order_arrays(order_t)
+    node_pos = np.array(positions, dtype=np.int64)
+    return LoweredRanks(order_t, rows, node_pos, first, comm, hints, hint_first, lengths)

@@ -1,0 +1,208 @@
+"""Validation of a compact lowered table (`compact.LoweredRanks`) as array passes.
+
+It decides only whether the table is valid: every rule of `validation.py` becomes a comparison of position
+arrays indexed by key = microbatch * stages + stage (an input's producer must sit at an earlier position of
+the same rank, each node appears the right number of times, sends and receives pair in order per rank
+pair). Termination is proven with a certificate: the unit-cost start of the compute node after each batch
+(kept by lowering) must strictly increase along each rank and order every matched pair of batches so that
+each wait points to a strictly earlier value; then the waits form no cycle and every batch completes.
+
+Whenever a rule fails — or the table holds something this pass does not cover (memory nodes, an odd
+composite node) — `valid` returns False and `validation.validate` runs the reference walk, which finds and
+names the first problem exactly as before. So a True here is a proof; a False costs only time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from primuspp.schedule.compact import CODE, LoweredRanks
+from primuspp.schedule.semantics import ACT, ACT_PREV, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
+
+if TYPE_CHECKING:
+    from primuspp.schedule.table import ScheduleTable
+
+_F, _B, _W, _BW = CODE["F"], CODE["B"], CODE["W"], CODE["BW"]
+_SF, _RF, _SB, _RB = CODE["SEND_F"], CODE["RECV_F"], CODE["SEND_B"], CODE["RECV_B"]
+
+
+def _rules_match() -> bool:
+    """The rules below are those of these kinds; another semantics table sends every table to the
+    reference walk."""
+    by_text = {k.text: sem for k, sem in SEMANTICS.items()}
+    simple = {
+        "F": ((ACT_PREV,), (ACT,)),
+        "B": ((SAVED, GRAD_NEXT), (GRAD,)),
+        "BW": ((SAVED, GRAD_NEXT), (GRAD,)),
+        "W": ((OWN_GRAD,), ()),
+    }
+    carries = {"SEND_F": ACT, "RECV_F": ACT_PREV, "SEND_B": GRAD, "RECV_B": GRAD_NEXT}
+    compute = {t for t, sem in by_text.items() if sem.role == "compute" and not sem.parts}
+    return (
+        compute == set(simple)
+        and all((by_text[t].consumes, by_text[t].produces) == rule for t, rule in simple.items())
+        and all(by_text[t].carries == what for t, what in carries.items())
+        and {t for t, sem in by_text.items() if sem.role == "comm"} == set(carries)
+    )
+
+
+RULES_MATCH = _rules_match()
+
+
+def valid(table: ScheduleTable) -> bool:
+    """True only if `table` (whose ranks are a LoweredRanks) passes every check of `validation.validate`."""
+    import numpy as np
+
+    ranks = table.ranks
+    if not RULES_MATCH or not isinstance(ranks, LoweredRanks):
+        return False
+    pl, m = table.placement, table.num_microbatches
+    if m < 1 or len(ranks) != pl.pp:
+        return False
+    rows = ranks.rows
+    if not rows["parts_ok"]:
+        return False
+    n = pl.num_stages
+    size = m * n
+    srank = np.array(pl.stage_rank, dtype=np.int64)
+    nxt = np.array(pl.next_stage, dtype=np.int64)
+    prv = np.array(pl.prev_stage, dtype=np.int64)
+    member = np.zeros((len(pl.routes), n), dtype=bool)
+    for i, route in enumerate(pl.routes):
+        member[i, list(route)] = True
+    on_route = member[np.arange(m) % len(pl.routes)].reshape(-1)  # per key
+
+    kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
+    if not np.isin(kind, (_F, _B, _W, _BW)).all():  # memory nodes: the reference walk
+        return False
+    pos = ranks.node_pos[ranks.first[rank] + rows["index"]]
+    c_kind, c_mb, c_stage, c_rank = ranks.c_kind, ranks.c_mb, ranks.c_stage, ranks.c_rank
+    c_pos, c_peer = ranks.c_pos, ranks.c_peer
+
+    def placed(mbs, stages, on) -> bool:
+        if not (((mbs >= 0) & (mbs < m) & (stages >= 0) & (stages < n)).all()):
+            return False
+        return bool((srank[stages] == on).all() and on_route[mbs * n + stages].all())
+
+    if not placed(mb, stage, rank) or not placed(c_mb, c_stage, c_rank):
+        return False
+    key = mb * n + stage
+    c_key = c_mb * n + c_stage
+    big = np.iinfo(np.int64).max
+
+    def at(sel, keys, where) -> tuple[object, object]:
+        """(count per key, position per key: `big` where none) of the rows `sel`."""
+        k = keys[sel]
+        count = np.bincount(k, minlength=size)
+        p = np.full(size, big, dtype=np.int64)
+        p[k] = where[sel]
+        return count, p
+
+    n_f, pos_f = at(kind == _F, key, pos)
+    n_b, pos_b = at(kind == _B, key, pos)
+    n_bw, pos_bw = at(kind == _BW, key, pos)
+    n_w, _ = at(kind == _W, key, pos)
+    # each node once; F everywhere on the routes; the backward as BW or as B then W
+    need = on_route.astype(np.int64)
+    if not ((n_f == need).all() and (n_b + n_bw == need).all() and (n_w == n_b).all()):
+        return False
+    pos_g = np.minimum(pos_b, pos_bw)  # the input grad's producer (one of the two)
+
+    # messages: key of the producer; a send's own stage is the producer, a receive's the consumer
+    send = (c_kind == _SF) | (c_kind == _SB)
+    grad = (c_kind == _SB) | (c_kind == _RB)
+    toward = np.where((c_kind == _SF) | (c_kind == _RB), nxt[c_stage], prv[c_stage])  # the other stage
+    if not (toward >= 0).all():
+        return False
+    if not ((srank[toward] == c_peer) & (c_peer != c_rank)).all():
+        return False
+    msg_key = np.where(send, c_key, c_mb * n + toward)
+    n_sf, _ = at(c_kind == _SF, msg_key, c_pos)
+    n_sb, _ = at(c_kind == _SB, msg_key, c_pos)
+    n_rf, pos_rf = at(c_kind == _RF, msg_key, c_pos)
+    n_rb, pos_rb = at(c_kind == _RB, msg_key, c_pos)
+    stages = np.arange(size) % n
+    cross_next = on_route & (nxt[stages] >= 0) & (srank[np.maximum(nxt[stages], 0)] != srank[stages])
+    cross_prev = on_route & (prv[stages] >= 0) & (srank[np.maximum(prv[stages], 0)] != srank[stages])
+    if not ((n_sf == cross_next) & (n_rf == cross_next) & (n_sb == cross_prev) & (n_rb == cross_prev)).all():
+        return False
+    # a send after what it sends
+    sf, sb = c_kind == _SF, c_kind == _SB
+    if not ((pos_f[msg_key[sf]] < c_pos[sf]).all() and (pos_g[msg_key[sb]] < c_pos[sb]).all()):
+        return False
+
+    # inputs before use, on the same rank: the producer itself, or the receive of what it made
+    f = kind == _F
+    fs, fk, fp = stage[f], key[f], pos[f]
+    p = prv[fs]
+    has = p >= 0
+    pk = fk[has] - fs[has] + p[has]
+    local = srank[p[has]] == rank[f][has]
+    came = np.where(local, pos_f[pk], pos_rf[pk])
+    if not (came < fp[has]).all():
+        return False
+    g = (kind == _B) | (kind == _BW)
+    gs, gk, gp = stage[g], key[g], pos[g]
+    if not (pos_f[gk] < gp).all():
+        return False
+    q = nxt[gs]
+    has = q >= 0
+    qk = gk[has] - gs[has] + q[has]
+    local = srank[q[has]] == rank[g][has]
+    came = np.where(local, pos_g[qk], pos_rb[qk])
+    if not (came < gp[has]).all():
+        return False
+    w = kind == _W
+    if not (pos_b[key[w]] < pos[w]).all():
+        return False
+
+    # FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
+    src = np.where(send, c_rank, c_peer)
+    dst = np.where(send, c_peer, c_rank)
+    msg = 2 * msg_key + grad
+    s_idx = np.nonzero(send)[0]
+    r_idx = np.nonzero(~send)[0]
+    s_idx = s_idx[np.lexsort((c_pos[s_idx], dst[s_idx], src[s_idx]))]
+    r_idx = r_idx[np.lexsort((c_pos[r_idx], dst[r_idx], src[r_idx]))]
+    if len(s_idx) != len(r_idx):
+        return False
+    if not ((src[s_idx] == src[r_idx]).all() and (dst[s_idx] == dst[r_idx]).all()):
+        return False
+    if not (msg[s_idx] == msg[r_idx]).all():
+        return False
+
+    # termination: batch = (rank, compute nodes before it); certificate from the hints
+    n_ranks = len(ranks)
+    compute_rows = np.nonzero(rows["part"] == 0)[0]  # one row per compute node (all nodes are compute)
+    cpos = pos[compute_rows]
+    crank = rank[compute_rows]
+    counts = np.bincount(crank, minlength=n_ranks)
+    cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
+    np.cumsum(counts, out=cfirst[1:])
+    if not (cfirst == ranks.hint_first).all():
+        return False
+    hints = ranks.hints
+    # rows are rank-major in order, so compute positions are sorted within each rank
+    span = float(max(int(c_pos.max(initial=0)), int(cpos.max(initial=0)))) + 1.0
+    shifted = cpos + crank * span
+    boundary = np.searchsorted(shifted, c_pos + c_rank * span) - cfirst[c_rank]
+    if len(hints) != len(cpos):
+        return False
+    same_rank = np.diff(crank) == 0
+    if not (np.diff(hints)[same_rank] > 0).all():
+        return False
+
+    def phi(r, b):
+        """Hint of the compute node after boundary b of rank r (-inf before the first, +inf after the
+        last)."""
+        idx = cfirst[r] + b
+        inside = (b >= 0) & (b < counts[r])
+        out = np.where(b < 0, -np.inf, np.inf)
+        out[inside] = hints[idx[inside]]
+        return out
+
+    a_rank, a_b = c_rank[s_idx], boundary[s_idx]
+    b_rank, b_b = c_rank[r_idx], boundary[r_idx]
+    if not (phi(b_rank, b_b - 1) < phi(a_rank, a_b)).all():
+        return False
+    return bool((phi(a_rank, a_b - 1) < phi(b_rank, b_b)).all())
