@@ -144,48 +144,62 @@ class SlotSchedule:
         return self.rank[(op // 3) % self.n]
 
     def _place_ws(self, r: int) -> None:
-        """Fill free slots with the W's of completed B's, oldest first (the W's then hold those slots)."""
+        """Fill free slots with the W's of completed B's, oldest first (the W's then hold those slots).
+
+        As a queue walked slot by slot: a B enqueues its W, a free slot takes the head if any. The slots
+        that take one are those where the count of W's placed so far grows: that count before slot t is
+        free(t) + min over s <= t of (B's(s) - free(s)), counting in slots [0, s) (a queueing identity),
+        computed for all t at once."""
+        import numpy as np
+
         row, slot = self.occ[r], self.slot
-        queue: list[int] = []
-        head = 0
-        for t, op in enumerate(row):
-            if op >= 0:
-                if op % 3 == _B:
-                    queue.append(op + 1)
-            elif head < len(queue):
-                w = queue[head]
-                row[t], slot[w] = w, t
-                head += 1
+        ops = np.array(row, dtype=np.int64)
+        is_b = (ops >= 0) & (ops % 3 == _B)
+        free = ops < 0
+        before_b = np.concatenate(([0], np.cumsum(is_b)))
+        before_free = np.concatenate(([0], np.cumsum(free)))
+        placed = before_free + np.minimum.accumulate(before_b - before_free)
+        takes = np.nonzero(free & (placed[1:] > placed[:-1]))[0]
+        ws = ops[is_b][: len(takes)] + 1
+        for t, w in zip(takes.tolist(), ws.tolist(), strict=True):
+            row[t], slot[w] = w, t
 
     def _tighten(self) -> None:
         """Start every op as soon as its inputs and its rank allow, keeping each rank's order (memory, an
         order property, is unchanged). The raw repetition is loose everywhere; this leaves the squeeze
         only the holes an op can jump into. Slots are visited in time order, so inputs come first."""
-        p, occ, slot = self.p, self.occ, self.slot
+        p, occ, slot, n = self.p, self.occ, self.slot, self.n
         width = len(occ[0])
         new_occ = [[-1] * width for _ in range(p)]
         ready = [0] * p
-        for t in range(width):
-            for r in range(p):
-                op = occ[r][t]
-                if op < 0:
-                    continue
-                u = max(ready[r], self._earliest(op))
-                slot[op] = u
-                new_occ[r][u] = op
-                ready[r] = u + 1
+        rank = self.rank
+        for op in self._ops_by_slot((_F, _B, _W)):
+            r = rank[(op // 3) % n]
+            # earliest(op), inlined (see `_earliest`)
+            kind = op % 3
+            if kind == _F:
+                e = slot[op - 3] + 1 if (op // 3) % n else 0
+            else:
+                e = slot[op - 1] + 1
+                if kind == _B and (op // 3) % n < n - 1:
+                    b = slot[op + 3] + 1
+                    if b > e:
+                        e = b
+            u = ready[r]
+            if e > u:
+                u = e
+            slot[op] = u
+            new_occ[r][u] = op
+            ready[r] = u + 1
         self.occ = new_occ
 
     def _ops_by_slot(self, kinds: tuple[int, ...]) -> list[int]:
         """Ops of the given kinds ordered by slot, then rank."""
-        out = []
-        occ = self.occ
-        for t in range(len(occ[0])):
-            for row in occ:
-                op = row[t]
-                if op >= 0 and op % 3 in kinds:
-                    out.append(op)
-        return out
+        import numpy as np
+
+        ops = np.array(self.occ, dtype=np.int64).T.ravel()  # slot-major, then rank
+        ops = ops[ops >= 0]
+        return ops[np.isin(ops % 3, kinds)].tolist()
 
     def _earliest(self, op: int) -> int:
         """First slot at which `op` may start, given where its inputs are now. Op ids are (key * 3 + kind),
@@ -208,14 +222,21 @@ class SlotSchedule:
         """Move each op (in slot order) to the earliest free slot allowed by its inputs and by `cap` live
         chunk activations; W's are ops like the others."""
         mem = [self._profile(r) for r in range(self.p)]
-        slot, occ, earliest = self.slot, self.occ, self._earliest
+        slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for op in self._ops_by_slot((_F, _B, _W)):
-            cur, e = slot[op], earliest(op)
+            key, kind = divmod(op, 3)
+            s = key % n
+            # earliest(op), inlined (this loop runs for every op)
+            if kind == _F:
+                e = slot[op - 3] + 1 if s else 0
+            else:
+                e = slot[op - 1] + 1
+                if kind == _B and s < n - 1 and slot[op + 3] >= e:
+                    e = slot[op + 3] + 1
+            cur = slot[op]
             if e >= cur:
                 continue
-            r = self._rank_of(op)
-            row, prof = occ[r], mem[r]
-            kind = op % 3
+            row, prof = occ[rank[s]], mem[rank[s]]
             lo = e
             if kind == _F:  # the activation now lives from the new slot on: the cap must hold there
                 lo = cur
@@ -235,39 +256,43 @@ class SlotSchedule:
 
     def _profile(self, r: int) -> list[int]:
         """Live chunk activations during each slot: F counts from its slot, W until the end of its slot."""
-        row = self.occ[r]
-        prof = [0] * (len(row) + 1)
-        level = 0
-        for t, op in enumerate(row):
-            if op >= 0 and op % 3 == _F:
-                level += 1
-            prof[t] = level
-            if op >= 0 and op % 3 == _W:
-                level -= 1
-        prof[len(row)] = level
-        return prof
+        import numpy as np
+
+        ops = np.array(self.occ[r], dtype=np.int64)
+        kind = np.where(ops >= 0, ops % 3, -1)
+        prof = np.cumsum(kind == _F) - np.concatenate(([0], np.cumsum(kind == _W)[:-1]))
+        level = int(np.count_nonzero(kind == _F) - np.count_nonzero(kind == _W))
+        return [*prof.tolist(), level]
 
     # -- squeeze with derived W's -------------------------------------------------------------------------
 
     def squeeze_derived(self, cap: int) -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
         W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's."""
-        for r in range(self.p):
-            row = self.occ[r]
-            for t, op in enumerate(row):
-                if op >= 0 and op % 3 == _W:
-                    row[t] = -1
-                    self.slot[op] = -1
+        slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
+        for w in range(_W, len(slot), 3):
+            t = slot[w]
+            if t >= 0:
+                occ[rank[(w // 3) % n]][t] = -1
+                slot[w] = -1
         states = [self._walk(r) for r in range(self.p)]
-        slot, earliest = self.slot, self._earliest
         for op in self._ops_by_slot((_F, _B)):
-            cur, e = slot[op], earliest(op)
+            key, kind = divmod(op, 3)
+            s = key % n
+            # earliest(op), inlined
+            if kind == _F:
+                e = slot[op - 3] + 1 if s else 0
+            else:
+                e = slot[op - 1] + 1
+                if s < n - 1 and slot[op + 3] >= e:
+                    e = slot[op + 3] + 1
+            cur = slot[op]
             if e >= cur:
                 continue
-            r = self._rank_of(op)
-            row = self.occ[r]
+            r = rank[s]
+            row = occ[r]
             lo = e
-            if op % 3 == _F:  # necessary: one more live activation on [t, cur] (derived W's only move later)
+            if kind == _F:  # necessary: one more live activation on [t, cur] (derived W's only move later)
                 live = states[r][1]
                 lo = cur + 1
                 while lo > e and live[lo - 1] < cap:
@@ -285,22 +310,20 @@ class SlotSchedule:
             self._place_ws(r)
 
     def _walk(self, r: int) -> tuple[list[int], list[int]]:
-        """(pending B's, live chunks) before each slot, W's derived."""
-        row = self.occ[r]
-        pend, live = [0] * (len(row) + 1), [0] * (len(row) + 1)
-        q = lv = 0
-        for t, op in enumerate(row):
-            pend[t], live[t] = q, lv
-            if op >= 0:
-                if op % 3 == _F:
-                    lv += 1
-                else:
-                    q += 1
-            elif q:
-                q -= 1
-                lv -= 1
-        pend[len(row)], live[len(row)] = q, lv
-        return pend, live
+        """(pending B's, live chunks) before each slot, W's derived: a B adds a pending W, a free slot runs
+        one if any (then one chunk fewer is live). The count of W's run before slot t follows the same
+        queueing identity as `_place_ws`."""
+        import numpy as np
+
+        ops = np.array(self.occ[r], dtype=np.int64)
+        is_f = (ops >= 0) & (ops % 3 == _F)
+        is_b = (ops >= 0) & ~is_f
+        free = ops < 0
+        before_b = np.concatenate(([0], np.cumsum(is_b)))
+        before_f = np.concatenate(([0], np.cumsum(is_f)))
+        before_free = np.concatenate(([0], np.cumsum(free)))
+        run = before_free + np.minimum.accumulate(before_b - before_free)
+        return (before_b - run).tolist(), (before_f - run).tolist()
 
     def _try_move(
         self, r: int, state: tuple[list[int], list[int]], op: int, t: int, cur: int, cap: int

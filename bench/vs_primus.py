@@ -1,0 +1,154 @@
+"""Side by side with AMD Primus: its own generators and simulator against build_schedule + simulate.
+
+Usage: python bench/vs_primus.py --mirror GIT_DIR [--pp 16 32 64] [--mb-per-pp 8] [--algo NAME ...]
+       python bench/vs_primus.py --primus DIR ...     (DIR holds an extracted `primus/` tree)
+
+Primus (github.com/AMD-AGI/Primus) is not part of this repository: `--mirror` names a clone (bare or not);
+its `primus/core/pipeline_parallel`, `primus/core/utils` and
+`primus/core/projection/performance_projection/simulator.py` are extracted with `git archive` into a
+temporary directory and imported from there, unmodified. Only the `primus` package `__init__` files above
+them are skipped (they start the training launcher): the modules run as shipped.
+
+For each algorithm both have, each p and m = mb-per-pp * p: Primus' `generate_schedule_table()` plus its
+`SchedulerSimulationRunner.simulate_scheduler_table()`, and ours `build_schedule` (generate, lower,
+validate) plus `simulate`, F = B = W = 1000 per rank (Primus: per chunk // v), best of --repeat, CPU seconds
+of this process (the machine is shared: wall time would measure the other sessions). Prints both, the
+speed-up and both step times (equal where the schedules agree), and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from functools import partial
+
+from rich.console import Console
+from rich.table import Table
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.schedule.costs import CostModel
+from primuspp.sim import simulate
+
+#: ours -> (Primus' name in its factory, v)
+PAIRS = {
+    "1f1b": ("1f1b", 1),
+    "1f1b-interleaved": ("1f1b-interleaved", 2),
+    "zero-bubble": ("zero-bubble", 1),
+    "zero-bubble-heuristic": ("zero-bubble-heuristic", 1),
+    "zbv": ("zbv-formatted", 2),
+    "v-half": ("v-half", 2),
+    "v-min": ("v-min", 2),
+}
+PATHS = (
+    "primus/core/pipeline_parallel",
+    "primus/core/utils",
+    "primus/core/projection/performance_projection/simulator.py",
+)
+TIME = 1000.0
+
+
+def extract(mirror: str, into: str) -> None:
+    archive = subprocess.run(
+        ["git", f"--git-dir={mirror}", "archive", "HEAD", *PATHS], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+
+
+def load(root: str):
+    """(factory module, simulator module) imported from `root`, the packages above them left unrun."""
+    for name in (
+        "primus",
+        "primus.core",
+        "primus.core.projection",
+        "primus.core.projection.performance_projection",
+    ):
+        module = types.ModuleType(name)
+        module.__path__ = [os.path.join(root, *name.split("."))]
+        sys.modules[name] = module
+    factory = importlib.import_module("primus.core.pipeline_parallel.scheduler.schedule_table_factory")
+    simulator = importlib.import_module("primus.core.projection.performance_projection.simulator")
+    return factory, simulator
+
+
+def primus_run(factory, simulator, name: str, p: int, v: int, m: int) -> float:
+    """Primus' step time for one schedule (generate + simulate, its own code)."""
+    cls = factory.pp_algorithm_map[name]
+    kwargs = {"memory_config": "half" if name == "v-half" else "min"} if name in ("v-half", "v-min") else {}
+    config = {"fwd_time": TIME, "bwd_time": TIME, "wgrad_time": TIME}
+    runner = simulator.SchedulerSimulationRunner(config)
+    with contextlib.redirect_stdout(io.StringIO()):
+        table = cls(p, v, m, **kwargs).generate_schedule_table()
+        result = runner.simulate_scheduler_table(table, {"pp_size": p, "vpp_size": v, "micro_batches": m})
+    return max(rank["total"] for rank in result)
+
+
+def ours_run(name: str, p: int, m: int) -> float:
+    costs = CostModel(TIME, TIME, TIME)
+    return simulate(build_schedule(name, p, None, m, costs), costs).metrics.step_time
+
+
+def best(repeat: int, fn) -> tuple[float, float]:
+    times, value = [], None
+    for _ in range(repeat):
+        start = time.process_time()
+        value = fn()
+        times.append(time.process_time() - start)
+    return min(times), value
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--mirror", help="a git clone of AMD-AGI/Primus (its git directory)")
+    src.add_argument("--primus", help="a directory holding an extracted primus/ tree")
+    ap.add_argument("--pp", type=int, nargs="+", default=[16, 32, 64])
+    ap.add_argument("--mb-per-pp", type=int, default=8)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--algo", action="append", choices=list(PAIRS))
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.primus
+        if args.mirror:
+            extract(args.mirror, tmp)
+            root = tmp
+        factory, simulator = load(root)
+        ours_run("1f1b", 2, 2)  # warm up: lazy imports (numpy) are not part of a run
+        table = Table(title=f"primuspp vs Primus: generate + simulate, CPU s (best of {args.repeat})")
+        for col in ("algorithm", "p", "m", "Primus s", "primuspp s", "speed-up", "Primus step", "our step"):
+            table.add_column(col, justify="left" if col == "algorithm" else "right")
+        worst = float("inf")
+        for p in args.pp:
+            m = args.mb_per_pp * p
+            for ours in args.algo or PAIRS:
+                theirs, v = PAIRS[ours]
+                t_ours, step_ours = best(args.repeat, partial(ours_run, ours, p, m))
+                t_theirs, step_theirs = best(
+                    args.repeat, partial(primus_run, factory, simulator, theirs, p, v, m)
+                )
+                ratio = t_theirs / t_ours if t_ours > 0 else float("inf")
+                worst = min(worst, ratio)
+                table.add_row(
+                    ours,
+                    str(p),
+                    str(m),
+                    f"{t_theirs:.2f}",
+                    f"{t_ours:.2f}",
+                    f"{ratio:.1f}x",
+                    f"{step_theirs:,.0f}",
+                    f"{step_ours:,.0f}",
+                )
+        Console(width=130).print(table)
+    print(f"smallest speed-up {worst:.1f}x (target 20x); load average {os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
