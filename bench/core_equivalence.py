@@ -6,6 +6,11 @@ Usage: python bench/core_equivalence.py --save FILE   (before the change)
 For each algorithm, each admissible v, five sizes (p, m) and several cost models, the SHA-256 of the table
 as JSON, the simulated intervals, transfers and memory curves, and the metrics. `zb-optimal` (a MILP with a
 time limit, not deterministic) is left out. Sizes an algorithm refuses are recorded as refused.
+
+Every case also checks the fast paths against their references: the compact lowering
+(`lower_comms`) against `lower_comms_reference` of the same compute order, and the array validator
+(`compact_validation.valid`) proving the table valid where it applies (no memory nodes); any mismatch is
+listed as FAST and fails the check.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from dataclasses import asdict
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.errors import ScheduleError
+from primuspp.schedule import compact_validation
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import to_json
+from primuspp.schedule.lowering import lower_comms_reference
 from primuspp.sim import simulate
 
 SKIP = {"zb-optimal"}
@@ -79,8 +86,17 @@ def cases(only: list[str] | None):
                         yield f"{name} v={v} p={p} m={m} costs={cname} cap", name, v, p, m, costs, cap
 
 
-def compute(only: list[str] | None) -> dict[str, str]:
-    out = {}
+def fast_paths_agree(table) -> bool:
+    """The compact lowering equals the reference lowering; the array validator proves the table valid."""
+    order = table.compute_order()
+    if tuple(table.ranks) != lower_comms_reference(table.placement, table.num_microbatches, order):
+        return False
+    has_memory_nodes = any(n.kind.is_memory for seq in order for n in seq)
+    return has_memory_nodes or compact_validation.valid(table)
+
+
+def compute(only: list[str] | None) -> tuple[dict[str, str], list[str]]:
+    out, fast_diff = {}, []
     for label, name, v, p, m, costs, params in cases(only):
         try:
             table = build_schedule(name, p, v, m, costs, **params)
@@ -88,7 +104,9 @@ def compute(only: list[str] | None) -> dict[str, str]:
             out[label] = f"refused: {err}"
             continue
         out[label] = digest(table, simulate(table, costs))
-    return out
+        if not fast_paths_agree(table):
+            fast_diff.append(label)
+    return out, fast_diff
 
 
 def main() -> None:
@@ -98,12 +116,14 @@ def main() -> None:
     group.add_argument("--check", metavar="FILE")
     ap.add_argument("--algo", action="append", help="only these algorithms")
     args = ap.parse_args()
-    hashes = compute(args.algo)
+    hashes, fast_diff = compute(args.algo)
+    for k in fast_diff:
+        print(f"FAST {k}: a fast path disagrees with its reference")
     if args.save:
         with open(args.save, "w") as fh:
             json.dump(hashes, fh, indent=1, sort_keys=True)
         print(f"saved {len(hashes)} cases to {args.save}")
-        return
+        sys.exit(1 if fast_diff else 0)
     with open(args.check) as fh:
         before = json.load(fh)
     diff = [k for k in hashes if before.get(k) != hashes[k]]
@@ -112,8 +132,9 @@ def main() -> None:
         print(f"DIFF {k}: {before.get(k, '(new)')[:16]} -> {hashes[k][:16]}")
     for k in missing:
         print(f"MISSING {k}")
-    print(f"{len(hashes)} cases, {len(diff)} differ, {len(missing)} missing")
-    sys.exit(1 if diff or missing else 0)
+    counts = f"{len(diff)} differ, {len(missing)} missing, {len(fast_diff)} fast-path mismatches"
+    print(f"{len(hashes)} cases, {counts}")
+    sys.exit(1 if diff or missing or fast_diff else 0)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,23 @@
 """Generation and simulation seconds at p=64, m=512 for each algorithm.
 
 Usage: python bench/sim_scale.py [--pp 64] [--mb 512] [--repeat 3] [--algo NAME ...]
+       python bench/sim_scale.py --growth [--algo zbv] [--sizes 32x256 64x512 128x1024 256x2048]
 Prints the best of --repeat runs (this machine is shared and noisy) and the table size. `order s` is the
-algorithm alone (its compute order); `build s` adds lowering and validation (`build_schedule`).
+algorithm alone (its compute order); `build s` adds lowering and validation (`build_schedule`); `total
+cpu s` is build + simulate in CPU seconds of this process (less disturbed by other work than wall time).
+`--growth` runs each size in a fresh process (one run each) and prints build + simulate seconds, the peak
+resident memory (RSS) of that process, and the growth exponent of the time in p*m (least squares on logs).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
 import time
 from functools import partial
 
@@ -40,18 +50,77 @@ def order_only(name: str, pp: int, mb: int, costs: CostModel) -> None:
         algo.generate(GenerationRequest(pp, algo.vpp_default, mb, costs, params))
 
 
+def one_run(name: str, pp: int, mb: int) -> dict:
+    """One build + simulate in this process: wall and CPU seconds, node count, peak RSS."""
+    costs = CostModel(1000, 1000, 1000)
+    wall, cpu = time.perf_counter(), time.process_time()
+    sched = build_schedule(name, pp, None, mb, costs, max_nodes=10**9)
+    simulate(sched, costs)
+    return {
+        "wall_s": time.perf_counter() - wall,
+        "cpu_s": time.process_time() - cpu,
+        "nodes": sched.num_nodes(),
+        "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def growth(names: list[str], sizes: list[str]) -> None:
+    table = Table(title="growth: build + simulate, one fresh process per size", title_justify="left")
+    for col in ("algorithm", "p", "m", "nodes", "wall s", "cpu s", "peak RSS MB", "exponent"):
+        table.add_column(col, justify="left" if col == "algorithm" else "right")
+    for name in names:
+        points = []
+        for size in sizes:
+            pp, mb = (int(x) for x in size.split("x"))
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", name, str(pp), str(mb)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            got = json.loads(out.strip().splitlines()[-1])
+            points.append((pp * mb, got["cpu_s"]))
+            table.add_row(
+                name,
+                str(pp),
+                str(mb),
+                f"{got['nodes']:,}",
+                f"{got['wall_s']:.2f}",
+                f"{got['cpu_s']:.2f}",
+                f"{got['rss_mb']:.0f}",
+                "",
+            )
+        xs = [math.log(x) for x, _ in points]
+        ys = [math.log(y) for _, y in points]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+        table.add_row(name, "", "", "", "", "", "", f"{slope:.2f} (cpu s vs p*m)")
+    Console(width=120).print(table)
+    print(f"load average {os.getloadavg()[0]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pp", type=int, default=64)
     ap.add_argument("--mb", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--algo", action="append")
+    ap.add_argument("--growth", action="store_true", help="time and peak RSS over --sizes, fresh processes")
+    ap.add_argument("--sizes", nargs="+", default=["32x256", "64x512", "128x1024", "256x2048"])
+    ap.add_argument("--one", nargs=3, metavar=("ALGO", "PP", "MB"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one_run(args.one[0], int(args.one[1]), int(args.one[2]))))
+        return
+    if args.growth:
+        growth(args.algo or ["zbv"], args.sizes)
+        return
     costs = CostModel(1000, 1000, 1000)
     table = Table(
         title=f"primuspp scale: p={args.pp}, m={args.mb} (best of {args.repeat})", title_justify="left"
     )
-    for col in ("algorithm", "v", "nodes", "order s", "build s", "simulate s", "step time", "steady"):
+    cols = ("algorithm", "v", "nodes", "order s", "build s", "simulate s", "total cpu s", "step", "steady")
+    for col in cols:
         table.add_column(col, justify="left" if col == "algorithm" else "right")
     for name in args.algo or [a for a in ALGORITHMS if a not in SKIP]:
         algo = ALGORITHMS[name]
@@ -59,10 +128,13 @@ def main() -> None:
         try:
             gen_s, sched = best_of(args.repeat, build)
         except ScheduleError as err:
-            table.add_row(name, "-", "-", "refused", str(err), "", "", "")
+            table.add_row(name, "-", "-", "refused", str(err), "", "", "", "")
             continue
         order_s, _ = best_of(args.repeat, partial(order_only, name, args.pp, args.mb, costs))
         sim_s, result = best_of(args.repeat, partial(simulate, sched, costs))
+        cpu = time.process_time()
+        simulate(build(), costs)
+        cpu = time.process_time() - cpu
         table.add_row(
             name,
             str(algo.vpp_default),
@@ -70,10 +142,12 @@ def main() -> None:
             f"{order_s:.2f}",
             f"{gen_s:.2f}",
             f"{sim_s:.2f}",
+            f"{cpu:.2f}",
             f"{result.metrics.step_time:,.0f}",
             f"{result.metrics.steady_bubble_rate:.2%}",
         )
     Console(width=120).print(table)
+    print(f"load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
