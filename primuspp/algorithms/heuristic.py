@@ -15,6 +15,7 @@ from primuspp.algorithms import greedy, one_f_one_b, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
+from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 
@@ -62,7 +63,10 @@ def generate(req: GenerationRequest) -> ComputeOrder:
         candidates.append((f"greedy/{policy.name}", plan.order))
     candidates.append(("zero-bubble", zero_bubble.generate(req)))  # kept only if they fit the cap
     candidates.append(("1f1b", one_f_one_b.generate(req)))
-    name, order, _ = pick(placement, m, candidates, costs, cap, "step")
+    if small:  # the leaders also get the W post-pass (refine)
+        name, order, _ = pick_refined(placement, m, candidates, costs, cap, "step")
+    else:
+        name, order, _ = pick(placement, m, candidates, costs, cap, "step")
     req.report["candidate"] = name
     return order
 

@@ -22,6 +22,7 @@ from primuspp.algorithms import greedy, vshape
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
+from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 
@@ -95,7 +96,8 @@ def v_orders(
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)
             candidates.append((f"greedy/{policy.name}", plan.order))
-    name, order, _ = pick(placement, m, candidates, stage_costs, None if exact else cap, "span")
+    choose = pick_refined if small else pick  # the W post-pass only with a full search
+    name, order, _ = choose(placement, m, candidates, stage_costs, None if exact else cap, "span")
     report["candidate"] = name
     return order
 
