@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import w_pass
+from primuspp.algorithms import local_search, w_pass
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import Score, pick, score
 from primuspp.schedule.costs import StageCosts
@@ -57,4 +57,8 @@ def pick_refined(
             if filled is not None:
                 label = f"{name}+{vname}+gaps" if vname else f"{name}+gaps"
                 extra.append((label, filled, score(placement, m, filled, costs, fractions)))
-    return pick(placement, m, [*scored, *extra], costs, cap, objective)
+    name, order, sc = pick(placement, m, [*scored, *extra], costs, cap, objective)
+    better = local_search.improve(placement, m, order, costs, cap, objective, sc)
+    if better is not None:
+        return f"{name}+swaps", better[0], better[1]
+    return name, order, sc

@@ -28,14 +28,16 @@ from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import order_memory
 
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
-FILLS = ("fit", "half", "eager")
+FILLS = ("fit", "half", "eager", "need")
 
-#: the variants `variants` tries: (name, fill, keep)
+#: the variants `variants` tries: (name, fill, keep, look)
 VARIANTS = (
-    ("w-fit-keep", "fit", True),
-    ("w-fit", "fit", False),
-    ("w-half", "half", False),
-    ("w-eager", "eager", False),
+    ("w-fit-keep", "fit", True, 0),
+    ("w-fit", "fit", False, 0),
+    ("w-half", "half", False, 0),
+    ("w-eager", "eager", False, 0),
+    ("w-need2", "need", False, 2),
+    ("w-need4", "need", False, 4),
 )
 
 
@@ -54,9 +56,15 @@ def replace_w(
     fill: str = "fit",
     keep: bool = False,
     caps: Sequence[float] | None = None,
+    look: int = 2,
 ) -> ComputeOrder | None:
     """The order with its W's re-placed (see the module docstring), or None when the order holds other
-    kinds than F, B and W (BW, FB, OFFLOAD/RELOAD: left alone) or the result would exceed a cap."""
+    kinds than F, B and W (BW, FB, OFFLOAD/RELOAD: left alone) or the result would exceed a cap.
+
+    `fill`: a pending W runs in a wait before the next F/B when it ends by the F/B's input ("fit"), when
+    the wait is at least half the W ("half"), whenever there is a wait ("eager"), or, "need", when it fits
+    or memory will call for a W within the next `look` F/B's anyway (a W due soon costs least in a wait,
+    even one shorter than itself)."""
     if fill not in FILLS:
         raise ValueError(f"fill={fill!r} (allowed: {', '.join(FILLS)})")
     kinds = {n.kind for seq in order for n in seq}
@@ -183,6 +191,15 @@ def replace_w(
     return out
 
 
+def _due(seq: Sequence[Node], k: int, look: int, level: float, cap: float, grow_f, grow_b) -> bool:
+    """Whether the F/B's seq[k : k + look] take memory above `cap` from `level` with no W run between."""
+    for x in seq[k : k + look]:
+        level += grow_f[x.stage] if x.kind is _F else grow_b[x.stage]
+        if level > cap:
+            return True
+    return False
+
+
 def variants(
     placement: Placement,
     m: int,
@@ -195,10 +212,10 @@ def variants(
     if caps is None:
         caps = rank_peaks(placement, order, costs)
     out = []
-    for name, fill, keep in VARIANTS:
+    for name, fill, keep, look in VARIANTS:
         if names is not None and name not in names:
             continue
-        new = replace_w(placement, m, order, costs, fill, keep, caps)
+        new = replace_w(placement, m, order, costs, fill, keep, caps, look)
         if new is not None:
             out.append((name, new))
     return out
