@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms import greedy, vshape
+from primuspp.algorithms import greedy, v_blocks, vshape
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
@@ -86,6 +86,8 @@ def v_orders(
         candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
             candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
+    if small:  # more spacings of the block family, for the cost model to choose from
+        candidates.extend(v_blocks.candidates(p, m, chunks))
     # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
     # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
     # every candidate, and the capped greedy, which counts B's growth, is among them.
