@@ -227,7 +227,7 @@ def fill_gaps(
     order: ComputeOrder,
     costs: StageCosts,
     caps: Sequence[float] | None = None,
-    rounds: int = 50,
+    rounds: int = 8,
 ) -> ComputeOrder | None:
     """Pull later F, B and W nodes into the idle gaps of their rank where they fit; None if nothing moved.
 
@@ -242,6 +242,7 @@ def fill_gaps(
 
     if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
         return None
+    n_stages = placement.num_stages
     fwd, bwd, wgr, comm = costs.forward, costs.backward, costs.wgrad, costs.comm
     dur = {_F: fwd, _B: bwd, _W: wgr}
     units = memory_units(placement, costs.activation)
@@ -261,26 +262,32 @@ def fill_gaps(
         for r, seq in enumerate(current):
             starts, ends = timing.starts[r], timing.ends[r]
             # positions of each (kind, stage) on this rank, in order, and a pointer past the placed ones
-            where: dict[tuple[NodeKind, int], list[int]] = {}
+            slot: dict[int, int] = {}
+            where: list[list[int]] = []
             for i, node in enumerate(seq):
-                where.setdefault((node.kind, node.stage), []).append(i)
-            head = dict.fromkeys(where, 0)
+                code = (0 if node.kind is _F else 1 if node.kind is _B else 2) * n_stages + node.stage
+                k = slot.get(code)
+                if k is None:
+                    k = slot[code] = len(where)
+                    where.append([])
+                where[k].append(i)
+            head = [0] * len(where)
             moved = [False] * len(seq)
             into: dict[int, list[int]] = {}  # gap before position i -> moved positions, in order
             for i in range(1, len(seq)):
-                for key, pos in where.items():  # advance past nodes at or before i
-                    h = head[key]
-                    while h < len(pos) and (pos[h] <= i or moved[pos[h]]):
-                        h += 1
-                    head[key] = h
                 a, b = ends[i - 1], starts[i]
                 if moved[i] or b - a <= eps:
                     continue
+                for k, pos in enumerate(where):  # advance past nodes at or before i, and moved ones
+                    h = head[k]
+                    while h < len(pos) and (pos[h] <= i or moved[pos[h]]):
+                        h += 1
+                    head[k] = h
                 cursor = a
                 while True:
                     best = None
-                    for key, pos in where.items():
-                        h = head[key]
+                    for k, pos in enumerate(where):
+                        h = head[k]
                         if h == len(pos):
                             continue
                         j = pos[h]
@@ -288,13 +295,13 @@ def fill_gaps(
                         start = max(cursor, _ready(y, r, placement, f_end, g_end, comm))
                         end = start + dur[y.kind][y.stage]
                         if end <= b + eps and (best is None or end < best[0]):
-                            best = (end, j, key)
+                            best = (end, j, k)
                     if best is None:
                         break
-                    end, j, key = best
+                    end, j, k = best
                     moved[j] = True
                     into.setdefault(i, []).append(j)
-                    head[key] += 1
+                    head[k] += 1
                     cursor = end
             if not into:
                 nxt_order.append(seq)
