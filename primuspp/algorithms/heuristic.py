@@ -2,9 +2,10 @@
 
 Several tie-break policies of the capped list scheduler (`greedy`) each produce a schedule from the
 planning costs (per-stage F/B/W and comm; Primus' `cost_f`, `cost_b`, `cost_w`, `cost_comm` replace the
-cost model's when given). ZB-H1's and 1F1B's orders join as candidates whenever they fit the cap, so the
-result is never slower than either. The one with the shortest step time (then the shortest longest-rank
-span) wins; `report["candidate"]` names it.
+cost model's when given). ZB-H1's order (the registered zero-bubble's, itself cost-aware) and 1F1B's join
+as candidates whenever they fit the cap, so the result is never slower than either. The one with the
+shortest step time (then the shortest longest-rank span) wins, after the leaders get the W post-pass and
+the local search (`refine`); `report["candidate"]` names it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from primuspp.algorithms import greedy, one_f_one_b, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
+from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 
@@ -60,9 +62,16 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:
         plan = greedy.schedule(placement, m, costs, cap, policy)
         candidates.append((f"greedy/{policy.name}", plan.order))
-    candidates.append(("zero-bubble", zero_bubble.generate(req)))  # kept only if they fit the cap
+    # the registered zero-bubble's table (cost-aware itself), kept only if it fits the cap, like 1F1B's
+    zb_req = GenerationRequest(
+        p, 1, m, planning_costs(req.costs, req.params), {"effort": req.params.get("effort", "auto")}
+    )
+    candidates.append(("zero-bubble", zero_bubble.generate_cost_aware(zb_req)))
     candidates.append(("1f1b", one_f_one_b.generate(req)))
-    name, order, _ = pick(placement, m, candidates, costs, cap, "step")
+    if small:  # the leaders also get the W post-pass (refine)
+        name, order, _ = pick_refined(placement, m, candidates, costs, cap, "step")
+    else:
+        name, order, _ = pick(placement, m, candidates, costs, cap, "step")
     req.report["candidate"] = name
     return order
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms import greedy, vshape
+from primuspp.algorithms import greedy, v_blocks, vshape
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
+from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 
@@ -85,6 +86,8 @@ def v_orders(
         candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
             candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
+    if small:  # more spacings of the block family, for the cost model to choose from
+        candidates.extend(v_blocks.candidates(p, m, chunks))
     # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
     # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
     # every candidate, and the capped greedy, which counts B's growth, is among them.
@@ -95,7 +98,8 @@ def v_orders(
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)
             candidates.append((f"greedy/{policy.name}", plan.order))
-    name, order, _ = pick(placement, m, candidates, stage_costs, None if exact else cap, "span")
+    choose = pick_refined if small else pick  # the W post-pass only with a full search
+    name, order, _ = choose(placement, m, candidates, stage_costs, None if exact else cap, "span")
     report["candidate"] = name
     return order
 

@@ -3,13 +3,27 @@
 Rank r keeps up to r weight-grad passes pending (each W runs after the B that makes the pending count
 exceed r); the rest run at the end. W fills the warm-up/cool-down bubbles without raising peak activation
 memory above p microbatches.
+
+With unequal costs (W cheaper than B, comm > 0) that fixed order leaves waits; `generate_cost_aware` (the
+registered generator) lets the capped list scheduler's orders compete under the construction's own peak
+and re-places W's with the cost model (`cost_aware.best_linear`); the construction wins ties.
 """
 
 from __future__ import annotations
 
+from primuspp.algorithms import cost_aware, greedy
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
+from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.orders import B, F, W, one_f_one_b
 from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import linear
+
+FULL_SEARCH_LIMIT = 20_000  # with effort="auto": compute nodes up to which the cost-aware search runs
+POLICIES = tuple(
+    p
+    for p in greedy.POLICIES
+    if p.name in ("alt-fit", "alt-lag", "alt-lag-wait", "alt-fit-wait", "b-fit-wait")
+)
 
 
 def generate(req: GenerationRequest) -> ComputeOrder:
@@ -32,6 +46,21 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     return order
 
 
+def generate_cost_aware(req: GenerationRequest) -> ComputeOrder:
+    """The construction, or with a full search the best of it, the greedy orders within its peak and their
+    W post-pass (see the module docstring)."""
+    own = generate(req)
+    if not full_search(
+        req.params.get("effort", "auto"), 3 * req.pp * req.micro_batches, FULL_SEARCH_LIMIT, req.report
+    ):
+        return own
+    placement = linear(req.pp)
+    costs = req.costs.for_placement(placement)
+    return cost_aware.best_linear(
+        placement, req.micro_batches, costs, [("zb-h1", own)], None, POLICIES, "span", True, req.report
+    )
+
+
 ALGORITHM = Algorithm(
     name="zero-bubble",
     aliases=("zerobubble", "zb-h1", "zb1p"),
@@ -42,5 +71,7 @@ ALGORITHM = Algorithm(
     vpp_default=1,
     vpp_rule="1",
     vpp_ok=lambda v: v == 1,
-    generate=generate,
+    generate=generate_cost_aware,
+    uses_costs=True,
+    params=(EFFORT,),
 )

@@ -9,7 +9,7 @@ then the shortest step time, wins.
 
 from __future__ import annotations
 
-from primuspp.algorithms import greedy
+from primuspp.algorithms import cost_aware, greedy
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
@@ -17,6 +17,7 @@ from primuspp.schedule.placement import linear
 
 FULL_SEARCH_LIMIT = 20_000  # with effort="auto": compute nodes up to which every policy is tried
 POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "alt-eager", "b-eager-deep"))
+EXTRA_POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit-wait", "alt-lag-wait", "b-fit-wait"))
 
 
 def generate(req: GenerationRequest) -> ComputeOrder:
@@ -26,7 +27,11 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     cap = greedy.fit_cap(placement, costs, float(2 * p - 1), None, req.report)
     candidates = []
     full = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
-    for policy in POLICIES if full else POLICIES[:1]:
+    if full:  # every policy, plus more of them and the W post-pass (cost_aware)
+        return cost_aware.best_linear(
+            placement, m, costs, [], cap, POLICIES + EXTRA_POLICIES, "span", True, req.report
+        )
+    for policy in POLICIES[:1]:
         plan = greedy.schedule(placement, m, costs, cap, policy)
         candidates.append((policy.name, plan.order))
     name, order, _ = pick(placement, m, candidates, costs, cap, "span")

@@ -1,0 +1,46 @@
+"""Cost-aware candidates for the linear zero-bubble family (zero-bubble, zb-h2, zero-bubble-heuristic).
+
+A generator's own construction goes in first; the capped list scheduler (`greedy`, which times every
+decision with the cost model, comm included) adds its policies' orders under the same memory cap, and the
+best few get the W post-pass (`refine.pick_refined`). The construction wins exact ties, so at costs where
+it is already the best (F = B = W, no comm for ZB-H1) its table is unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from primuspp.algorithms import greedy
+from primuspp.algorithms.base import ComputeOrder
+from primuspp.algorithms.portfolio import memory_units, order_peak, pick
+from primuspp.algorithms.refine import pick_refined
+from primuspp.schedule.costs import StageCosts
+from primuspp.schedule.placement import Placement
+
+
+def best_linear(
+    placement: Placement,
+    m: int,
+    costs: StageCosts,
+    own: Sequence[tuple[str, ComputeOrder]],
+    cap: float | None,
+    policies: Sequence[greedy.Policy],
+    objective: str,
+    full: bool,
+    report: dict,
+) -> ComputeOrder:
+    """The best of the generator's own orders `own` (first wins ties), the greedy `policies` at `cap` and,
+    with a `full` search, the W post-pass of the leaders. `cap` None: the own orders' peak is the cap, so
+    no candidate uses more memory than the construction does."""
+    if cap is None:
+        units = memory_units(placement, costs.activation)
+        cap = max(order_peak(order, units, costs.fractions()) for _, order in own)
+    candidates: list[tuple[str, ComputeOrder]] = list(own)
+    least = greedy.least_cap(placement, costs)
+    for policy in policies if cap + 1e-9 >= least else ():
+        plan = greedy.schedule(placement, m, costs, cap, policy)
+        candidates.append((f"greedy/{policy.name}", plan.order))
+    choose = pick_refined if full else pick
+    name, order, _ = choose(placement, m, candidates, costs, cap, objective)
+    report["candidate"] = name
+    return order

@@ -1,0 +1,77 @@
+"""Pick the best candidate order after giving the leading ones the W post-pass and a local search.
+
+`portfolio.pick` chooses among finished orders; here the few best of them also get their W's re-placed
+under the cost model (`w_pass`: each variant keeps every rank's peak, and the gap filling never delays a
+node), then the best few of all these get the critical-chain local search (`local_search`, within the
+cap), and the best of everything wins. The originals stay in the running, so the result is never worse
+than `pick`'s under the same objective.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from primuspp.algorithms import local_search, w_pass
+from primuspp.algorithms.base import ComputeOrder
+from primuspp.algorithms.portfolio import Score, pick, score
+from primuspp.schedule.costs import StageCosts
+from primuspp.schedule.placement import Placement
+
+#: how many of the best candidates get the W post-pass
+TOP = 3
+
+
+def pick_refined(
+    placement: Placement,
+    m: int,
+    candidates: Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]],
+    costs: StageCosts,
+    cap: float | None,
+    objective: str = "span",
+    top: int = TOP,
+) -> tuple[str, ComputeOrder, Score]:
+    """`portfolio.pick` over `candidates` plus the W-pass variants of the `top` best of them; a variant is
+    named `CANDIDATE+VARIANT` (e.g. `zb/explicit+w-fit`)."""
+    fractions = costs.fractions()
+    scored: list[tuple[str, ComputeOrder, Score]] = []
+    for cand in candidates:
+        sc = cand[2] if len(cand) == 3 else score(placement, m, cand[1], costs, fractions)
+        if cap is None or sc.peak <= cap + 1e-9:
+            scored.append((cand[0], cand[1], sc))
+    if not scored:  # let `pick` refuse with its message
+        return pick(placement, m, candidates, costs, cap, objective)
+    ranked = sorted(range(len(scored)), key=lambda i: (scored[i][2].key(objective), i))
+    extra: list[tuple[str, ComputeOrder, Score]] = []
+    seen: set[tuple[float, float, float]] = set()
+    for i in ranked:
+        if len(seen) == top:
+            break
+        name, order, sc = scored[i]
+        sig = (sc.makespan, sc.max_span, sc.peak)
+        if sig in seen:  # the same figures: most likely the same order, refined the same way
+            continue
+        seen.add(sig)
+        caps = w_pass.rank_peaks(placement, order, costs)
+        mine = [(name, order, sc)]
+        for vname, new in w_pass.variants(placement, m, order, costs, caps):
+            mine.append((f"{name}+{vname}", new, score(placement, m, new, costs, fractions)))
+        # the gap filling (never slower, a few timings per round) on the best of them
+        lead = min(mine, key=lambda c: c[2].key(objective))
+        filled = w_pass.fill_gaps(placement, m, lead[1], costs, caps)
+        if filled is not None:
+            mine.append((f"{lead[0]}+gaps", filled, score(placement, m, filled, costs, fractions)))
+        extra.extend(mine[1:])
+    pool = [*scored, *extra]
+    searched: list[tuple[str, ComputeOrder, Score]] = []
+    sigs: set[tuple[float, float, float]] = set()
+    for i in sorted(range(len(pool)), key=lambda i: (pool[i][2].key(objective), i)):
+        if len(sigs) == top:
+            break
+        name, order, sc = pool[i]
+        if (cap is not None and sc.peak > cap + 1e-9) or (sc.makespan, sc.max_span, sc.peak) in sigs:
+            continue
+        sigs.add((sc.makespan, sc.max_span, sc.peak))
+        better = local_search.improve(placement, m, order, costs, cap, objective, sc)
+        if better is not None:
+            searched.append((f"{name}+swaps", better[0], better[1]))
+    return pick(placement, m, [*pool, *searched], costs, cap, objective)
