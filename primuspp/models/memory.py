@@ -36,7 +36,7 @@ class LayerMemory:
 def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = False) -> LayerMemory:
     """Saved activation bytes of one microbatch in one layer on one rank."""
     BYTES = par.dtype_bytes
-    t = par.micro_batch_size * par.seq_len
+    t = par.tokens  # this rank's tokens: CP splits the sequence
     tp = par.tp
     h = spec.hidden
     a = 1.0 / tp if par.sp else 1.0  # hidden-sized tensors: split by sequence parallel only
@@ -61,13 +61,13 @@ def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = Fals
         k_bytes = v_bytes = BYTES * t * spec.kv_groups * d / tp
         out_bytes = BYTES * t * nh * d / tp  # attention output = output projection input
     act += q_bytes + k_bytes + v_bytes + out_bytes
-    b, s = par.micro_batch_size, par.seq_len
+    b, s, cp = par.micro_batch_size, par.seq_len, par.cp
     if par.flash_attention:
-        act += 4 * b * nh * s / tp  # fp32 log-sum-exp
+        act += 4 * b * nh * s / cp / tp  # fp32 log-sum-exp
     elif par.recompute != "selective":
-        act += BYTES * b * nh * s * s / tp  # softmax output
+        act += BYTES * b * nh * s * s / cp / tp  # softmax output (CP: this rank's queries x all keys)
         if dropout:
-            act += 3 * b * nh * s * s / tp  # dropout mask (1 B) and dropout output (2 B)
+            act += 3 * b * nh * s * s / cp / tp  # dropout mask (1 B) and dropout output (2 B)
     if dropout:
         act += 2 * t * h * a  # the two hidden dropouts' masks
     # MLP / MoE block
@@ -128,7 +128,7 @@ def head_memory(spec: ModelSpec, par: Parallel) -> LayerMemory:
     """The last part: final norm input, output layer input, and the fp32 softmax of the vocab-parallel
     cross-entropy (kept for its backward)."""
     BYTES = par.dtype_bytes
-    t = par.micro_batch_size * par.seq_len
+    t = par.tokens
     a = 1.0 / par.tp if par.sp else 1.0
     act = 2 * BYTES * t * spec.hidden * a + 4 * t * spec.vocab / par.tp
     kept = BYTES * t * spec.hidden * a + BYTES * t * spec.vocab / par.tp
@@ -162,7 +162,7 @@ def state_bytes(dense_params: float, expert_params: float, par: Parallel) -> Sta
     """`dense_params` / `expert_params`: parameters this rank holds (already divided by TP / EP)."""
     params = dense_params + expert_params
     if par.distributed_optimizer:
-        optimizer = 12 * dense_params / par.dp + 12 * expert_params / par.expert_dp
+        optimizer = 12 * dense_params / par.grad_dp + 12 * expert_params / par.expert_dp
     else:
         optimizer = 12 * params
     return StateBytes(2 * params, 4 * params, optimizer)

@@ -1,5 +1,5 @@
-"""The planner's sweep: every admissible TP x PP x VPP x EP x micro-batch size x algorithm for a model on
-N GPUs, each projected (`project`), ranked by tokens/s per GPU among those that fit; the rest counted by
+"""The planner's sweep: every admissible TP x CP x PP x VPP x EP x micro-batch size x algorithm for a model
+on N GPUs, each projected (`project`), ranked by tokens/s per GPU among those that fit; the rest counted by
 why they were dropped."""
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from primuspp.models.spec import ModelSpec
 DEFAULT_ALGORITHMS = ("1f1b", "1f1b-interleaved", "zero-bubble", "zbv", "v-half", "v-min", "dualpipe-v")
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4)
 INTERLEAVED_VPP = (2, 3, 4)
+#: Context-parallel sizes swept by default (those that cut the sequence into 2 x CP equal chunks and divide
+#: the GPUs left by TP x PP).
+DEFAULT_CP = (1, 2, 4, 8)
 
 NOT_DIVISIBLE = "not divisible"
 REFUSED = "refused by the algorithm"
@@ -36,7 +39,8 @@ class Candidate:
 
     def __str__(self) -> str:
         p = self.par
-        text = f"{self.algorithm} tp{p.tp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
+        cp = f" cp{p.cp}" if p.cp > 1 else ""
+        text = f"{self.algorithm} tp{p.tp}{cp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
         return text if p.recompute == "none" else f"{text} recompute={p.recompute}"
 
 
@@ -69,12 +73,17 @@ def candidates(
     vpps: Sequence[int] | None = None,
     eps: Sequence[int] | None = None,
     micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES,
+    cps: Sequence[int] | None = None,
 ) -> list[Candidate]:
     """Every combination to evaluate (admissibility is checked when evaluated, so that refusals count).
-    TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; EP: powers of two
-    dividing the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4)."""
+    TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; CP: 1, 2, 4, 8 where
+    the sequence splits into 2 x CP chunks and TP x CP x PP divides the GPUs; EP: powers of two dividing
+    the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all
+    its chunks would sit on the one rank, which runs them as 1F1B does, in the same time and memory)."""
     tps = tps or [t for t in (1, 2, 4, 8, 16) if t <= hw.gpus_per_node and gpus % t == 0]
     eps = eps or ([e for e in (1, 2, 4, 8, 16, 32, 64) if e <= spec.experts] if spec.moe else [1])
+    cp_given = bool(cps)
+    cps = cps or [c for c in DEFAULT_CP if c == 1 or base.seq_len % (2 * c) == 0]
     out = []
     for algorithm in algorithms:
         algo = get_algorithm(algorithm)
@@ -86,13 +95,20 @@ def candidates(
             algo_vpps = [algo.vpp_default]
         for tp in tps:
             for pp in pps or [d for d in _divisors(gpus // tp or 1) if d <= spec.layers]:
-                # 0: TP x PP does not divide the GPUs (counted as not divisible when evaluated)
-                dp = gpus // (tp * pp) if gpus % (tp * pp) == 0 else 0
-                for vpp in algo_vpps:
-                    for ep in eps:
-                        for mbs in micro_batch_sizes:
-                            par = replace(base, tp=tp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs)
-                            out.append(Candidate(algo.name, par, gpus))
+                for cp in cps:
+                    # 0: TP x CP x PP does not divide the GPUs (counted as not divisible when evaluated)
+                    dp = gpus // (tp * cp * pp) if gpus % (tp * cp * pp) == 0 else 0
+                    if dp == 0 and cp > 1 and not cp_given:
+                        continue
+                    for vpp in algo_vpps:
+                        if pp == 1 and vpp > 1 and algo.placement == "loop" and not vpps:
+                            continue
+                        for ep in eps:
+                            for mbs in micro_batch_sizes:
+                                par = replace(
+                                    base, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs
+                                )
+                                out.append(Candidate(algo.name, par, gpus))
     return out
 
 
@@ -119,9 +135,9 @@ def evaluate(
         reason, message = None, ""
         try:
             if cand.par.dp == 0:
-                raise ConfigError(
-                    f"--tp {cand.par.tp} x --pp {cand.par.pp}: does not divide {cand.gpus} GPUs"
-                )
+                p = cand.par
+                cp = f" x --cp {p.cp}" if p.cp > 1 else ""
+                raise ConfigError(f"--tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs")
             _, parts = placement_for(cand.algorithm, cand.par)
             check_parallel(spec, cand.par, parts)
             if _cannot_fit(spec, hw, cand.par):

@@ -101,7 +101,7 @@ class Projection:
             "pp": p.pp,
             "vpp": p.vpp,
             "ep": p.ep,
-            "cp": 1,
+            "cp": p.cp,
             "dp": p.dp,
             "micro_batch_size": p.micro_batch_size,
             "global_batch_size": p.global_batch_size,
@@ -315,12 +315,12 @@ def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
         per_rank.append(RankMemory(state.weights, state.gradients, state.optimizer, peak, extra))
         sync = max(sync, _dp_sync_ms(dense, experts, par, hw))
     shard = max(
-        sum(pc.dense_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.dp
+        sum(pc.dense_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.grad_dp
         + sum(pc.expert_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.expert_dp
         for r in range(par.pp)
     )
     if not par.distributed_optimizer:
-        shard *= par.dp
+        shard *= par.grad_dp
     optimizer_ms = shard * OPTIMIZER_BYTES_PER_PARAM / hw.hbm_bandwidth * 1e3
     flops_per_gpu = par.micro_batches * sum(pc.flops) / par.pp
     metrics = result.metrics
@@ -354,4 +354,4 @@ def _dp_sync_ms(dense: float, experts: float, par: Parallel, hw: Hardware) -> fl
             return (frac * params * (4 + 2) / bw + 2 * (group - 1) * link.latency) * 1e3
         return (2 * frac * params * 4 / bw + 2 * (group - 1) * link.latency) * 1e3
 
-    return one(dense, par.dp, par.tp) + one(experts, par.expert_dp, par.tp * par.ep)
+    return one(dense, par.grad_dp, par.tp) + one(experts, par.expert_dp, par.tp * par.ep)
