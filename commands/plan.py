@@ -98,6 +98,7 @@ def plan(
             recompute=value,  # type: ignore[arg-type]
             sequence_parallel=not no_sequence_parallel,
             dtype=dtype,
+            **hw.kernels(),
         )
         mbs = micro_batch_size or (1, 2, 4)
         items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, mbs, cp)

@@ -34,7 +34,10 @@ class Parallel:
     sequence_parallel: bool = True
     recompute: Recompute = "none"
     distributed_optimizer: bool = True
+    #: the kernels, from the GPU profile (memory.py): flash attention, fused norms, fused SwiGLU / RoPE
     flash_attention: bool = True
+    fused_norm: bool = True
+    fused_activation: bool = True
     dtype: str = "bf16"
     #: bytes per activation element: 2 (bf16 training); 4 for fp32 runs such as `primuspp train` on CPU
     dtype_bytes: int = 2

@@ -107,7 +107,7 @@ def model_parallel(
         sequence_parallel=sequence_parallel,
         dtype=dtype,
         dtype_bytes=DTYPE_BYTES[dtype],
-        flash_attention=hw.flash_attention,
+        **hw.kernels(),
     )
     check_parallel(spec, par, pp)  # what does not depend on the algorithm: TP, EP, the batch
     if micro_batches is not None and micro_batches != par.micro_batches:
