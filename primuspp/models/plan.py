@@ -77,7 +77,8 @@ def candidates(
 ) -> list[Candidate]:
     """Every combination to evaluate (admissibility is checked when evaluated, so that refusals count).
     TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; CP: 1, 2, 4, 8 where
-    the sequence splits into 2 x CP chunks and TP x CP x PP divides the GPUs; EP: powers of two dividing
+    the sequence splits into 2 x CP chunks and TP x CP x PP divides the GPUs (not CP 2c with micro-batch
+    size 2k when c, k is swept: `_halved`); EP: powers of two dividing
     the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all
     its chunks would sit on the one rank, which runs them as 1F1B does, in the same time and memory)."""
     tps = tps or [t for t in (1, 2, 4, 8, 16) if t <= hw.gpus_per_node and gpus % t == 0]
@@ -105,11 +106,20 @@ def candidates(
                             continue
                         for ep in eps:
                             for mbs in micro_batch_sizes:
+                                if not cp_given and _halved(cp, mbs, cps, micro_batch_sizes):
+                                    continue
                                 par = replace(
                                     base, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs
                                 )
                                 out.append(Candidate(algo.name, par, gpus))
     return out
+
+
+def _halved(cp: int, mbs: int, cps: Sequence[int], micro_batch_sizes: Sequence[int]) -> bool:
+    """CP 2c with micro-batch size 2k is CP c with micro-batch size k on twice the ranks: the same tokens
+    per rank, microbatch count (DP halves), memory and gradient group, and a longer ring: never faster.
+    True when the sweep has (c, k) too, so (2c, 2k) need not be evaluated."""
+    return cp > 1 and mbs % 2 == 0 and cp // 2 in cps and mbs // 2 in micro_batch_sizes
 
 
 def _cannot_fit(spec: ModelSpec, hw: Hardware, par: Parallel) -> bool:

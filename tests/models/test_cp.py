@@ -5,6 +5,7 @@ one-line errors of `--cp`."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -139,3 +140,20 @@ def test_simulate_cp_json(capsys, tmp_path):
     code, out, _ = run(capsys, *argv, "--seq-len", "8192", "-o", str(tmp_path), "--json")
     doc = json.loads(out)
     assert code == 0 and doc["cp"] == 2 and doc["dp"] == 2 and doc["results"][0]["cp"] == 2
+
+
+def test_cp_with_twice_the_micro_batch_is_never_faster():
+    # why the default sweep leaves out CP 2c x micro-batch 2k when it has c x k: the same tokens per rank,
+    # microbatch count and memory, on a longer ring
+    base = Parallel(pp=4, global_batch_size=64, seq_len=8192)
+    for c, k in ((1, 1), (2, 2), (1, 2)):
+        small = replace(base, cp=c, micro_batch_size=k, dp=16 // (4 * c))
+        big = replace(base, cp=2 * c, micro_batch_size=2 * k, dp=16 // (8 * c))
+        a, b = project(LLAMA, H100, small, "1f1b"), project(LLAMA, H100, big, "1f1b")
+        assert a.par.micro_batches == b.par.micro_batches
+        assert b.peak_memory_bytes == pytest.approx(a.peak_memory_bytes)
+        assert b.step_time_ms >= a.step_time_ms
+    items = candidates(LLAMA, H100, 64, Parallel(global_batch_size=64, seq_len=8192), ["1f1b"], [1], [4])
+    assert sorted({(c.par.cp, c.par.micro_batch_size) for c in items}) == [
+        (1, 1), (1, 2), (1, 4), (2, 1), (4, 1), (8, 1),
+    ]  # fmt: skip
