@@ -102,7 +102,9 @@ def plan(
         )
         mbs = micro_batch_size or (1, 2, 4)
         items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, mbs, cp)
-    result = evaluate(spec, hw, progress(items, "planning"), layout, first_last=first_last)
+    result = evaluate(
+        spec, hw, progress(items, "planning"), layout, first_last=first_last, project_unfit=show_all
+    )
     if result.evaluated and not (result.fits or result.no_fit or result.dropped.get(NO_FIT)):
         # nothing could even be projected: the options themselves are inconsistent (bad input, exit 2)
         why, example = next(iter(result.examples.items()))

@@ -14,7 +14,7 @@ from primuspp.errors import ConfigError, ScheduleError, ValidationError
 from primuspp.models.hardware import Hardware
 from primuspp.models.memory import state_bytes
 from primuspp.models.parallel import Parallel, check_parallel
-from primuspp.models.project import Projection, placement_for, project
+from primuspp.models.project import Projection, one_microbatch_peak, placement_for, project, stage_plan
 from primuspp.models.spec import ModelSpec
 
 #: Algorithms swept by default: one of each family a user would run (the searching planners — zb-h2,
@@ -137,33 +137,18 @@ def evaluate(
     layout: str = "balanced",
     on_each: Callable[[Candidate], None] | None = None,
     first_last: tuple[int | None, int | None] | None = None,
+    project_unfit: bool = False,
 ) -> PlanResult:
+    """Project every candidate, or drop it with its reason. A candidate that cannot fit whatever the
+    schedule (its state alone, or with one microbatch in flight, exceeds HBM: `one_microbatch_peak`) is
+    dropped before its schedule is built, unless `project_unfit` (plan --all, which ranks those too)."""
     result = PlanResult()
     tables: dict = {}
     for cand in items:
         result.evaluated += 1
         reason, message = None, ""
         try:
-            if cand.par.dp == 0:
-                p = cand.par
-                cp = f" x --cp {p.cp}" if p.cp > 1 else ""
-                raise ConfigError(f"--tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs")
-            _, parts = placement_for(cand.algorithm, cand.par)
-            check_parallel(spec, cand.par, parts)
-            if _cannot_fit(spec, hw, cand.par):
-                reason, message = NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
-            else:
-                # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
-                pr = replace(
-                    project(spec, hw, cand.par, cand.algorithm, layout, tables=tables, first_last=first_last),
-                    result=None,
-                )
-                if pr.fits:
-                    result.fits.append(pr)
-                else:
-                    result.no_fit.append(pr)
-                    reason = NO_FIT
-                    message = f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hw.hbm_bytes / 1e9:.0f} GB"
+            reason, message = _evaluate_one(spec, hw, cand, layout, first_last, project_unfit, tables, result)
         except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
             reason, message = REFUSED, f"{cand}: {err}"
         except ConfigError as err:
@@ -174,6 +159,40 @@ def evaluate(
         if on_each is not None:
             on_each(cand)
     return result
+
+
+def _evaluate_one(
+    spec: ModelSpec,
+    hw: Hardware,
+    cand: Candidate,
+    layout: str,
+    first_last: tuple[int | None, int | None] | None,
+    project_unfit: bool,
+    tables: dict,
+    result: PlanResult,
+) -> tuple[str | None, str]:
+    """Project `cand` into `result` (None, "") or say why it is dropped (NO_FIT, message); raises the
+    ConfigError / ScheduleError of a configuration that cannot run."""
+    p = cand.par
+    if p.dp == 0:
+        cp = f" x --cp {p.cp}" if p.cp > 1 else ""
+        raise ConfigError(f"--tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs")
+    _, parts = placement_for(cand.algorithm, p)
+    check_parallel(spec, p, parts)
+    hbm = hw.hbm_bytes
+    if not project_unfit and _cannot_fit(spec, hw, p):
+        return NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
+    plan = stage_plan(spec, hw, p, cand.algorithm, layout, first_last)
+    if not project_unfit and (low := one_microbatch_peak(spec, hw, p, plan)) > hbm:
+        return NO_FIT, f"{cand}: {low / 1e9:.1f} GB > {hbm / 1e9:.0f} GB with one microbatch in flight"
+    # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
+    pr = project(spec, hw, p, cand.algorithm, layout, tables=tables, first_last=first_last, plan=plan)
+    pr = replace(pr, result=None)
+    if pr.fits:
+        result.fits.append(pr)
+        return None, ""
+    result.no_fit.append(pr)
+    return NO_FIT, f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hbm / 1e9:.0f} GB"
 
 
 def plan_record(

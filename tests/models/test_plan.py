@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,31 @@ def test_recompute_swept(capsys):
     assert code == 0 and doc["configurations_evaluated"] == 4
     # at 4096 tokens only full recompute fits (experiment 2 of docs/plan.md)
     assert doc["results"] and all(r["recompute"] == "full" for r in doc["results"])
+
+
+@pytest.mark.parametrize("algorithm", ["1f1b", "1f1b-interleaved", "zbv", "v-half", "v-min", "dualpipe-v"])
+def test_one_microbatch_bound_is_below_every_projected_peak(algorithm):
+    # the sweep drops a candidate whose bound exceeds HBM without building its schedule: the bound must
+    # never pass the projected peak (same memory model, any schedule of the placement)
+    from primuspp.models.project import one_microbatch_peak, project, stage_plan
+
+    spec, hw = PRESETS["llama3-8b"], load_hardware("h100")
+    vpp = 1 if algorithm == "1f1b" else 2
+    for mbs, pp, recompute in ((1, 4, "none"), (2, 2, "full"), (1, 8, "selective")):
+        par = Parallel(pp=pp, vpp=vpp, micro_batch_size=mbs, global_batch_size=16 * mbs, seq_len=4096)
+        par = replace(par, recompute=recompute)
+        plan = stage_plan(spec, hw, par, algorithm)
+        bound = one_microbatch_peak(spec, hw, par, plan)
+        peak = project(spec, hw, par, algorithm, plan=plan).peak_memory_bytes
+        assert 0 < bound <= peak, (mbs, pp, recompute, bound, peak)
+
+
+def test_plan_all_projects_what_the_bound_would_drop(capsys):
+    args = ["plan", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--tp", "8", "--pp", "8"]
+    args += ["--cp", "1", "--micro-batch-size", "8", "--seq-len", "32768", "-a", "1f1b", "--json"]
+    code, out, _ = run(capsys, *args)
+    doc = json.loads(out)
+    assert code == 0 and doc["dropped"] == {NO_FIT: 1} and "one microbatch" in doc["dropped_examples"][NO_FIT]
+    code, out, _ = run(capsys, *args, "--all")
+    results = json.loads(out)["results"]
+    assert code == 0 and len(results) == 1 and not results[0]["fits"]
