@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from primuspp.algorithms.registry import get_algorithm
+from primuspp.algorithms.registry import get_algorithm, refusal
 from primuspp.errors import ConfigError, ScheduleError, ValidationError
 from primuspp.models.hardware import Hardware
 from primuspp.models.memory import state_bytes
@@ -182,6 +182,9 @@ def _evaluate_one(
     hbm = hw.hbm_bytes
     if not project_unfit and _cannot_fit(spec, hw, p):
         return NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
+    why = refusal(cand.algorithm, p.pp, p.vpp, p.micro_batches, {})
+    if why:
+        raise ScheduleError(why, key="micro_batches")
     plan = stage_plan(spec, hw, p, cand.algorithm, layout, first_last)
     if not project_unfit and (low := one_microbatch_peak(spec, hw, p, plan)) > hbm:
         return NO_FIT, f"{cand}: {low / 1e9:.1f} GB > {hbm / 1e9:.0f} GB with one microbatch in flight"
