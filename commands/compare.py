@@ -60,6 +60,7 @@ def compare(
     gpu: o.GpuOpt = None,
     tp: o.TpOpt = None,
     ep: o.EpOpt = None,
+    cp: o.CpOpt = None,
     gpus: o.GpusOpt = None,
     micro_batch_size: o.MbsOpt = None,
     global_batch_size: o.GbsOpt = None,

@@ -31,6 +31,7 @@ class ModelFlags:
     gpu: str | None = None
     tp: int | None = None
     ep: int | None = None
+    cp: int | None = None
     gpus: int | None = None
     micro_batch_size: int | None = None
     global_batch_size: int | None = None
@@ -52,6 +53,7 @@ class ModelFlags:
         "gpu": "--gpu",
         "tp": "--tp",
         "ep": "--ep",
+        "cp": "--cp",
         "gpus": "--gpus",
         "micro_batch_size": "--micro-batch-size",
         "global_batch_size": "--global-batch-size",
@@ -169,6 +171,7 @@ def build(
         ("--pp", pp),
         ("--tp", flags.tp),
         ("--ep", flags.ep),
+        ("--cp", flags.cp),
         ("--gpus", flags.gpus),
         ("--micro-batch-size", flags.micro_batch_size),
         ("--global-batch-size", flags.global_batch_size),
@@ -193,6 +196,7 @@ def build(
         tp=flags.tp,
         pp=pp or packaged.pp,
         ep=flags.ep,
+        cp=flags.cp,
         gpus=flags.gpus,
         micro_batch_size=flags.micro_batch_size,
         global_batch_size=flags.global_batch_size,
@@ -217,9 +221,10 @@ def build(
 
 def title(setup: ModelSetup, what: str) -> str:
     s, p, hw = setup.spec, setup.par, setup.hw
+    cp = f" cp {p.cp}" if p.cp > 1 else ""
     return (
         f"{what}: {s.name} ({s.parameters / 1e9:.3g}B parameters) on {p.gpus} x {hw.name}, "
-        f"tp {p.tp} pp {p.pp} dp {p.dp} ep {p.ep}, micro-batch {p.micro_batch_size} x {p.seq_len} "
+        f"tp {p.tp}{cp} pp {p.pp} dp {p.dp} ep {p.ep}, micro-batch {p.micro_batch_size} x {p.seq_len} "
         f"tokens, global batch {p.global_batch_size}, recompute {p.recompute}"
     )
 

@@ -189,8 +189,10 @@ DtypeOpt = Annotated[
 ]
 TpOpt = Annotated[int | None, typer.Option("--tp", help="With --model: tensor-parallel size (default 1).")]
 EpOpt = Annotated[int | None, typer.Option("--ep", help="With --model: expert-parallel size (default 1).")]
+CpOpt = Annotated[int | None, typer.Option("--cp", help="With --model: context-parallel size (default 1).")]
 GpusOpt = Annotated[
-    int | None, typer.Option("--gpus", help="With --model: GPUs in all, TP x PP x DP (default TP x PP).")
+    int | None,
+    typer.Option("--gpus", help="With --model: GPUs in all, TP x CP x PP x DP (default TP x CP x PP)."),
 ]
 MbsOpt = Annotated[
     int | None, typer.Option("--micro-batch-size", help="With --model: sequences per microbatch (default 1).")

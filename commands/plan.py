@@ -1,4 +1,4 @@
-"""`primuspp plan`: the best TP x PP x VPP x EP x micro-batch size x algorithm for a model on N GPUs."""
+"""`primuspp plan`: the best TP x CP x PP x VPP x EP x micro-batch size x algorithm for a model on N GPUs."""
 
 from __future__ import annotations
 
@@ -42,6 +42,10 @@ def plan(
     pp: Annotated[list[int] | None, typer.Option("--pp", help="Only these PP sizes (repeatable).")] = None,
     vpp: Annotated[list[int] | None, typer.Option("--vpp", help="Only these VPP sizes (repeatable).")] = None,
     ep: Annotated[list[int] | None, typer.Option("--ep", help="Only these EP sizes (repeatable).")] = None,
+    cp: Annotated[
+        list[int] | None,
+        typer.Option("--cp", help="Only these context-parallel sizes (repeatable; default 1, 2, 4, 8)."),
+    ] = None,
     micro_batch_size: Annotated[
         list[int] | None, typer.Option("--micro-batch-size", help="Micro-batch sizes (default 1, 2, 4).")
     ] = None,
@@ -67,14 +71,14 @@ def plan(
     ] = None,
     json_: o.JsonOpt = False,
 ) -> None:
-    """Plan a model on N GPUs: sweep TP, PP, VPP, EP, micro-batch size and algorithm; rank what fits."""
+    """Plan a model on N GPUs: sweep TP, CP, PP, VPP, EP, micro-batch size and algorithm; rank what fits."""
     spec = resolve_model(model)
     hw = load_hardware(gpu)
     hw.peak(dtype)
     for key, value in (("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch-size", global_batch_size)):
         o.check_positive(key, value)
     o.check_positive("--top", top)
-    for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep)):
+    for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep), ("--cp", cp)):
         for v in values or ():
             o.check_positive(key, v)
     first_last = o.first_last(first_layers, last_layers)
@@ -94,9 +98,13 @@ def plan(
             recompute=value,  # type: ignore[arg-type]
             sequence_parallel=not no_sequence_parallel,
             dtype=dtype,
+            **hw.kernels(),
         )
-        items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, micro_batch_size or (1, 2, 4))
-    result = evaluate(spec, hw, progress(items, "planning"), layout, first_last=first_last)
+        mbs = micro_batch_size or (1, 2, 4)
+        items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, mbs, cp)
+    result = evaluate(
+        spec, hw, progress(items, "planning"), layout, first_last=first_last, project_unfit=show_all
+    )
     if result.evaluated and not (result.fits or result.no_fit or result.dropped.get(NO_FIT)):
         # nothing could even be projected: the options themselves are inconsistent (bad input, exit 2)
         why, example = next(iter(result.examples.items()))
@@ -128,6 +136,7 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         "#",
         "algorithm",
         "tp",
+        "cp",
         "pp",
         "vpp",
         "ep",
@@ -150,6 +159,7 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
             str(i),
             r["algorithm"],
             str(r["tp"]),
+            str(r["cp"]),
             str(r["pp"]),
             str(r["vpp"]),
             str(r["ep"]),

@@ -38,6 +38,7 @@ def simulate(
     gpu: o.GpuOpt = None,
     tp: o.TpOpt = None,
     ep: o.EpOpt = None,
+    cp: o.CpOpt = None,
     gpus: o.GpusOpt = None,
     micro_batch_size: o.MbsOpt = None,
     global_batch_size: o.GbsOpt = None,

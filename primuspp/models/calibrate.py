@@ -192,8 +192,7 @@ def _with_p2p(spec: ModelSpec, hw: Hardware, par: Parallel, comm_ms: float) -> H
     """The link between pipeline neighbours with the latency that makes one transfer take `comm_ms`."""
     name = "intra_node" if 2 * (par.gpus // par.pp) <= hw.gpus_per_node else "inter_node"
     link = getattr(hw, name)
-    tokens = par.micro_batch_size * par.seq_len
-    bytes_ = tokens * spec.hidden * BYTES / (par.tp if par.sp else 1)
+    bytes_ = par.tokens * spec.hidden * BYTES / (par.tp if par.sp else 1)
     latency = max(comm_ms / 1e3 - bytes_ / (link.bandwidth * hw.efficiency.comm), 0.0)
     return hw.model_copy(update={name: link.model_copy(update={"latency": latency})})
 

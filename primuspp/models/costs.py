@@ -10,6 +10,11 @@ efficiencies, and its collectives; plus the embedding and the head (final norm, 
   reduce-scatter, the same bytes), on the critical path (not overlapped). MoE with EP: a dispatch and a
   combine all-to-all each way. W has no communication.
 - Recompute: `selective` re-runs the attention core in B; `full` re-runs the whole layer's forward in B.
+- CP (context parallel, Megatron's p2p ring): every rank holds mbs x seq / CP tokens (two of the 2 x CP
+  chunks, so the causal attention work is the same on every rank: 1/CP of it). Per layer the forward passes
+  K and V around the ring in CP - 1 steps, the backward passes K/V again and dK/dV back (twice the bytes);
+  each step's transfer overlaps the attention core on the chunk already there, so only what the ring
+  takes beyond (CP - 1)/CP of the attention core's time is added (`cp_exposed_ms`).
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ def _ring_ms(bytes_: float, group: int, factor: float, hw: Hardware, spread: int
 
 def tp_collective_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
     """One TP all-reduce (or all-gather + reduce-scatter) of a layer's hidden states."""
-    tokens = par.micro_batch_size * par.seq_len
+    tokens = par.tokens
     return _ring_ms(tokens * spec.hidden * BYTES, par.tp, 2.0, hw)
 
 
@@ -63,7 +68,7 @@ def a2a_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
     """One MoE all-to-all (dispatch or combine) over the EP group."""
     if par.ep <= 1:
         return 0.0
-    tokens = par.micro_batch_size * par.seq_len / (par.tp if par.sp else 1)
+    tokens = par.tokens / (par.tp if par.sp else 1)
     link = hw.link(par.ep, spread=par.tp)
     bytes_ = tokens * spec.top_k * spec.hidden * BYTES * (par.ep - 1) / par.ep
     return (bytes_ / (link.bandwidth * hw.efficiency.comm) + (par.ep - 1) * link.latency) * 1e3
@@ -89,13 +94,36 @@ def attention_gemms(spec: ModelSpec, tokens: int) -> list[float]:
 
 
 def attention_core_flops(spec: ModelSpec, par: Parallel) -> float:
-    """Forward FLOPs of QK^T and AV for one microbatch (causal: half), whole layer."""
+    """Forward FLOPs of QK^T and AV for one microbatch (causal: half), whole layer, on one CP rank (CP's
+    2 x CP chunks, paired first with last, give every rank the same 1/CP share of the causal triangle)."""
     b, s, nh = par.micro_batch_size, par.seq_len, spec.heads
     if spec.mla:
         qk, v = spec.qk_nope_head_dim + spec.qk_rope_head_dim, spec.v_head_dim
     else:
         qk = v = spec.head_dim
-    return 0.5 * 2 * b * nh * s * s * (qk + v)
+    return 0.5 * 2 * b * nh * s * s * (qk + v) / par.cp
+
+
+def cp_ring_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
+    """The context-parallel ring of one layer's forward: CP - 1 steps, each passing this rank's K and V
+    (its tokens, its TP share of the KV heads) to the next CP rank, which are TP ranks apart."""
+    if par.cp <= 1:
+        return 0.0
+    if spec.mla:
+        per_token = spec.heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim)
+    else:
+        per_token = 2 * spec.kv_groups * spec.head_dim
+    bytes_ = par.tokens * per_token / par.tp * BYTES
+    link = hw.link(par.cp, spread=par.tp)
+    return (par.cp - 1) * (bytes_ / (link.bandwidth * hw.efficiency.comm) + link.latency) * 1e3
+
+
+def cp_exposed_ms(ring_ms: float, core_ms: float, cp: int) -> float:
+    """What of a ring is not hidden: step i's transfer overlaps the attention on the chunk step i - 1
+    brought (CP - 1 of the CP equal attention steps), so only the excess of the ring shows."""
+    if cp <= 1:
+        return 0.0
+    return max(0.0, ring_ms - core_ms * (cp - 1) / cp)
 
 
 def mlp_gemms(spec: ModelSpec, tokens: float, width: int) -> list[float]:
@@ -105,7 +133,7 @@ def mlp_gemms(spec: ModelSpec, tokens: float, width: int) -> list[float]:
 
 def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> LayerCost:
     """F, B, W (ms) of one microbatch through one dense (`moe` False) or MoE layer on one rank."""
-    tokens = par.micro_batch_size * par.seq_len
+    tokens = par.tokens
     tp = par.tp
     gemm_ms = 0.0
     gemm_flops = 0.0
@@ -139,10 +167,13 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
     core_ms = core / (hw.peak(par.dtype) * hw.efficiency.attention) * 1e3
     elementwise_bytes = tokens * BYTES * (ELEMENTWISE_HIDDEN * spec.hidden + ELEMENTWISE_FFN * width) / tp
     elem_ms = elementwise_bytes / hw.hbm_bandwidth * 1e3
-    forward = gemm_ms + core_ms + elem_ms + comm_f
-    backward = gemm_ms + ATTENTION_BACKWARD * core_ms + 2 * elem_ms + comm_f
+    ring = cp_ring_ms(spec, par, hw)
+    cp_f = cp_exposed_ms(ring, core_ms, par.cp)
+    cp_b = cp_exposed_ms(2 * ring, ATTENTION_BACKWARD * core_ms, par.cp)  # K/V again, then dK/dV back
+    forward = gemm_ms + core_ms + elem_ms + comm_f + cp_f
+    backward = gemm_ms + ATTENTION_BACKWARD * core_ms + 2 * elem_ms + comm_f + cp_b
     if par.recompute == "selective":
-        backward += core_ms
+        backward += core_ms + cp_f
     elif par.recompute == "full":
         backward += forward
     flops = 3 * gemm_flops + (1 + ATTENTION_BACKWARD) * core
@@ -151,7 +182,7 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
 
 def head_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:
     """Final norm, output layer (vocab-parallel over TP) and cross-entropy on the last part."""
-    tokens = par.micro_batch_size * par.seq_len
+    tokens = par.tokens
     f = 2 * tokens * spec.hidden * spec.vocab / par.tp
     gemm = _gemm_ms(f, hw, par)
     # softmax / cross-entropy over fp32 logits: read and write them a few times
@@ -161,18 +192,18 @@ def head_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:
 
 def embedding_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:
     """The embedding lookup (memory-bound; its gradient is a scatter-add, counted as W)."""
-    tokens = par.micro_batch_size * par.seq_len
+    tokens = par.tokens
     ms = tokens * spec.hidden * BYTES / hw.hbm_bandwidth * 1e3
     return LayerCost(ms, 0.0, ms, 0.0, LayerMemory(0.0, 0.0))
 
 
 def p2p_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
     """One activation (or its gradient) between pipeline neighbours: gpus / pp ranks apart."""
-    tokens = par.micro_batch_size * par.seq_len
+    tokens = par.tokens
     bytes_ = tokens * spec.hidden * BYTES / (par.tp if par.sp else 1)
     link = hw.link(2, spread=par.gpus // par.pp)
     return (link.latency + bytes_ / (link.bandwidth * hw.efficiency.comm)) * 1e3
 
 
 def p2p_bytes(spec: ModelSpec, par: Parallel) -> float:
-    return par.micro_batch_size * par.seq_len * spec.hidden * par.dtype_bytes / (par.tp if par.sp else 1)
+    return par.tokens * spec.hidden * par.dtype_bytes / (par.tp if par.sp else 1)

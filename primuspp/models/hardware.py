@@ -9,6 +9,7 @@ from __future__ import annotations
 import bisect
 from importlib import resources
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -71,8 +72,13 @@ class Hardware(_Strict):
     inter_node: Link
     reserved_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     efficiency: Efficiency = Efficiency()
-    #: fused (flash) attention: the s x s scores are not stored (false: CPUs, unfused kernels)
-    flash_attention: bool = True
+    #: the kernels a layer runs, which decide what it saves for its backward (memory.py): `flash` attention
+    #: keeps no s x s scores; `unfused` (megatron-core's local spec, e.g. on CPU) keeps them and GQA's K/V
+    #: repeated to every head. `norm` / `activation`: `fused` (TE norms, fused SwiGLU and RoPE) or
+    #: `unfused` (torch ops: RMSNorm's fp32 intermediates, SwiGLU's SiLU output, RoPE's cos/sin)
+    attention: Literal["flash", "unfused"] = "flash"
+    norm: Literal["fused", "unfused"] = "fused"
+    activation: Literal["fused", "unfused"] = "fused"
 
     @field_validator("peak_flops")
     @classmethod
@@ -90,6 +96,14 @@ class Hardware(_Strict):
                 key="--dtype",
             )
         return self.peak_flops[dtype]
+
+    def kernels(self) -> dict[str, bool]:
+        """The `Parallel` fields the profile's kernels set."""
+        return {
+            "flash_attention": self.attention == "flash",
+            "fused_norm": self.norm == "fused",
+            "fused_activation": self.activation == "fused",
+        }
 
     def link(self, group: int, spread: int = 1) -> Link:
         """The link a group of `group` GPUs, consecutive ranks `spread` apart, communicates over."""

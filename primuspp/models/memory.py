@@ -12,8 +12,16 @@ softmax, dropout) the count with `dropout=True` equals their s·b·h·(34 + 5·a
 s·b·h·(10 + 24/t + 5as/(ht)) with TP, s·b·h·(34 + 5as/h)/t with TP and sequence parallel, and drops the
 5as/h term with selective recompute (`korthikanti_bytes`; tested). Models without dropout save 2·s·b·h (its
 two hidden masks) and the s² mask less. With flash attention (the default on GPUs) the s² softmax is not
-saved, only its fp32 log-sum-exp. `w_kept` is what the weight-gradient pass (W) still needs after B: the
-GEMMs' inputs and their output gradients; B frees the rest.
+saved, only its fp32 log-sum-exp. Norms also save their per-token statistics (not in Korthikanti's count).
+
+What a layer saves depends on its kernels, which the GPU profile names (`attention`, `norm`, `activation`):
+fused GPU kernels (flash attention, TE norms, Megatron's fused SwiGLU and RoPE) save the tensors above;
+megatron-core's local spec on CPU (unfused torch ops) saves more — GQA's K and V repeated to every head,
+RMSNorm's fp32 intermediates, SwiGLU's SiLU output, RoPE's cos/sin — counted tensor by tensor as
+measured with saved-tensor hooks (tests/megatron/test_model_params.py).
+
+`w_kept` is what the weight-gradient pass (W) still needs after B: the GEMMs' inputs and their output
+gradients; B frees the rest.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ class LayerMemory:
 def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = False) -> LayerMemory:
     """Saved activation bytes of one microbatch in one layer on one rank."""
     BYTES = par.dtype_bytes
-    t = par.micro_batch_size * par.seq_len
+    t = par.tokens  # this rank's tokens: CP splits the sequence
     tp = par.tp
     h = spec.hidden
     a = 1.0 / tp if par.sp else 1.0  # hidden-sized tensors: split by sequence parallel only
@@ -44,48 +52,82 @@ def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = Fals
     nh = spec.heads
     if par.recompute == "full":
         return LayerMemory(hidden, _w_kept(spec, moe, par, t, a))
-    act = 2 * hidden  # the two norms' inputs
+    act = 2 * norm_bytes(spec, par, t * a)  # the two norms
     # attention block
+    b, s, cp = par.micro_batch_size, par.seq_len, par.cp
     if spec.mla:
         qk = spec.qk_nope_head_dim + spec.qk_rope_head_dim
         act += hidden  # input of the down projections (norm output)
         act += BYTES * t * 2 * (spec.q_lora_rank + spec.kv_lora_rank + spec.qk_rope_head_dim)  # latents
-        q_bytes = BYTES * t * nh * qk / tp
-        k_bytes = BYTES * t * nh * qk / tp
-        v_bytes = BYTES * t * nh * spec.v_head_dim / tp
-        out_bytes = BYTES * t * nh * spec.v_head_dim / tp
+        act += BYTES * t * nh * (2 * qk + 2 * spec.v_head_dim) / tp  # Q, K, V, attention output
     else:
-        d = spec.head_dim
         act += hidden  # QKV input
-        q_bytes = BYTES * t * nh * d / tp
-        k_bytes = v_bytes = BYTES * t * spec.kv_groups * d / tp
-        out_bytes = BYTES * t * nh * d / tp  # attention output = output projection input
-    act += q_bytes + k_bytes + v_bytes + out_bytes
-    b, s = par.micro_batch_size, par.seq_len
+        act += BYTES * t * spec.head_dim * _qkv_units(spec, par) / tp
+        act += BYTES * t * nh * spec.head_dim / tp  # attention output = output projection input
+        if not par.fused_activation and not spec.learned_positions:
+            act += 4 * BYTES * s / cp * spec.head_dim  # torch's RoPE: cos and sin, for Q and for K
     if par.flash_attention:
-        act += 4 * b * nh * s / tp  # fp32 log-sum-exp
+        act += 4 * b * nh * s / cp / tp  # fp32 log-sum-exp
     elif par.recompute != "selective":
-        act += BYTES * b * nh * s * s / tp  # softmax output
+        act += BYTES * b * nh * s * s / cp / tp  # softmax output (CP: this rank's queries x all keys)
         if dropout:
-            act += 3 * b * nh * s * s / tp  # dropout mask (1 B) and dropout output (2 B)
+            act += 3 * b * nh * s * s / cp / tp  # dropout mask (1 B) and dropout output (2 B)
     if dropout:
         act += 2 * t * h * a  # the two hidden dropouts' masks
     # MLP / MoE block
-    up = 2 if spec.swiglu else 1
     if moe:
         k, e = spec.top_k, spec.expert_ffn
         act += hidden  # router input (norm output)
         act += 4 * t * a * spec.experts  # fp32 router probabilities
         act += BYTES * t * k * h  # permuted tokens: the experts' fc1 input
-        act += BYTES * t * k * e * (up + 1) / tp  # fc1 output and the activation output (fc2 input)
+        act += BYTES * t * k * e * _mlp_units(spec, par) / tp  # fc1 output ... fc2 input
         act += BYTES * t * k * h * a  # expert outputs before the weighted combine
         if spec.shared_experts:
             w = spec.shared_experts * e
-            act += BYTES * t * w * (up + 1) / tp
+            act += BYTES * t * w * _mlp_units(spec, par) / tp
     else:
         act += hidden  # fc1 input
-        act += BYTES * t * spec.ffn * (up + 1) / tp
+        act += BYTES * t * spec.ffn * _mlp_units(spec, par) / tp
     return LayerMemory(act, _w_kept(spec, moe, par, t, a))
+
+
+def norm_bytes(spec: ModelSpec, par: Parallel, tokens: float) -> float:
+    """What one norm saves for `tokens` tokens: its input and its per-token statistics (LayerNorm: mean and
+    1/sigma, RMSNorm: 1/rms, fp32). torch's unfused RMSNorm (megatron-core's local spec on CPU) instead
+    saves an fp32 copy of its input and the fp32 normalised tensor."""
+    stats = 4 * tokens * (2 if spec.norm == "layernorm" else 1)
+    if spec.norm == "rmsnorm" and not par.fused_norm:
+        return 8 * tokens * spec.hidden + stats
+    return par.dtype_bytes * tokens * spec.hidden + stats
+
+
+def _qkv_units(spec: ModelSpec, par: Parallel) -> float:
+    """Q, K and V as attention saves them, in head_dim x tokens elements (before TP).
+
+    Fused attention (flash) saves Q, K and V as they are. Megatron's unfused local attention without
+    recompute repeats K and V to every head (GQA), so it saves 3 x heads; where it saves a slice of the
+    fused QKV projection output (V always with MHA, Q/K without RoPE) the whole output stays alive. With
+    selective recompute the checkpoint saves Q, K and V before the repeat: the QKV output (V is a view of
+    it), plus Q when it is a copy (GQA's reshape, RoPE) and K when RoPE made a copy."""
+    nh, kv = spec.heads, spec.kv_groups
+    qkv = nh + 2 * kv
+    if par.flash_attention:
+        return qkv
+    rope, gqa = not spec.learned_positions, kv != nh
+    if par.recompute == "selective":
+        return qkv + (nh if gqa or rope else 0) + (kv if rope else 0)
+    if gqa:
+        return 3 * nh
+    return qkv + (nh + kv if rope else 0)
+
+
+def _mlp_units(spec: ModelSpec, par: Parallel) -> float:
+    """Saved MLP intermediates per token, in units of its width (before TP): fc1's output (x2 for SwiGLU's
+    two halves) and fc2's input; torch's unfused SwiGLU also keeps the SiLU output and a copy of the linear
+    half."""
+    if not spec.swiglu:
+        return 2
+    return 3 if par.fused_activation else 5
 
 
 def _w_kept(spec: ModelSpec, moe: bool, par: Parallel, t: int, a: float) -> float:
@@ -128,7 +170,7 @@ def head_memory(spec: ModelSpec, par: Parallel) -> LayerMemory:
     """The last part: final norm input, output layer input, and the fp32 softmax of the vocab-parallel
     cross-entropy (kept for its backward)."""
     BYTES = par.dtype_bytes
-    t = par.micro_batch_size * par.seq_len
+    t = par.tokens
     a = 1.0 / par.tp if par.sp else 1.0
     act = 2 * BYTES * t * spec.hidden * a + 4 * t * spec.vocab / par.tp
     kept = BYTES * t * spec.hidden * a + BYTES * t * spec.vocab / par.tp
@@ -162,7 +204,7 @@ def state_bytes(dense_params: float, expert_params: float, par: Parallel) -> Sta
     """`dense_params` / `expert_params`: parameters this rank holds (already divided by TP / EP)."""
     params = dense_params + expert_params
     if par.distributed_optimizer:
-        optimizer = 12 * dense_params / par.dp + 12 * expert_params / par.expert_dp
+        optimizer = 12 * dense_params / par.grad_dp + 12 * expert_params / par.expert_dp
     else:
         optimizer = 12 * params
     return StateBytes(2 * params, 4 * params, optimizer)

@@ -1,4 +1,4 @@
-"""A parallel configuration of one training step: TP, PP, VPP, EP, DP, batch shape and options, checked
+"""A parallel configuration of one training step: TP, CP, PP, VPP, EP, DP, batch shape and options, checked
 against the model (every violation is one line naming the flag)."""
 
 from __future__ import annotations
@@ -15,29 +15,41 @@ RECOMPUTE = ("none", "selective", "full")
 
 @dataclass(frozen=True)
 class Parallel:
-    """TP x PP x DP GPUs (Megatron's rank order tp, dp, pp: TP groups are consecutive ranks, PP neighbours
-    gpus / pp apart). EP is carved out of DP (expert tensor parallel = TP, expert data parallel = DP / EP).
-    `vpp` is the number of model chunks per rank (2 for V and bidirectional placements)."""
+    """TP x CP x PP x DP GPUs (Megatron's rank order tp, cp, dp, pp: TP groups are consecutive ranks, CP
+    groups TP apart, PP neighbours gpus / pp apart). CP splits every sequence into 2 x CP chunks (two per
+    rank, load-balanced for the causal mask); its ranks hold the same weights, so gradients are reduced and
+    the distributed optimizer sharded over DP x CP. EP is carved out of DP x CP (expert tensor parallel =
+    TP, expert data parallel = DP x CP / EP). `vpp` is the number of model chunks per rank (2 for V and
+    bidirectional placements)."""
 
     tp: int = 1
     pp: int = 1
     dp: int = 1
     vpp: int = 1
     ep: int = 1
+    cp: int = 1
     micro_batch_size: int = 1
     global_batch_size: int = 1
     seq_len: int = 4096
     sequence_parallel: bool = True
     recompute: Recompute = "none"
     distributed_optimizer: bool = True
+    #: the kernels, from the GPU profile (memory.py): flash attention, fused norms, fused SwiGLU / RoPE
     flash_attention: bool = True
+    fused_norm: bool = True
+    fused_activation: bool = True
     dtype: str = "bf16"
     #: bytes per activation element: 2 (bf16 training); 4 for fp32 runs such as `primuspp train` on CPU
     dtype_bytes: int = 2
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of one microbatch on one rank (CP splits the sequence; TP/SP splits are per tensor)."""
+        return self.micro_batch_size * self.seq_len // self.cp
 
     @property
     def micro_batches(self) -> int:
@@ -50,7 +62,12 @@ class Parallel:
 
     @property
     def expert_dp(self) -> int:
-        return self.dp // self.ep
+        return self.dp * self.cp // self.ep
+
+    @property
+    def grad_dp(self) -> int:
+        """The group gradients are reduced and optimizer state sharded over: DP x CP."""
+        return self.dp * self.cp
 
 
 def check_parallel(spec: ModelSpec, par: Parallel, parts: int | None = None) -> None:
@@ -61,6 +78,7 @@ def check_parallel(spec: ModelSpec, par: Parallel, parts: int | None = None) -> 
         ("--pp", par.pp),
         ("--vpp", par.vpp),
         ("--ep", par.ep),
+        ("--cp", par.cp),
         ("--micro-batch-size", par.micro_batch_size),
         ("--global-batch-size", par.global_batch_size),
         ("--seq-len", par.seq_len),
@@ -83,8 +101,17 @@ def check_parallel(spec: ModelSpec, par: Parallel, parts: int | None = None) -> 
         raise ConfigError(f"--ep {par.ep}: the model has no experts (EP needs a MoE model)", key="--ep")
     if spec.moe and spec.experts % par.ep:
         raise ConfigError(f"--ep {par.ep}: does not divide the model's {spec.experts} experts", key="--ep")
-    if par.dp % par.ep:
-        raise ConfigError(f"--ep {par.ep}: does not divide the data-parallel size {par.dp}", key="--ep")
+    if par.cp > 1 and par.seq_len % (2 * par.cp):
+        raise ConfigError(
+            f"--seq-len {par.seq_len}: not divisible by 2 x CP = {2 * par.cp} (context parallelism cuts each "
+            "sequence into 2 x CP chunks)",
+            key="--seq-len",
+        )
+    if (par.dp * par.cp) % par.ep:
+        what = f"data-parallel size {par.dp}"
+        if par.cp > 1:
+            what = f"data-parallel x context-parallel size {par.dp} x {par.cp}"
+        raise ConfigError(f"--ep {par.ep}: does not divide the {what}", key="--ep")
     if par.global_batch_size % (par.micro_batch_size * par.dp):
         raise ConfigError(
             f"--global-batch-size {par.global_batch_size}: not divisible by micro-batch size x DP "

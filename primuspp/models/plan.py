@@ -1,5 +1,5 @@
-"""The planner's sweep: every admissible TP x PP x VPP x EP x micro-batch size x algorithm for a model on
-N GPUs, each projected (`project`), ranked by tokens/s per GPU among those that fit; the rest counted by
+"""The planner's sweep: every admissible TP x CP x PP x VPP x EP x micro-batch size x algorithm for a model
+on N GPUs, each projected (`project`), ranked by tokens/s per GPU among those that fit; the rest counted by
 why they were dropped."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from primuspp.algorithms.registry import get_algorithm
+from primuspp.algorithms.registry import get_algorithm, refusal
 from primuspp.errors import ConfigError, ScheduleError, ValidationError
 from primuspp.models.hardware import Hardware
 from primuspp.models.memory import state_bytes
 from primuspp.models.parallel import Parallel, check_parallel
-from primuspp.models.project import Projection, placement_for, project
+from primuspp.models.project import Projection, one_microbatch_peak, placement_for, project, stage_plan
 from primuspp.models.spec import ModelSpec
 
 #: Algorithms swept by default: one of each family a user would run (the searching planners — zb-h2,
@@ -22,6 +22,9 @@ from primuspp.models.spec import ModelSpec
 DEFAULT_ALGORITHMS = ("1f1b", "1f1b-interleaved", "zero-bubble", "zbv", "v-half", "v-min", "dualpipe-v")
 DEFAULT_MICRO_BATCH_SIZES = (1, 2, 4)
 INTERLEAVED_VPP = (2, 3, 4)
+#: Context-parallel sizes swept by default (those that cut the sequence into 2 x CP equal chunks and divide
+#: the GPUs left by TP x PP).
+DEFAULT_CP = (1, 2, 4, 8)
 
 NOT_DIVISIBLE = "not divisible"
 REFUSED = "refused by the algorithm"
@@ -36,7 +39,8 @@ class Candidate:
 
     def __str__(self) -> str:
         p = self.par
-        text = f"{self.algorithm} tp{p.tp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
+        cp = f" cp{p.cp}" if p.cp > 1 else ""
+        text = f"{self.algorithm} tp{p.tp}{cp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
         return text if p.recompute == "none" else f"{text} recompute={p.recompute}"
 
 
@@ -69,12 +73,18 @@ def candidates(
     vpps: Sequence[int] | None = None,
     eps: Sequence[int] | None = None,
     micro_batch_sizes: Sequence[int] = DEFAULT_MICRO_BATCH_SIZES,
+    cps: Sequence[int] | None = None,
 ) -> list[Candidate]:
     """Every combination to evaluate (admissibility is checked when evaluated, so that refusals count).
-    TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; EP: powers of two
-    dividing the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4)."""
+    TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; CP: 1, 2, 4, 8 where
+    the sequence splits into 2 x CP chunks and TP x CP x PP divides the GPUs (not CP 2c with micro-batch
+    size 2k when c, k is swept: `_halved`); EP: powers of two dividing
+    the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all
+    its chunks would sit on the one rank, which runs them as 1F1B does, in the same time and memory)."""
     tps = tps or [t for t in (1, 2, 4, 8, 16) if t <= hw.gpus_per_node and gpus % t == 0]
     eps = eps or ([e for e in (1, 2, 4, 8, 16, 32, 64) if e <= spec.experts] if spec.moe else [1])
+    cp_given = bool(cps)
+    cps = cps or [c for c in DEFAULT_CP if c == 1 or base.seq_len % (2 * c) == 0]
     out = []
     for algorithm in algorithms:
         algo = get_algorithm(algorithm)
@@ -86,14 +96,30 @@ def candidates(
             algo_vpps = [algo.vpp_default]
         for tp in tps:
             for pp in pps or [d for d in _divisors(gpus // tp or 1) if d <= spec.layers]:
-                # 0: TP x PP does not divide the GPUs (counted as not divisible when evaluated)
-                dp = gpus // (tp * pp) if gpus % (tp * pp) == 0 else 0
-                for vpp in algo_vpps:
-                    for ep in eps:
-                        for mbs in micro_batch_sizes:
-                            par = replace(base, tp=tp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs)
-                            out.append(Candidate(algo.name, par, gpus))
+                for cp in cps:
+                    # 0: TP x CP x PP does not divide the GPUs (counted as not divisible when evaluated)
+                    dp = gpus // (tp * cp * pp) if gpus % (tp * cp * pp) == 0 else 0
+                    if dp == 0 and cp > 1 and not cp_given:
+                        continue
+                    for vpp in algo_vpps:
+                        if pp == 1 and vpp > 1 and algo.placement == "loop" and not vpps:
+                            continue
+                        for ep in eps:
+                            for mbs in micro_batch_sizes:
+                                if not cp_given and _halved(cp, mbs, cps, micro_batch_sizes):
+                                    continue
+                                par = replace(
+                                    base, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs
+                                )
+                                out.append(Candidate(algo.name, par, gpus))
     return out
+
+
+def _halved(cp: int, mbs: int, cps: Sequence[int], micro_batch_sizes: Sequence[int]) -> bool:
+    """CP 2c with micro-batch size 2k is CP c with micro-batch size k on twice the ranks: the same tokens
+    per rank, microbatch count (DP halves), memory and gradient group, and a longer ring: never faster.
+    True when the sweep has (c, k) too, so (2c, 2k) need not be evaluated."""
+    return cp > 1 and mbs % 2 == 0 and cp // 2 in cps and mbs // 2 in micro_batch_sizes
 
 
 def _cannot_fit(spec: ModelSpec, hw: Hardware, par: Parallel) -> bool:
@@ -111,33 +137,18 @@ def evaluate(
     layout: str = "balanced",
     on_each: Callable[[Candidate], None] | None = None,
     first_last: tuple[int | None, int | None] | None = None,
+    project_unfit: bool = False,
 ) -> PlanResult:
+    """Project every candidate, or drop it with its reason. A candidate that cannot fit whatever the
+    schedule (its state alone, or with one microbatch in flight, exceeds HBM: `one_microbatch_peak`) is
+    dropped before its schedule is built, unless `project_unfit` (plan --all, which ranks those too)."""
     result = PlanResult()
     tables: dict = {}
     for cand in items:
         result.evaluated += 1
         reason, message = None, ""
         try:
-            if cand.par.dp == 0:
-                raise ConfigError(
-                    f"--tp {cand.par.tp} x --pp {cand.par.pp}: does not divide {cand.gpus} GPUs"
-                )
-            _, parts = placement_for(cand.algorithm, cand.par)
-            check_parallel(spec, cand.par, parts)
-            if _cannot_fit(spec, hw, cand.par):
-                reason, message = NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
-            else:
-                # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
-                pr = replace(
-                    project(spec, hw, cand.par, cand.algorithm, layout, tables=tables, first_last=first_last),
-                    result=None,
-                )
-                if pr.fits:
-                    result.fits.append(pr)
-                else:
-                    result.no_fit.append(pr)
-                    reason = NO_FIT
-                    message = f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hw.hbm_bytes / 1e9:.0f} GB"
+            reason, message = _evaluate_one(spec, hw, cand, layout, first_last, project_unfit, tables, result)
         except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
             reason, message = REFUSED, f"{cand}: {err}"
         except ConfigError as err:
@@ -148,6 +159,43 @@ def evaluate(
         if on_each is not None:
             on_each(cand)
     return result
+
+
+def _evaluate_one(
+    spec: ModelSpec,
+    hw: Hardware,
+    cand: Candidate,
+    layout: str,
+    first_last: tuple[int | None, int | None] | None,
+    project_unfit: bool,
+    tables: dict,
+    result: PlanResult,
+) -> tuple[str | None, str]:
+    """Project `cand` into `result` (None, "") or say why it is dropped (NO_FIT, message); raises the
+    ConfigError / ScheduleError of a configuration that cannot run."""
+    p = cand.par
+    if p.dp == 0:
+        cp = f" x --cp {p.cp}" if p.cp > 1 else ""
+        raise ConfigError(f"--tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs")
+    _, parts = placement_for(cand.algorithm, p)
+    check_parallel(spec, p, parts)
+    hbm = hw.hbm_bytes
+    if not project_unfit and _cannot_fit(spec, hw, p):
+        return NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
+    why = refusal(cand.algorithm, p.pp, p.vpp, p.micro_batches, {})
+    if why:
+        raise ScheduleError(why, key="micro_batches")
+    plan = stage_plan(spec, hw, p, cand.algorithm, layout, first_last)
+    if not project_unfit and (low := one_microbatch_peak(spec, hw, p, plan)) > hbm:
+        return NO_FIT, f"{cand}: {low / 1e9:.1f} GB > {hbm / 1e9:.0f} GB with one microbatch in flight"
+    # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
+    pr = project(spec, hw, p, cand.algorithm, layout, tables=tables, first_last=first_last, plan=plan)
+    pr = replace(pr, result=None)
+    if pr.fits:
+        result.fits.append(pr)
+        return None, ""
+    result.no_fit.append(pr)
+    return NO_FIT, f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hbm / 1e9:.0f} GB"
 
 
 def plan_record(

@@ -15,7 +15,7 @@ from primuspp.viz.sources import Source
 
 def label(p: Projection) -> str:
     q = p.par
-    text = f"{p.algorithm} tp{q.tp} pp{q.pp} vpp{q.vpp} ep{q.ep} dp{q.dp} mbs{q.micro_batch_size}"
+    text = f"{p.algorithm} tp{q.tp} cp{q.cp} pp{q.pp} vpp{q.vpp} ep{q.ep} dp{q.dp} mbs{q.micro_batch_size}"
     return text if q.recompute == "none" else f"{text} recompute={q.recompute}"
 
 

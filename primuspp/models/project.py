@@ -101,7 +101,7 @@ class Projection:
             "pp": p.pp,
             "vpp": p.vpp,
             "ep": p.ep,
-            "cp": 1,
+            "cp": p.cp,
             "dp": p.dp,
             "micro_batch_size": p.micro_batch_size,
             "global_batch_size": p.global_batch_size,
@@ -280,12 +280,14 @@ def project(
     params: dict[str, Any] | None = None,
     tables: dict[tuple, ScheduleTable] | None = None,
     first_last: tuple[int | None, int | None] | None = None,
+    plan: StagePlan | None = None,
 ) -> Projection:
     """One configuration, end to end. Raises ConfigError / ScheduleError (one line) when it cannot run.
     `tables` caches the tables of algorithms that do not read costs, by (algorithm, pp, vpp, m, params):
-    a sweep then generates each shape once and only re-simulates it."""
+    a sweep then generates each shape once and only re-simulates it. `plan`: `stage_plan`'s result for
+    these arguments, when the caller has it already."""
     algo = get_algorithm(algorithm)
-    plan = stage_plan(spec, hw, par, algo.name, layout, first_last)
+    plan = plan or stage_plan(spec, hw, par, algo.name, layout, first_last)
     costs, cut, pc, placement = plan.costs, plan.layout, plan.parts, plan.placement
     m = par.micro_batches
     key = (algo.name, par.pp, par.vpp, m, tuple(sorted((params or {}).items())))
@@ -298,13 +300,40 @@ def project(
     return _finish(spec, hw, par, algo.name, cut, pc, placement, result)
 
 
-def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
-    extra = 2 * 2 * p2p_bytes(spec, par) + hw.reserved_bytes  # send + receive buffers, both directions
+def other_bytes(spec: ModelSpec, hw: Hardware, par: Parallel) -> float:
+    """A rank's memory besides its state and its activation curve: the p2p buffers (send + receive, both
+    directions), the profile's reserved bytes, and with full recompute one layer's recomputed activations."""
+    extra = 2 * 2 * p2p_bytes(spec, par) + hw.reserved_bytes
     if par.recompute == "full":
         full = Parallel(**{**par.__dict__, "recompute": "none"})
         from primuspp.models.memory import layer_memory
 
         extra += max(layer_memory(spec, moe, full).activation for moe in set(layer_kinds(spec)))
+    return extra
+
+
+def one_microbatch_peak(spec: ModelSpec, hw: Hardware, par: Parallel, plan: StagePlan) -> float:
+    """A lower bound of the most loaded rank's peak under any schedule of a linear, loop or V placement:
+    its state, its other bytes and one microbatch's activations on all its stages. (A microbatch's B runs
+    its stages in reverse model order, so when its F leaves the rank's last stage every stage of the rank
+    still holds it.) 0 for bidirectional placements, whose microbatches visit only some of a rank's
+    stages."""
+    placement, pc = plan.placement, plan.parts
+    if placement.kind not in ("linear", "loop", "v"):
+        return 0.0
+    other = other_bytes(spec, hw, par)
+    worst = 0.0
+    for r in range(par.pp):
+        parts = [placement.model_part[s] for s in placement.stages_of_rank(r)]
+        state = state_bytes(
+            sum(pc.dense_params[p] for p in parts), sum(pc.expert_params[p] for p in parts), par
+        )
+        worst = max(worst, state.total + other + sum(pc.activation[p] for p in parts))
+    return worst
+
+
+def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
+    extra = other_bytes(spec, hw, par)
     per_rank, sync = [], 0.0
     for r in range(par.pp):
         stages = placement.stages_of_rank(r)
@@ -315,12 +344,12 @@ def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
         per_rank.append(RankMemory(state.weights, state.gradients, state.optimizer, peak, extra))
         sync = max(sync, _dp_sync_ms(dense, experts, par, hw))
     shard = max(
-        sum(pc.dense_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.dp
+        sum(pc.dense_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.grad_dp
         + sum(pc.expert_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.expert_dp
         for r in range(par.pp)
     )
     if not par.distributed_optimizer:
-        shard *= par.dp
+        shard *= par.grad_dp
     optimizer_ms = shard * OPTIMIZER_BYTES_PER_PARAM / hw.hbm_bandwidth * 1e3
     flops_per_gpu = par.micro_batches * sum(pc.flops) / par.pp
     metrics = result.metrics
@@ -354,4 +383,4 @@ def _dp_sync_ms(dense: float, experts: float, par: Parallel, hw: Hardware) -> fl
             return (frac * params * (4 + 2) / bw + 2 * (group - 1) * link.latency) * 1e3
         return (2 * frac * params * 4 / bw + 2 * (group - 1) * link.latency) * 1e3
 
-    return one(dense, par.dp, par.tp) + one(experts, par.expert_dp, par.tp * par.ep)
+    return one(dense, par.grad_dp, par.tp) + one(experts, par.expert_dp, par.tp * par.ep)

@@ -62,6 +62,7 @@ def model_parallel(
     pp: int,
     ep: int | None,
     gpus: int | None,
+    cp: int | None = None,
     micro_batch_size: int | None,
     global_batch_size: int | None,
     micro_batches: int | None,
@@ -74,8 +75,9 @@ def model_parallel(
     """The configuration the flags describe. DP = --gpus / (TP x PP) (1 without --gpus); the global batch
     is --global-batch-size, else micro-batch size x DP x m (m: --mb, else `default_micro_batches`); both
     given must agree. Raises ConfigError naming the flag."""
-    tp, ep, mbs = tp or 1, ep or 1, micro_batch_size or 1
-    for key, value in (("--tp", tp), ("--ep", ep), ("--micro-batch-size", mbs), ("--seq-len", seq_len)):
+    tp, ep, cp, mbs = tp or 1, ep or 1, cp or 1, micro_batch_size or 1
+    checks = (("--tp", tp), ("--ep", ep), ("--cp", cp), ("--micro-batch-size", mbs), ("--seq-len", seq_len))
+    for key, value in checks:
         if value < 1:
             raise ConfigError(f"{key} {value}: must be >= 1", key=key)
     if recompute not in RECOMPUTE:
@@ -86,9 +88,10 @@ def model_parallel(
     hw.peak(dtype)
     dp = 1
     if gpus is not None:
-        if gpus < 1 or gpus % (tp * pp):
-            raise ConfigError(f"--gpus {gpus}: not divisible by TP x PP ({tp} x {pp})", key="--gpus")
-        dp = gpus // (tp * pp)
+        if gpus < 1 or gpus % (tp * cp * pp):
+            what = f"TP x CP x PP ({tp} x {cp} x {pp})" if cp > 1 else f"TP x PP ({tp} x {pp})"
+            raise ConfigError(f"--gpus {gpus}: not divisible by {what}", key="--gpus")
+        dp = gpus // (tp * cp * pp)
     if global_batch_size is None:
         global_batch_size = mbs * dp * (micro_batches or default_micro_batches)
     par = Parallel(
@@ -96,6 +99,7 @@ def model_parallel(
         pp=pp,
         dp=dp,
         ep=ep,
+        cp=cp,
         micro_batch_size=mbs,
         global_batch_size=global_batch_size,
         seq_len=seq_len,
@@ -103,7 +107,7 @@ def model_parallel(
         sequence_parallel=sequence_parallel,
         dtype=dtype,
         dtype_bytes=DTYPE_BYTES[dtype],
-        flash_attention=hw.flash_attention,
+        **hw.kernels(),
     )
     check_parallel(spec, par, pp)  # what does not depend on the algorithm: TP, EP, the batch
     if micro_batches is not None and micro_batches != par.micro_batches:
@@ -174,6 +178,7 @@ def model_header(spec: ModelSpec, hw: Hardware, par: Parallel) -> dict[str, Any]
         "pp": par.pp,
         "dp": par.dp,
         "ep": par.ep,
+        "cp": par.cp,
         "micro_batch_size": par.micro_batch_size,
         "global_batch_size": par.global_batch_size,
         "micro_batches": par.micro_batches,

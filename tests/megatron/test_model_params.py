@@ -1,5 +1,6 @@
-"""A megatron-core GPTModel built from a ModelSpec has exactly the parameters the spec counts; and one
-dense layer saves the activation bytes primuspp.models.memory predicts.
+"""A megatron-core GPTModel built from a ModelSpec has exactly the parameters the spec counts; and each
+layer kind (dense, GQA + SwiGLU, with and without selective recompute) saves the activation bytes
+primuspp.models.memory predicts for the cpu profile's kernels.
 
 Each preset is scaled down (few layers, small widths) keeping what decides its structure: GQA or MLA, SwiGLU
 or GeLU, RMSNorm or LayerNorm, biases, q/k norms, tied embeddings, learned positions, dense layers before MoE
@@ -52,6 +53,13 @@ CASES = {
 }
 CASES["qwen2-tied-qkv-bias"] = scaled(PRESETS["llama3-8b"]).with_(tied_embeddings=True, qkv_bias=True)
 CASES["deepseek-no-q-lora"] = CASES["deepseek-v3"].with_(q_lora_rank=0, router_bias=False)
+
+#: a Llama layer, small: megatron-gpt's fields changed to GQA, RMSNorm, SwiGLU, RoPE, no biases
+LLAMA_LAYER = dict(
+    hidden=256, heads=8, kv_heads=2, head_dim=32, ffn=704, norm="rmsnorm", swiglu=True, linear_bias=False,
+    learned_positions=0,
+)  # fmt: skip
+SEQ_LENS, BATCH = [256, 512], 2
 
 
 def _no_params_class():
@@ -152,32 +160,35 @@ def build_counts(specs: dict[str, dict]) -> dict[str, int]:
     return out
 
 
-def saved_bytes(fields: dict, seq_lens: list[int], batch: int) -> list[int]:
-    """In a fresh process: bytes autograd saves in one forward of a one-layer bf16 megatron-core decoder
-    (local spec, no dropout, unfused softmax in bf16), per sequence length; parameters excluded, each
-    storage once."""
+#: Layer kinds measured against `layer_memory` on megatron-core's local spec on CPU: name -> (spec fields
+#: changed from megatron-gpt, recompute, MoE layer). A new kind (MoE, once megatron-core's MoE runs on CPU)
+#: is one more entry here and a branch in `_layer_config` if it needs config keys.
+LAYER_KINDS: dict[str, tuple[dict, str, bool]] = {
+    # MHA, LayerNorm, 4h GeLU MLP with biases, learned positions (Korthikanti et al.'s GPT layer)
+    "dense": (dict(hidden=256, heads=8, ffn=1024), "none", False),
+    # Llama: GQA (8 heads, 2 KV groups), RMSNorm, SwiGLU, RoPE, no biases
+    "gqa-swiglu": (LLAMA_LAYER, "none", False),
+    "gqa-swiglu-selective": (LLAMA_LAYER, "selective", False),
+    "dense-selective": (dict(hidden=256, heads=8, ffn=1024), "selective", False),
+}
+
+
+def _layer_config(spec: ModelSpec, layers: int, recompute: str):
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
-    from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
     from megatron.core.transformer import TransformerConfig
 
-    from primuspp.backends.megatron import cpu
-
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
-    cpu.apply()
-    spec = ModelSpec(**fields)
-    config = TransformerConfig(
-        num_layers=1,
+    kw: dict = dict(
+        num_layers=layers,
         hidden_size=spec.hidden,
         num_attention_heads=spec.heads,
+        num_query_groups=spec.kv_groups,
+        kv_channels=spec.head_dim,
         ffn_hidden_size=spec.ffn,
-        activation_func=F.gelu,
+        gated_linear_unit=spec.swiglu,
+        activation_func=F.silu if spec.swiglu else F.gelu,
         add_bias_linear=spec.linear_bias,
-        normalization="LayerNorm",
+        normalization="RMSNorm" if spec.norm == "rmsnorm" else "LayerNorm",
         use_cpu_initialization=True,
         params_dtype=torch.bfloat16,
         bf16=True,
@@ -186,21 +197,62 @@ def saved_bytes(fields: dict, seq_lens: list[int], batch: int) -> list[int]:
         attention_softmax_in_fp32=False,
         masked_softmax_fusion=False,
     )
-    model = GPTModel(
-        config,
-        get_gpt_decoder_block_spec(config, use_transformer_engine=False),
-        vocab_size=spec.vocab,
-        max_sequence_length=max(seq_lens),
-        pre_process=False,
-        post_process=False,
-        position_embedding_type="none",
-    )
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    out = []
-    for s in seq_lens:
+    if recompute == "selective":
+        kw["recompute_granularity"] = "selective"
+    return TransformerConfig(**kw)
+
+
+def _cpu_recompute() -> None:
+    """megatron-core's checkpoint (selective recompute) saves and restores the CUDA RNG state: on a CPU-only
+    torch, only the CPU state and the (CPU) tracker's."""
+    import torch
+    from megatron.core.tensor_parallel import random as rnd
+
+    def get_states():
+        return torch.get_rng_state(), None, rnd.get_cuda_rng_tracker().get_states()
+
+    def set_states(cpu_state, _cuda_state, tracker_states) -> None:
+        torch.set_rng_state(cpu_state)
+        rnd.get_cuda_rng_tracker().set_states(tracker_states)
+
+    rnd._get_all_rng_states = get_states
+    rnd._set_all_rng_states = set_states
+
+
+def saved_bytes(kinds: list[str], seq_lens: list[int], batch: int) -> dict[str, list[int]]:
+    """In a fresh process: bytes autograd saves per layer in one forward of a bf16 megatron-core decoder
+    (local spec, no dropout, unfused softmax in bf16), per kind and sequence length: a two-layer decoder's
+    saved bytes minus a one-layer decoder's (what the decoder shares, such as the causal mask, cancels);
+    parameters excluded, each storage once."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
+
+    from primuspp.backends.megatron import cpu
+
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel(1, 1)
+    cpu.apply()
+    _cpu_recompute()
+    torch.cuda.current_device = lambda: "cpu"  # RoPE's frequencies ask for the CUDA device
+
+    def measure(spec: ModelSpec, layers: int, recompute: str, s: int) -> int:
+        config = _layer_config(spec, layers, recompute)
+        model = GPTModel(
+            config,
+            get_gpt_decoder_block_spec(config, use_transformer_engine=False),
+            vocab_size=spec.vocab,
+            max_sequence_length=s,
+            pre_process=False,
+            post_process=False,
+            position_embedding_type="none" if spec.learned_positions else "rope",
+        )
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         seen: dict[int, int] = {}
 
-        def pack(t, seen=seen):
+        def pack(t):
             ptr = t.untyped_storage().data_ptr()
             if ptr not in params:
                 seen[ptr] = t.untyped_storage().nbytes()
@@ -210,8 +262,14 @@ def saved_bytes(fields: dict, seq_lens: list[int], batch: int) -> list[int]:
         model.set_input_tensor(x)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             y = model(None, None, torch.ones(1, 1, s, s, dtype=torch.bool).triu(1))
-        out.append(sum(seen.values()))
-        del y
+        y.float().sum().backward()  # the recomputing backward runs on CPU too
+        return sum(seen.values())
+
+    out = {}
+    for kind in kinds:
+        fields, recompute, _moe = LAYER_KINDS[kind]
+        spec = PRESETS["megatron-gpt"].with_(**fields, layers=2)
+        out[kind] = [measure(spec, 2, recompute, s) - measure(spec, 1, recompute, s) for s in seq_lens]
     return out
 
 
@@ -236,21 +294,27 @@ def test_megatron_gpt_model_has_the_spec_parameter_count():
     assert counts == {name: spec.parameters for name, spec in CASES.items()}
 
 
-def test_dense_layer_activation_bytes_within_5_percent():
-    # a GPT layer (MHA, LayerNorm, 4h GeLU MLP, biases) as megatron-core's local spec runs it on CPU:
-    # unfused attention, so the prediction is taken without flash attention. (Measured the same way,
-    # a GQA + SwiGLU + RMSNorm layer saves ~1/3 more than predicted: torch's RMSNorm keeps fp32
-    # intermediates and the local attention expands K/V to every head, which fused GPU kernels do not.)
+@pytest.fixture(scope="module")
+def measured_layers() -> dict[str, list[int]]:
+    args = [json.dumps(list(LAYER_KINDS)), json.dumps(SEQ_LENS), str(BATCH)]
+    return json.loads(_child("activations", *args))
+
+
+@pytest.mark.parametrize("kind", list(LAYER_KINDS))
+def test_layer_activation_bytes_within_5_percent(kind, measured_layers):
+    # megatron-core's local spec on CPU runs unfused kernels (attention with the s x s scores and GQA's K/V
+    # repeated per head, torch's RMSNorm, SwiGLU and RoPE): the prediction takes them from the cpu profile
+    from primuspp.models.hardware import load_hardware
     from primuspp.models.memory import layer_memory
     from primuspp.models.parallel import Parallel
 
-    spec = PRESETS["megatron-gpt"].with_(hidden=256, heads=8, ffn=1024, layers=1)
-    seq_lens, batch = [256, 512], 2
-    measured = json.loads(_child("activations", json.dumps(asdict(spec)), json.dumps(seq_lens), str(batch)))
-    for s, got in zip(seq_lens, measured, strict=True):
-        par = Parallel(seq_len=s, micro_batch_size=batch, flash_attention=False)
-        want = layer_memory(spec, False, par).activation
-        assert abs(got - want) / want < 0.05, (s, got, want)
+    fields, recompute, moe = LAYER_KINDS[kind]
+    spec = PRESETS["megatron-gpt"].with_(**fields, layers=2)
+    kernels = load_hardware("cpu").kernels()
+    for s, got in zip(SEQ_LENS, measured_layers[kind], strict=True):
+        par = Parallel(seq_len=s, micro_batch_size=BATCH, recompute=recompute, **kernels)  # type: ignore[arg-type]
+        want = layer_memory(spec, moe, par).activation
+        assert abs(got - want) / want < 0.05, (kind, s, got, want)
 
 
 @pytest.mark.parametrize("algorithm", ["1f1b", "zbv", "v-half", "dualpipe-v"])
@@ -273,7 +337,7 @@ def test_predicted_peak_activation_matches_primuspp_train(algorithm):
     par = Parallel(
         pp=4, vpp=vpp, micro_batch_size=mbs, global_batch_size=8 * mbs, seq_len=run["model"]["seq_len"]
     )
-    par = replace(par, flash_attention=False, dtype_bytes=4)
+    par = replace(par, **load_hardware("cpu").kernels(), dtype_bytes=4)
     projection = project(PRESETS["megatron-gpt"], load_hardware("h100"), par, algorithm, layout="even")
     predicted = [r.activations for r in projection.per_rank]
     for rank, (want, got) in enumerate(zip(predicted, measured, strict=True)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -54,7 +55,7 @@ def test_plan_table_and_drop_reasons(capsys):
 def test_evaluate_counts_every_reason():
     spec, hw = PRESETS["llama3-70b"], load_hardware("h100")
     base = Parallel(global_batch_size=16, seq_len=4096)
-    items = candidates(spec, hw, 16, base, ["1f1b", "dualpipe-v"], [1, 3, 8], [2], None, None, [1])
+    items = candidates(spec, hw, 16, base, ["1f1b", "dualpipe-v"], [1, 3, 8], [2], None, None, [1], [1])
     result = evaluate(spec, hw, items)
     assert result.evaluated == len(items) == 6
     # tp 1: 70B does not fit on 2 stages; tp 3: does not divide; dualpipe-v needs m >= 2 pp with dp 1, m 16
@@ -111,7 +112,7 @@ def test_sweep_reuses_cost_free_tables():
 
     spec, hw = PRESETS["llama2-7b"], load_hardware("mi300x")
     base = Parallel(global_batch_size=32, seq_len=2048)
-    items = candidates(spec, hw, 8, base, ["1f1b", "zero-bubble"], [1, 2], [4], None, None, [1, 2])
+    items = candidates(spec, hw, 8, base, ["1f1b", "zero-bubble"], [1, 2], [4], None, None, [1, 2], [1])
     swept = evaluate(spec, hw, items).fits
     alone = [project(spec, hw, p.par, p.algorithm) for p in swept]
     assert [p.step_time_ms for p in swept] == [p.step_time_ms for p in alone]
@@ -120,8 +121,8 @@ def test_sweep_reuses_cost_free_tables():
 
 def test_all_ranks_what_does_not_fit(capsys):
     args = ["plan", "--model", "qwen3-235b-a22b", "--gpu", "mi300x", "--gpus", "32", "--pp", "4", "--tp", "1"]
-    args += ["--ep", "8", "--global-batch-size", "64", "--micro-batch-size", "1", "--seq-len", "4096"]
-    args += ["-a", "1f1b", "-a", "v-half", "--json"]
+    args += ["--ep", "8", "--cp", "1", "--global-batch-size", "64", "--micro-batch-size", "1"]
+    args += ["--seq-len", "4096", "-a", "1f1b", "-a", "v-half", "--json"]
     code, out, _ = run(capsys, *args)
     doc = json.loads(out)
     assert code == 0 and doc["results"] == [] and doc["dropped"] == {NO_FIT: 2}
@@ -134,6 +135,7 @@ def test_all_ranks_what_does_not_fit(capsys):
 def test_decoder_first_last_layers(capsys):
     args = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "--tp", "1", "--pp", "4"]
     args += ["--micro-batch-size", "1", "--global-batch-size", "16", "--json", "-a", "1f1b", "-a", "zbv"]
+    args += ["--cp", "1"]
     code, out, _ = run(capsys, *args, "--decoder-first-pipeline-num-layers", "5")
     doc = json.loads(out)
     assert code == 0 and [r["layout"] for r in doc["results"]] == ["Et*5|t*9|t*9|t*9L"]
@@ -149,7 +151,7 @@ def test_decoder_first_last_layers(capsys):
         (["--tp", "3"], "no configuration can run (not divisible): 1f1b tp3 pp1 vpp1 ep1 dp0 mbs1: --tp 3 x"),
         (["--tp", "1", "--ep", "2"], "--ep 2: the model has no experts"),
         (
-            ["--tp", "1", "--pp", "4", "--global-batch-size", "7"],
+            ["--tp", "1", "--pp", "4", "--cp", "1", "--global-batch-size", "7"],
             "--global-batch-size 7: not divisible by micro",
         ),
         (["--tp", "1", "--pp", "8", "--layout", "Et*4|t*4L"], "names 2 stages, the schedule has 8"),
@@ -163,10 +165,39 @@ def test_inconsistent_options_exit_2(capsys, args, match):
 
 def test_recompute_swept(capsys):
     args = ["plan", "--model", "qwen3-235b-a22b", "--gpu", "mi300x", "--gpus", "32", "--pp", "4", "--tp", "1"]
-    args += ["--ep", "8", "--global-batch-size", "64", "--micro-batch-size", "1", "--seq-len", "4096"]
-    args += ["-a", "1f1b", "-a", "v-half", "--recompute", "none", "--recompute", "full", "--json"]
+    args += ["--ep", "8", "--cp", "1", "--global-batch-size", "64", "--micro-batch-size", "1"]
+    args += ["--seq-len", "4096", "-a", "1f1b", "-a", "v-half"]
+    args += ["--recompute", "none", "--recompute", "full", "--json"]
     code, out, _ = run(capsys, *args)
     doc = json.loads(out)
     assert code == 0 and doc["configurations_evaluated"] == 4
     # at 4096 tokens only full recompute fits (experiment 2 of docs/plan.md)
     assert doc["results"] and all(r["recompute"] == "full" for r in doc["results"])
+
+
+@pytest.mark.parametrize("algorithm", ["1f1b", "1f1b-interleaved", "zbv", "v-half", "v-min", "dualpipe-v"])
+def test_one_microbatch_bound_is_below_every_projected_peak(algorithm):
+    # the sweep drops a candidate whose bound exceeds HBM without building its schedule: the bound must
+    # never pass the projected peak (same memory model, any schedule of the placement)
+    from primuspp.models.project import one_microbatch_peak, project, stage_plan
+
+    spec, hw = PRESETS["llama3-8b"], load_hardware("h100")
+    vpp = 1 if algorithm == "1f1b" else 2
+    for mbs, pp, recompute in ((1, 4, "none"), (2, 2, "full"), (1, 8, "selective")):
+        par = Parallel(pp=pp, vpp=vpp, micro_batch_size=mbs, global_batch_size=16 * mbs, seq_len=4096)
+        par = replace(par, recompute=recompute)
+        plan = stage_plan(spec, hw, par, algorithm)
+        bound = one_microbatch_peak(spec, hw, par, plan)
+        peak = project(spec, hw, par, algorithm, plan=plan).peak_memory_bytes
+        assert 0 < bound <= peak, (mbs, pp, recompute, bound, peak)
+
+
+def test_plan_all_projects_what_the_bound_would_drop(capsys):
+    args = ["plan", "--model", "llama3-70b", "--gpu", "h100", "--gpus", "64", "--tp", "8", "--pp", "8"]
+    args += ["--cp", "1", "--micro-batch-size", "8", "--seq-len", "32768", "-a", "1f1b", "--json"]
+    code, out, _ = run(capsys, *args)
+    doc = json.loads(out)
+    assert code == 0 and doc["dropped"] == {NO_FIT: 1} and "one microbatch" in doc["dropped_examples"][NO_FIT]
+    code, out, _ = run(capsys, *args, "--all")
+    results = json.loads(out)["results"]
+    assert code == 0 and len(results) == 1 and not results[0]["fits"]
