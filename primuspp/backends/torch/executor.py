@@ -96,10 +96,8 @@ class ModuleExecutor:
             self._check_fault("B", cell)
         x, y = cell.data
         cell.data = None
-        if grad is None:
-            y.backward()
-        else:
-            run_backward(y, grad)
+        # from the loss: the seed `y.backward()` would make (ones), without its Python argument handling
+        run_backward(y, torch.ones_like(y, memory_format=torch.preserve_format) if grad is None else grad)
         return None if x is None else x.grad
 
     def backward_weight(self, cell: Cell) -> None:
@@ -110,4 +108,8 @@ class ModuleExecutor:
     def backward_full(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
         if self.fault is not None:
             self._check_fault("BW", cell)
-        return self.backward_input(cell, grad)  # the runner has the store compute weight grads at once
+        # the same work as B: the runner has the store compute weight grads at once
+        x, y = cell.data
+        cell.data = None
+        run_backward(y, torch.ones_like(y, memory_format=torch.preserve_format) if grad is None else grad)
+        return None if x is None else x.grad
