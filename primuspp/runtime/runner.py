@@ -423,6 +423,8 @@ def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
 def _post_recvs(st: StepState, done: int) -> None:
     """Post the receives the limits allow ahead of the first `done` ones (which are due now)."""
     n = len(st.all_recvs)
+    if st.posted == n:  # all posted already (the default on gloo: at the step start)
+        return
     upto = n if st.ahead is None else min(n, done + st.ahead)
     fits = bisect_right(st.buffer_end, st.buffer_end[done] + st.recv_ahead_bytes) - 1
     upto = max(done, min(upto, fits))
@@ -636,19 +638,30 @@ class ScheduleRunner:
             raise failure from err
         clock.finish()
         wall_ms = (time.perf_counter_ns() - wall0) / 1e6
-        ms = clock.ms
+        # every mark converted in one call: starts and ends, memory samples, sends, receives
+        marks, mem, sent, got = st.marks, st.mem_marks, st.sends, st.recvs
+        times = clock.ms_all(
+            [t for _, a, b in marks for t in (a, b)]
+            + [t for t, _ in mem]
+            + [t for _, t in sent]
+            + [t for _, t in got]
+        )
+        n, k = 2 * len(marks), 2 * len(marks) + len(mem)
         intervals = [
-            Interval(*ins.interval, ms(start), ms(end), ins.back)  # type: ignore[misc]
-            for ins, start, end in st.marks
+            Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
+            for i, (ins, _, _) in enumerate(marks)
         ]
-        memory = [(0.0, float(mem_start))] + [(ms(t), float(level)) for t, level in st.mem_marks]
+        memory = [(0.0, float(mem_start))] + [
+            (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
+        ]
+        j = k + len(sent)
         return RankStep(
             self.rank,
             intervals,
             memory,
             meter.peak if meter is not None else 0,
-            [(*rec, ms(t)) for rec, t in st.sends],  # type: ignore[misc]
-            [(*rec, ms(t)) for rec, t in st.recvs],  # type: ignore[misc]
+            [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)],  # type: ignore[misc]
+            [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)],  # type: ignore[misc]
             clock.origin_ns,
             _HOST,
             wall_ms,
