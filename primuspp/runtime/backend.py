@@ -41,8 +41,14 @@ class TrainOptions:
         self.__dict__.update(values)
 
     def given(self, *names: str) -> list[str]:
-        """Those of `names` that were set (not None, False or empty)."""
-        return [n for n in names if getattr(self, n) not in (None, False, [], (), "")]
+        """Those of `names` that were set (not None, False or empty; 0 is a value)."""
+        return [n for n in names if _given(getattr(self, n))]
+
+
+def _given(value: Any) -> bool:
+    if value is None or value is False:
+        return False
+    return not isinstance(value, list | tuple | str) or len(value) > 0
 
 
 @dataclass
