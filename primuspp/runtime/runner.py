@@ -499,12 +499,13 @@ class ScheduleRunner:
     def _compile(self, nodes: tuple[Node, ...]) -> list[Instruction]:
         """The program: one instruction per compute or memory node, comm nodes grouped into a batch posted
         right before the next compute node (or at the end)."""
-        # (microbatch, stage) whose backward runs here; a forward-only table (evaluation) keeps no cells
+        # (microbatch, stage) whose backward (a kind consuming the output grad) runs here; a forward-only
+        # table (evaluation) keeps no cells
         backward = {
             (p.microbatch, p.stage)
             for node in nodes
             for p in sem.simple_parts(node)
-            if p.kind is NodeKind.B or p.kind is NodeKind.BW
+            if sem.GRAD_NEXT in sem.SEMANTICS[p.kind].consumes
         }
         program: list[Instruction] = []
         batch: list[CommOp] = []
