@@ -43,6 +43,11 @@ from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.validation import validate
 
 
+def has_split(table: ScheduleTable) -> bool:
+    """The table has B nodes (a B/W split), alone or as the backward part of an FB."""
+    return any(p.kind is NodeKind.B for row in table.ranks for n in row for p in (n.parts or (n,)))
+
+
 def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return ((out - target) ** 2).sum()
 
@@ -110,7 +115,14 @@ def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, 
 
 
 def worker(
-    ctx: WorkerContext, pp: int, m: int, steps: int, tables: dict, recv_ahead: int | None, hidden: int = 8
+    ctx: WorkerContext,
+    pp: int,
+    m: int,
+    steps: int,
+    tables: dict,
+    recv_ahead: int | None,
+    hidden: int = 8,
+    module: str = "auto",
 ) -> dict:
     rank = ctx.rank
     torch.manual_seed(0)
@@ -118,7 +130,9 @@ def worker(
     micro = [(x[i : i + 1], y[i : i + 1]) for i in range(m)]
     out = {}
     for name, table in tables.items():
-        ours_mods = {s: SplitLinear(hidden, hidden) for s in table.placement.stages_of_rank(rank)}
+        split = module == "split" or (module == "auto" and has_split(table))
+        layer = SplitLinear if split else nn.Linear
+        ours_mods = {s: layer(hidden, hidden) for s in table.placement.stages_of_rank(rank)}
         theirs_mods = {s: nn.Linear(hidden, hidden) for s in ours_mods}
         for s in ours_mods:
             theirs_mods[s].load_state_dict(ours_mods[s].state_dict())
@@ -156,11 +170,27 @@ def main() -> None:
     ap.add_argument(
         "--recv-ahead", type=int, default=None, help="receives posted ahead of their batch (default: all)"
     )
+    ap.add_argument(
+        "--module",
+        choices=("auto", "split", "linear"),
+        default="auto",
+        help="our stages' layer: SplitLinear (split), nn.Linear (linear), or auto: SplitLinear only where "
+        "the table splits B and W (zbv), so on 1f1b both sides run the same module",
+    )
     args = ap.parse_args()
     zbv, zbv_source = zbv_table(args.pp, args.mb)
     tables = {"1f1b": build_schedule("1f1b", args.pp, 1, args.mb), "zbv": zbv}
     results = launch(
-        worker, args.pp, args.pp, args.mb, args.steps, tables, args.recv_ahead, args.hidden, backend="gloo"
+        worker,
+        args.pp,
+        args.pp,
+        args.mb,
+        args.steps,
+        tables,
+        args.recv_ahead,
+        args.hidden,
+        args.module,
+        backend="gloo",
     )
     assert results is not None
     res = results[0]

@@ -2,77 +2,87 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
 from primuspp.commands.console import err, out
-from primuspp.commands.launching import launched, run_table, step_bar
+from primuspp.commands.launching import run_table, step_bar
 from primuspp.config.loader import emulation_costs
 from primuspp.errors import ConfigError
-from primuspp.outputs import replace_dir
+from primuspp.runtime.backend import RunSummary, TrainOptions
 from primuspp.sim.engine import simulate
 
 
-def train_emulated(
-    algo: str,
-    pp: int | None,
-    vpp: int | None,
-    mb: int | None,
-    steps: int,
-    fwd: float | None,
-    bwd: float | None,
-    wgrad: float | None,
-    config: Path | None,
-    costs_from: Path | None,
-    dump_pp_data: Path | None,
-    json_: bool,
-) -> None:
-    if steps < 1:
-        raise ConfigError(f"--steps must be >= 1 (got {steps})", key="steps")
-    chosen = emulation_costs({"forward": fwd, "backward": bwd, "wgrad": wgrad}, config, costs_from)
-    costs = chosen.costs
-    table = run_table(algo, pp, vpp, mb, costs)
-    # torch is imported here, not at CLI start-up
-    from primuspp.runtime.emulate import UNIT_BYTES, EmulationSpec, dump_emulation, run_emulation
+class EmulateBackend:
+    """`train --emulate` as a `TrainBackend`: the real runner, processes and p2p; compute waits its cost."""
 
-    spec = EmulationSpec(table, costs, steps=steps, unit_bytes=chosen.bytes_per_unit or UNIT_BYTES)
-    if chosen.comm_ignored:
-        err.print(
-            f"note: the costs carry a p2p latency of {chosen.comm_ignored:.3g} ms; the emulated cluster's "
-            "p2p is real (gloo), so it is not added",
-            highlight=False,
-        )
-    seen: dict[int, int] = {}
-    with step_bar(f"emulating {table.describe()}", steps) as update:
+    name = "emulate"
 
-        def on_report(rank: int, payload: object) -> None:
-            _, step, _, ms = payload  # type: ignore[misc]
-            seen[step] = seen.get(step, 0) + 1
-            if seen[step] == table.pp:
-                update(advance=1, status=f"step {ms:,.1f} ms")
+    def __init__(self) -> None:
+        self.chosen: Any = None
+        self.describe = ""
 
-        run = launched(lambda: run_emulation(spec, on_report=on_report))
-    if run is None:  # a non-zero rank under torchrun
-        return
-    predicted = simulate(table, costs).metrics
-    doc = run.summary()
-    doc["costs_source"] = chosen.source
-    doc["simulated"] = {
-        "step_time_ms": predicted.step_time,
-        "bubble_rate": predicted.bubble_rate,
-        "peak_memory": predicted.peak_memory,
-        "peak_activation_bytes": [r.peak_memory * spec.unit_bytes for r in predicted.per_rank],
-    }
-    if dump_pp_data is not None:
-        key = "--dump-pp-data"
-        replace_dir(dump_pp_data, "pp_data", lambda d: dump_emulation(run, d, chosen.source), key)
-        doc["pp_data"] = str(dump_pp_data)
-    if json_:
-        print(json.dumps(doc))
-        return
-    _render(doc, table.describe())
+    def check(self, opts: TrainOptions) -> Any:
+        from primuspp.commands.train import check_outputs, refuse
+
+        refuse(opts, ("verify", "inject_fault"), "the emulated cluster computes nothing")
+        steps = 3 if opts.steps is None else opts.steps
+        check_outputs(opts.dump_pp_data)
+        if steps < 1:
+            raise ConfigError(f"--steps must be >= 1 (got {steps})", key="steps")
+        given = {"forward": opts.fwd, "backward": opts.bwd, "wgrad": opts.wgrad}
+        self.chosen = chosen = emulation_costs(given, opts.config, opts.costs_from)
+        table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb, chosen.costs)
+        # torch is imported here, not at CLI start-up
+        from primuspp.runtime.emulate import UNIT_BYTES, EmulationSpec
+
+        self.describe = table.describe()
+        return EmulationSpec(table, chosen.costs, steps=steps, unit_bytes=chosen.bytes_per_unit or UNIT_BYTES)
+
+    def launch(self, spec: Any) -> Any:
+        from primuspp.runtime.emulate import run_emulation
+
+        table, steps = spec.table, spec.steps
+        if self.chosen.comm_ignored:
+            err.print(
+                f"note: the costs carry a p2p latency of {self.chosen.comm_ignored:.3g} ms; the emulated "
+                "cluster's p2p is real (gloo), so it is not added",
+                highlight=False,
+            )
+        seen: dict[int, int] = {}
+        with step_bar(f"emulating {table.describe()}", steps) as update:
+
+            def on_report(rank: int, payload: object) -> None:
+                _, step, _, ms = payload  # type: ignore[misc]
+                seen[step] = seen.get(step, 0) + 1
+                if seen[step] == table.pp:
+                    update(advance=1, status=f"step {ms:,.1f} ms")
+
+            return run_emulation(spec, on_report=on_report)
+
+    def summarize(self, run: Any) -> RunSummary:
+        spec = run.spec
+        predicted = simulate(spec.table, spec.costs).metrics
+        summary = run.summary()
+        summary.extra["costs_source"] = self.chosen.source
+        summary.extra["simulated"] = {
+            "step_time_ms": predicted.step_time,
+            "pipeline_ms": predicted.step_time,
+            "bubble_rate": predicted.bubble_rate,
+            "peak_memory": predicted.peak_memory,
+            "peak_activation_bytes": [r.peak_memory * spec.unit_bytes for r in predicted.per_rank],
+        }
+        return summary
+
+    def dump(self, run: Any, directory: Path) -> None:
+        from primuspp.runtime.emulate import dump_emulation
+
+        dump_emulation(run, directory, self.chosen.source)
+
+    def render(self, summary: RunSummary) -> None:
+        _render(summary.to_dict(), self.describe)
 
 
 def _render(doc: dict, describe: str) -> None:
@@ -85,23 +95,25 @@ def _render(doc: dict, describe: str) -> None:
     unit = doc["unit_bytes"]
     table = Table(title_justify="left")
     memory_col = "peak activations per rank (MiB)" if unit != 1 else "peak activations per rank (bytes)"
-    for col in ("step", "step time ms", "bubble", memory_col):
+    for col in ("step", "step time ms", "pipeline ms", "bubble", memory_col):
         table.add_column(col, justify="right")
     for s in doc["steps"]:
         peaks = s["peak_activation_bytes"]
         table.add_row(
             str(s["step"] + 1),
             f"{s['step_time_ms']:,.1f}",
+            f"{s['pipeline_ms']:,.1f}",
             f"{s['bubble_rate']:.1%}",
             " ".join(f"{b / 2**20:.2f}" if unit != 1 else f"{b:,}" for b in peaks),
         )
     out.print(table)
     sim = doc["simulated"]
-    steady = doc["steady_step_time_ms"]
-    error = steady / sim["step_time_ms"] - 1 if sim["step_time_ms"] else 0.0
+    steady = doc["steady_pipeline_ms"]  # the schedule's span: what the simulator predicts
+    error = steady / sim["pipeline_ms"] - 1 if sim["pipeline_ms"] else 0.0
     out.print(
-        f"simulated: step {sim['step_time_ms']:,.1f} ms, bubble {sim['bubble_rate']:.1%}, peak "
-        f"{sim['peak_memory']:.4g} activation units; emulated steady step {steady:,.1f} ms ({error:+.1%})",
+        f"simulated: step {sim['pipeline_ms']:,.1f} ms, bubble {sim['bubble_rate']:.1%}, peak "
+        f"{sim['peak_memory']:.4g} activation units; emulated steady pipeline {steady:,.1f} ms "
+        f"({error:+.1%})",
         highlight=False,
     )
     if doc.get("pp_data"):

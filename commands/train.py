@@ -1,7 +1,9 @@
 """`primuspp train`: real training with a chosen schedule.
 
-Backend megatron (default): a megatron-core GPT (backends/megatron); backend torch: the tiny GPT on plain
-modules (backends/torch). With --emulate: the emulated cluster (commands/emulate.py, runtime/emulate.py)."""
+Backend megatron (default): a megatron-core GPT (train_megatron.py, backends/megatron); backend torch: the
+tiny GPT on plain modules (train_torch.py, backends/torch). With --emulate: the emulated cluster
+(emulate.py, runtime/emulate.py). Each is a `runtime.backend.TrainBackend`: this command only declares the
+options, picks the backend and runs its check / launch / summarize / dump / render in that order."""
 
 from __future__ import annotations
 
@@ -11,12 +13,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from primuspp.commands.console import out
-from primuspp.commands.launching import check_model_size, launched, run_table, step_bar
+from primuspp.commands.launching import launched
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_dir_target, check_writable_dir, default_pp_data_dir, replace_dir
+from primuspp.runtime.backend import TrainBackend, TrainOptions
 
 
 class Backend(StrEnum):
@@ -159,116 +160,36 @@ def train(
     With --emulate, run the schedule on an emulated cluster instead (no model, no compute). Per-node
     timings go to output/pp_data (Primus' pp_data format; $DUMP_PP_DIR or --dump-pp-data DIR elsewhere,
     --no-dump nowhere), for `primuspp viz output/pp_data` and `primuspp compare`."""
-    dump_pp_data = _dump_target(dump_pp_data, no_dump)
-    emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
-    if emulate:
-        from primuspp.commands.emulate import train_emulated
-
-        if verify or inject_fault:
-            flag = "--verify" if verify else "--inject-fault"
-            raise ConfigError(f"{flag}: the emulated cluster computes nothing", key=flag[2:])
-        steps = 3 if steps is None else steps
-        check_outputs(dump_pp_data)
-        train_emulated(algo, pp, vpp, mb, steps, fwd, bwd, wgrad, config, costs_from, dump_pp_data, json_)
-        return
-    for flag, value in emulation.items():
-        if value is not None:
-            raise ConfigError(f"{flag} needs --emulate (the emulated cluster's cost model)", key=flag[2:])
-    if backend is Backend.megatron:
-        if verify:
-            raise ConfigError("--verify is only available with --backend torch", key="verify")
-        _train_megatron(
-            algo=algo,
-            pp=pp,
-            vpp=vpp,
-            mb=mb,
-            steps=100 if steps is None else steps,
-            layers=8 if layers is None else layers,
-            hidden=128 if hidden is None else hidden,
-            heads=heads,
-            seq_len=128 if seq_len is None else seq_len,
-            micro_batch_size=micro_batch_size,
-            lr=1e-3 if lr is None else lr,
-            seed=seed,
-            data=data,
-            save=save,
-            save_interval=save_interval,
-            load=load,
-            settings=megatron_settings or [],
-            dump_pp_data=dump_pp_data,
-            json_=json_,
-            fault=_parse_save_fault(inject_fault) if inject_fault else None,
-        )
-        return
-    for key, value in (
-        ("data", data),
-        ("save", save),
-        ("save-interval", save_interval),
-        ("load", load),
-        ("megatron", megatron_settings),
-    ):
-        if value:
-            raise ConfigError(f"--{key} is only available with --backend megatron", key=key)
-    steps = 3 if steps is None else steps
-    hidden = 64 if hidden is None else hidden
-    seq_len = 32 if seq_len is None else seq_len
-    lr = 0.1 if lr is None else lr
-    for key, value, low in (
-        ("steps", steps, 1),
-        ("hidden", hidden, 1),
-        ("heads", heads, 1),
-        ("seq-len", seq_len, 1),
-        ("micro-batch-size", micro_batch_size, 1),
-    ):
-        if value < low:
-            raise ConfigError(f"--{key} must be >= {low} (got {value})", key=key)
-    if hidden % heads:
-        raise ConfigError(f"--hidden {hidden} must be a multiple of --heads {heads}", key="hidden")
-    fault = _parse_fault(inject_fault) if inject_fault else None
-    check_outputs(dump_pp_data)
-
-    # torch is imported here, not at CLI start-up: the other verbs run without it
-    from primuspp.backends.torch.gpt import GPTConfig
-    from primuspp.backends.torch.session import dump_pp_data as write_dump
-    from primuspp.backends.torch.session import run_training
-    from primuspp.backends.torch.train import TrainSpec
-
-    table = run_table(algo, pp, vpp, mb)
-    parts = len(set(table.placement.model_part))
-    n_layers = parts if layers is None else layers
-    sizes = {"layers": n_layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": micro_batch_size}
-    check_model_size(sizes, 64, table.num_microbatches, table.pp)
-    if n_layers + 2 < parts:
-        raise ConfigError(
-            f"--layers {n_layers}: the model (embedding + {n_layers} blocks + head) has fewer layers "
-            f"than the {parts} stages of this table",
-            key="layers",
-        )
-    spec = TrainSpec(
-        table,
-        GPTConfig(vocab=64, seq_len=seq_len, hidden=hidden, heads=heads, layers=n_layers),
-        micro_batch_size=micro_batch_size,
-        steps=steps,
-        lr=lr,
-        seed=seed,
-        fault=fault,
-    )
-    with step_bar(f"training {table.describe()}", steps) as update:
-
-        def on_step(step: int, loss: float, ms: float) -> None:
-            update(advance=1, status=f"loss {loss:.4f}  step {ms:,.1f} ms")
-
-        run = launched(lambda: run_training(spec, verify=verify, on_step=on_step))
+    opts = TrainOptions(locals())
+    opts.dump_pp_data = _dump_target(dump_pp_data, no_dump)
+    chosen = _backend(opts)
+    prepared = chosen.check(opts)  # every option and output, before any rank starts
+    run = launched(lambda: chosen.launch(prepared))
     if run is None:  # a non-zero rank under torchrun
         return
-    doc = run.summary()
-    if dump_pp_data is not None:
-        replace_dir(dump_pp_data, "pp_data", lambda d: write_dump(run, d), DUMP_KEY)
-        doc["pp_data"] = str(dump_pp_data)
+    summary = chosen.summarize(run)
+    if opts.dump_pp_data is not None:
+        replace_dir(opts.dump_pp_data, "pp_data", lambda d: chosen.dump(run, d), DUMP_KEY)
+        summary.extra["pp_data"] = str(opts.dump_pp_data)
     if json_:
-        print(json.dumps(doc))
+        print(json.dumps(summary.to_dict()))
         return
-    _render(doc, table.describe())
+    chosen.render(summary)
+
+
+def _backend(opts: TrainOptions) -> TrainBackend:
+    """The backend the options ask for (its module imported only now: torch and megatron are heavy)."""
+    if opts.emulate:
+        from primuspp.commands.emulate import EmulateBackend
+
+        return EmulateBackend()
+    if opts.backend is Backend.torch:
+        from primuspp.commands.train_torch import TorchBackend
+
+        return TorchBackend()
+    from primuspp.commands.train_megatron import MegatronBackend
+
+    return MegatronBackend()
 
 
 DUMP_KEY = "--dump-pp-data"
@@ -290,178 +211,27 @@ def check_outputs(dump: Path | None, save: Path | None = None) -> None:
         check_writable_dir(save, "--save")
 
 
-def _parse_fault(text: str) -> tuple[int, str]:
-    rank, _, node = text.partition(":")
-    if not rank.isdigit() or not node:
-        raise ConfigError(f"--inject-fault {text!r}: expected RANK:NODE, e.g. 2:F3.2", key="inject-fault")
-    return int(rank), node
+#: a parameter of `train` whose flag is not its name with dashes
+_FLAGS = {"megatron_settings": "--megatron", "json_": "--json"}
 
 
-def _parse_save_fault(text: str) -> tuple[int, int]:
-    """Megatron: RANK:save:STEP kills that rank right after it wrote its file of the save at STEP (tests)."""
-    rank, what, step = [*text.split(":"), "", ""][:3]
-    if not rank.isdigit() or what != "save" or not step.isdigit():
-        raise ConfigError(
-            f"--inject-fault {text!r}: expected RANK:save:STEP with --backend megatron", key="inject-fault"
-        )
-    return int(rank), int(step)
+def flag(name: str) -> str:
+    """The command-line flag of `train`'s parameter `name`."""
+    return _FLAGS.get(name) or "--" + name.replace("_", "-")
 
 
-def _mb(n: float) -> str:
-    return f"{n / 2**20:.2f}"
+def refuse(opts: TrainOptions, names: tuple[str, ...], why: str) -> None:
+    """A one-line error for the first of the options `names` that was given: `--flag why`."""
+    for name in opts.given(*names):
+        raise ConfigError(f"{flag(name)} {why}", key=flag(name)[2:])
 
 
-def _render(doc: dict, describe: str) -> None:
-    model = doc["model"]
-    out.print(
-        f"trained tiny GPT ({model['layers']} blocks, hidden {model['hidden']}, {model['stages']} stages) "
-        f"with {describe} on {doc['pp']} processes"
-    )
-    table = Table(title_justify="left")
-    for col in ("step", "loss", "step time ms", "bubble", "peak activations per rank (MiB)"):
-        table.add_column(col, justify="right")
-    for s in doc["steps"]:
-        table.add_row(
-            str(s["step"] + 1),
-            f"{s['loss']:.6f}",
-            f"{s['step_time_ms']:,.1f}",
-            f"{s['bubble_rate']:.1%}",
-            " ".join(_mb(b) for b in s["peak_activation_bytes"]),
-        )
-    out.print(table)
-    v = doc.get("verify")
-    if v is not None:
-        out.print(
-            "verify: max relative difference vs one process with the whole model: "
-            f"loss {v['max_rel_loss_diff']:.2e}, gradients {v['max_rel_grad_diff']:.2e} "
-            f"({v['steps']} steps, {v['tensors']} gradient tensors"
-            + (f"; largest: {v['worst_tensor']})" if v["max_rel_grad_diff"] > 0 else ")")
-        )
-    if doc.get("pp_data"):
-        out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
-
-
-# -- backend megatron ------------------------------------------------------------------------------------
-
-
-def _train_megatron(
-    *,
-    algo: str,
-    pp: int | None,
-    vpp: int | None,
-    mb: int | None,
-    steps: int,
-    layers: int,
-    hidden: int,
-    heads: int,
-    seq_len: int,
-    micro_batch_size: int,
-    lr: float,
-    seed: int,
-    data: Path | None,
-    save: Path | None,
-    save_interval: int | None,
-    load: Path | None,
-    settings: list[str],
-    dump_pp_data: Path | None,
-    json_: bool,
-    fault: tuple[int, int] | None,
-) -> None:
-    for key, value, low in (
-        ("steps", steps, 1),
-        ("layers", layers, 1),
-        ("hidden", hidden, 1),
-        ("heads", heads, 1),
-        ("seq-len", seq_len, 1),
-        ("micro-batch-size", micro_batch_size, 1),
-        ("save-interval", save_interval if save_interval is not None else 1, 1),
-    ):
-        if value < low:
+def at_least(values: dict[str, int | None], low: int = 1) -> None:
+    """Each `--key value` given must be >= `low`."""
+    for key, value in values.items():
+        if value is not None and value < low:
             raise ConfigError(f"--{key} must be >= {low} (got {value})", key=key)
-    if save_interval is not None and save is None:
-        raise ConfigError("--save-interval needs --save DIR", key="save-interval")
-    if not 0 < lr < float("inf"):
-        raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
-    check_outputs(dump_pp_data, save)
-
-    from primuspp.backends.megatron import require
-
-    require()  # one line with the install hint when megatron-core is missing
-    from primuspp.backends.megatron.model import GPTSpec
-    from primuspp.backends.megatron.session import dump_pp_data as write_dump
-    from primuspp.backends.megatron.session import parse_settings, run_training
-    from primuspp.backends.megatron.train import TrainSpec
-
-    model_settings, ddp_settings = parse_settings(settings)
-    table = run_table(algo, pp, vpp, mb)
-    sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": micro_batch_size}
-    check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
-    spec = TrainSpec(
-        table,
-        GPTSpec(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, settings=model_settings),
-        micro_batch_size=micro_batch_size,
-        steps=steps,
-        lr=lr,
-        seed=seed,
-        data=str(data) if data is not None else None,
-        save=str(save) if save is not None else None,
-        save_interval=save_interval,
-        load=str(load) if load is not None else None,
-        ddp=ddp_settings,
-        fault=("save", fault[1]) if fault else None,
-        fault_rank=fault[0] if fault else 0,
-    )
-    label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
-    with step_bar(label, steps) as update:
-
-        def on_step(step: int, loss: float, ms: float) -> None:
-            tokens = spec.tokens_per_step / (ms / 1000) if ms > 0 else 0.0
-            update(completed=step + 1, status=f"loss {loss:.4f}  step {ms:,.0f} ms  {tokens:,.0f} tokens/s")
-
-        run = launched(lambda: run_training(spec, on_step=on_step))
-    if run is None:  # a non-zero rank under torchrun
-        return
-    doc = run.summary()
-    if dump_pp_data is not None:
-        replace_dir(dump_pp_data, "pp_data", lambda d: write_dump(run, d), DUMP_KEY)
-        doc["pp_data"] = str(dump_pp_data)
-    if save is not None:
-        doc["checkpoint"] = str(save)
-    if json_:
-        print(json.dumps(doc))
-        return
-    _render_megatron(doc, table.describe())
 
 
-def _render_megatron(doc: dict, describe: str) -> None:
-    model = doc["model"]
-    out.print(
-        f"trained Megatron GPT ({model['layers']} layers, hidden {model['hidden']}, seq {model['seq_len']}, "
-        f"{model['stages']} stages) with {describe} on {doc['pp']} processes, data: {doc['data']}"
-    )
-    rows = doc["steps"]
-    shown = (
-        sorted({round(i * (len(rows) - 1) / 9) for i in range(10)}) if len(rows) > 10 else range(len(rows))
-    )
-    table = Table(title_justify="left")
-    for col in ("step", "loss", "step time ms", "tokens/s", "bubble"):
-        table.add_column(col, justify="right")
-    for i in shown:
-        s = rows[i]
-        table.add_row(
-            str(s["step"] + 1),
-            f"{s['loss']:.4f}",
-            f"{s['step_time_ms']:,.1f}",
-            f"{s['tokens_per_s']:,.0f}",
-            f"{s['bubble_rate']:.1%}",
-        )
-    out.print(table)
-    out.print(
-        f"measured bubble rate {doc['bubble_rate']:.1%} (mean over steps after the first), "
-        f"{doc['tokens_per_s']:,.0f} tokens/s"
-    )
-    out.print("peak activation per rank (MiB): " + " ".join(_mb(b) for b in doc["peak_activation_bytes"]))
-    if doc.get("pp_data"):
-        out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
-    if doc.get("checkpoint"):
-        out.print(f"checkpoints in {doc['checkpoint']}/")
+#: flags only the emulated cluster reads
+EMULATION_FLAGS = ("fwd", "bwd", "wgrad", "config", "costs_from")

@@ -24,9 +24,9 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,6 +41,9 @@ from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.table import ScheduleTable
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
+
+if TYPE_CHECKING:
+    from primuspp.runtime.backend import RunSummary
 
 #: bytes of one activation unit (the cost model's `activation` = 1: one microbatch through a whole rank)
 UNIT_BYTES = 1 << 20
@@ -210,6 +213,8 @@ def emulate_many_worker(ctx: WorkerContext, specs: list[EmulationSpec]) -> list[
 class EmulatedRun:
     spec: EmulationSpec
     timelines: list[Timeline]
+    #: per step: the slowest rank's runner step (RankStep.wall_ms)
+    wall_ms: list[float] = field(default_factory=list)
 
     def step_times(self) -> list[float]:
         from primuspp.trace.metrics import timeline_metrics
@@ -221,18 +226,20 @@ class EmulatedRun:
         times = self.step_times()
         return statistics.median(times[1:] if len(times) > 2 else times)
 
-    def summary(self) -> dict[str, Any]:
-        """The `train --emulate --json` document (steps measured; the caller adds what it predicted)."""
-        from primuspp.trace.metrics import step_record
+    def summary(self) -> RunSummary:
+        """The `train --emulate` run summary (steps measured; the command adds what it predicted)."""
+        from primuspp.runtime.backend import RunSummary, StepSummary
 
-        return {
-            "backend": "emulate",
-            **self.spec.table.record(),
-            "costs": costs_record(self.spec.costs),
-            "unit_bytes": self.spec.unit_bytes,
-            "steps": [step_record(i, tl) for i, tl in enumerate(self.timelines)],
-            "steady_step_time_ms": self.steady_step_time(),
-        }
+        walls = self.wall_ms or [0.0] * len(self.timelines)
+        steps = [
+            StepSummary.measure(i, tl, w) for i, (tl, w) in enumerate(zip(self.timelines, walls, strict=True))
+        ]
+        extra = {"costs": costs_record(self.spec.costs), "unit_bytes": self.spec.unit_bytes}
+        return RunSummary("emulate", self.spec.table.record(), steps, extra=extra)
+
+
+def _walls(per_rank: list[list[RankStep]]) -> list[float]:
+    return [max(steps[i].wall_ms for steps in per_rank) for i in range(len(per_rank[0]))]
 
 
 def emulated_timelines(spec: EmulationSpec, per_rank: list[list[RankStep]], name: str) -> list[Timeline]:
@@ -254,7 +261,9 @@ def run_emulation(
     per_rank = launch(emulate_worker, spec.table.pp, spec, on_report=on_report)
     if per_rank is None:  # a non-zero rank under torchrun
         return None
-    return EmulatedRun(spec, emulated_timelines(spec, per_rank, name or spec.table.algorithm))
+    return EmulatedRun(
+        spec, emulated_timelines(spec, per_rank, name or spec.table.algorithm), _walls(per_rank)
+    )
 
 
 def run_emulations(specs: list[EmulationSpec], names: list[str] | None = None) -> list[EmulatedRun] | None:
@@ -269,8 +278,9 @@ def run_emulations(specs: list[EmulationSpec], names: list[str] | None = None) -
         return None
     names = names or [spec.table.algorithm for spec in specs]
     return [
-        EmulatedRun(spec, emulated_timelines(spec, [per_rank[i] for per_rank in results], names[i]))
+        EmulatedRun(spec, emulated_timelines(spec, runs, names[i]), _walls(runs))
         for i, spec in enumerate(specs)
+        for runs in ([per_rank[i] for per_rank in results],)
     ]
 
 

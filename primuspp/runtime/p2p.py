@@ -15,21 +15,35 @@ go through `batch_isend_irecv`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 
+@dataclass(frozen=True, slots=True)
+class Message:
+    """What one p2p op does: send to or receive from pipeline rank `peer`; `label` names it in errors."""
+
+    send: bool
+    peer: int
+    label: str
+
+
 class Request:
     """A posted receive or send; `wait()` returns its tensor once the transfer completed."""
 
-    __slots__ = ("_works", "label", "tensor")
+    __slots__ = ("_works", "message", "tensor")
 
-    def __init__(self, tensor: torch.Tensor, works: list[Any], label: str) -> None:
+    def __init__(self, tensor: torch.Tensor, works: list[Any], message: Message) -> None:
         self.tensor = tensor
         self._works = works
-        self.label = label
+        self.message = message
+
+    @property
+    def label(self) -> str:
+        return self.message.label
 
     def wait(self) -> torch.Tensor:
         works = self._works
@@ -61,8 +75,9 @@ class P2P:
         if direct and group is None and self.independent_ops:  # default group: its ranks are global ranks
             self._pg = pg
 
-    def post(self, ops: list[tuple[bool, torch.Tensor, int, str]]) -> list[Request]:
-        """Post `(is_send, tensor, peer pipeline rank, label)` ops as one batch; one request per op."""
+    def post(self, messages: Sequence[Message], tensors: Sequence[torch.Tensor]) -> list[Request]:
+        """Post `messages[i]` on `tensors[i]` (the tensor to send, or the buffer to receive into) as one
+        batch, in order; one request per message."""
         ranks = self.ranks
         pg = self._pg
         if pg is not None:
@@ -70,22 +85,22 @@ class P2P:
             return [
                 Request(
                     tensor,
-                    [(send if is_send else recv)([tensor], ranks[peer] if ranks else peer, 0)],
-                    label,
+                    [(send if msg.send else recv)([tensor], ranks[msg.peer] if ranks else msg.peer, 0)],
+                    msg,
                 )
-                for is_send, tensor, peer, label in ops
+                for msg, tensor in zip(messages, tensors, strict=True)
             ]
         group, isend, irecv = self.group, dist.isend, dist.irecv
         p2p_ops = [
-            dist.P2POp(isend if is_send else irecv, tensor, ranks[peer] if ranks else peer, group)
-            for is_send, tensor, peer, _ in ops
+            dist.P2POp(isend if msg.send else irecv, tensor, ranks[msg.peer] if ranks else msg.peer, group)
+            for msg, tensor in zip(messages, tensors, strict=True)
         ]
         works = dist.batch_isend_irecv(p2p_ops)
-        if len(works) == len(ops):
-            return [Request(op[1], [w], op[3]) for op, w in zip(ops, works, strict=True)]
+        if len(works) == len(messages):
+            return [Request(t, [w], m) for m, t, w in zip(messages, tensors, works, strict=True)]
         # coalesced (NCCL): every op completes with the batch
         works = list(works)
-        return [Request(op[1], works, op[3]) for op in ops]
+        return [Request(t, works, m) for m, t in zip(messages, tensors, strict=True)]
 
     def barrier(self) -> None:
         dist.barrier(group=self.group)

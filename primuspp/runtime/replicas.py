@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
-from primuspp.runtime.p2p import P2P
+from primuspp.runtime.p2p import P2P, Message
 from primuspp.schedule.placement import Placement
 
 
@@ -42,7 +42,8 @@ def sum_replica_grads(
     both sides pair their messages identically; both compute the same sum (addition of two terms commutes
     exactly), so the copies stay bit-identical.
     """
-    ops: list[tuple[bool, torch.Tensor, int, str]] = []
+    messages: list[Message] = []
+    tensors: list[torch.Tensor] = []
     sums: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []
     for part, stages in sorted(replica_groups(placement).items()):
         mine = [s for s in stages if placement.stage_rank[s] == rank]
@@ -61,13 +62,16 @@ def sum_replica_grads(
         local = _flat_grads(params_of[s])
         remote = torch.empty_like(local)
         peer = placement.stage_rank[other]
-        ops.append((True, local, peer, f"grads of stage {s}"))
-        ops.append((False, remote, peer, f"grads of stage {other}"))
+        messages += [
+            Message(True, peer, f"grads of stage {s}"),
+            Message(False, peer, f"grads of stage {other}"),
+        ]
+        tensors += [local, remote]
         sums.append(([s], local, remote) if s == a else ([s], remote, local))
-    if ops:
+    if messages:
         if p2p is None:
             raise ValueError("replicated stages on other ranks need a P2P to sum their gradients")
-        for request in p2p.post(ops):
+        for request in p2p.post(messages, tensors):
             request.wait()
     for (s,), first, second in sums:
         _assign(params_of[s], first + second)

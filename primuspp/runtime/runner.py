@@ -1,10 +1,15 @@
 """ScheduleRunner: execute one rank's node list of any valid schedule table.
 
-The runner walks `table.ranks[rank]` and dispatches by node kind. Compute nodes go to the executor (see
-`executor.py`); the comm nodes standing between two compute nodes are posted as one batch right before the
-next compute node (p2p.py); OFFLOAD/RELOAD move a cell's saved activations (memory.py). Per-(microbatch,
-stage) state lives in dicts local to one `step()` call and is popped by the node that needs it last, so a
-step leaves nothing behind; a leftover means the table or the executor is broken and is reported.
+At construction the rank's nodes are compiled into a program of `Instruction`s, everything that does not
+change between steps resolved once: the handler of each node kind (the `HANDLERS` table, checked against
+`schedule/semantics.py` so a node kind without a handler fails at import), the (microbatch, stage) keys,
+where each input comes from and where each output goes (this rank or a SEND), and the comm nodes standing
+between two compute nodes grouped into one batch of typed `CommOp`s, posted right before the next compute
+node (p2p.py). A step is then one loop over the program: `instruction.run(state, instruction)`.
+
+Per-(microbatch, stage) state lives in a `StepState` made by each `step()` and is popped by the node that
+needs it last, so a step leaves nothing behind; a leftover means the table or the executor is broken and is
+reported. OFFLOAD/RELOAD move a cell's saved activations (memory.py).
 
 Receives may run ahead of their batch when the transport completes every op on its own (gloo): posting a
 receive never blocks there, and receives from one peer stay in table order, so the messages pair exactly as
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import math
 import socket
+import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,22 +37,16 @@ import torch
 from primuspp.errors import PrimusppError
 from primuspp.runtime.executor import Cell, Executor
 from primuspp.runtime.memory import ActivationMeter, SavedRecord
-from primuspp.runtime.p2p import P2P, Request
+from primuspp.runtime.p2p import P2P, Message, Request
 from primuspp.runtime.timing import clock_for
-from primuspp.runtime.wgrad import WeightGradStore
-from primuspp.schedule.nodes import Node, NodeKind, format_node, parse_node
+from primuspp.runtime.wgrad import WeightGradStore, begin_recording, end_recording
+from primuspp.schedule import semantics as sem
+from primuspp.schedule.nodes import Node, NodeKind, format_node
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.validation import validate
 from primuspp.trace.timeline import Interval
 
-_F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
-_SEND_F, _RECV_F, _SEND_B, _RECV_B = NodeKind.SEND_F, NodeKind.RECV_F, NodeKind.SEND_B, NodeKind.RECV_B
-_OFFLOAD = NodeKind.OFFLOAD
-
 _HOST = socket.gethostname()
-
-# program op codes
-_COMPUTE, _BATCH, _MEMORY = 0, 1, 2
 
 
 class NodeFailure(PrimusppError):
@@ -74,6 +74,378 @@ class RankStep:
     #: of one host share that clock, so their timelines can be put on one time axis
     origin_ns: int | None = None
     host: str = ""
+    #: host wall time of the whole `step()` after the start barrier: every node, the wait for the last
+    #: sends and (on a device) for the device to finish; the intervals' span is the pipeline part of it
+    wall_ms: float = 0.0
+
+
+# -- the program -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp(Message):
+    """One SEND/RECV node of a batch, resolved at construction.
+
+    `forward`: it carries an activation (F direction), else an input gradient. `key`: the (microbatch,
+    stage) slot on this rank (the output a send takes, the input a receive fills). `boundary`: the (mb,
+    stage) whose `boundary_spec` gives the tensor. `record`: (kind "F"/"B", microbatch, stage, peer) for the
+    RankStep's send log."""
+
+    forward: bool = True
+    key: tuple[int, int] = (0, 0)
+    boundary: tuple[int, int] = (0, 0)
+    node: Node | None = None
+    record: tuple[str, int, int, int] = ("F", 0, 0, 0)
+
+
+#: what a simple (non-composite) kind does, given the step state and the resolved part: returns the tensor
+#: it produces for another stage (an activation or an input gradient), or None
+Body = Callable[["StepState", "Part"], "torch.Tensor | None"]
+
+
+@dataclass(eq=False, slots=True)
+class Part:
+    """One simple node (or one part of a composite node), resolved at construction."""
+
+    body: Body
+    kind: NodeKind
+    microbatch: int
+    stage: int
+    key: tuple[int, int]
+    first: bool  # the stage starts the microbatch's route (no input from another stage)
+    last: bool  # the stage ends it (the loss is computed here)
+    keep: bool  # F only: the cell is kept for a backward on this rank
+    #: 0: no input to wait for; 1: an activation (fwd_in); 2: an output gradient (bwd_in)
+    wait: int = 0
+    #: (kind "F"/"B", microbatch, producer stage, peer rank) logged when the wait resolves a receive
+    recv: tuple[str, int, int, int] | None = None
+    #: where the produced tensor goes: 0 nowhere, 1 this rank (the consumer's input slot), 2 a SEND
+    out: int = 0
+    out_forward: bool = True  # an activation (fwd_in / out_f), else an input gradient (bwd_in / out_b)
+    out_key: tuple[int, int] = (0, 0)  # the slot it goes to
+    missing: str = ""  # the error when the executor returned nothing to hand on
+
+
+@dataclass(eq=False, slots=True)
+class Instruction:
+    """One entry of a rank's program: `run(state, self)` executes it."""
+
+    run: Callable[[StepState, Instruction], None]
+    node: Node  # the node (a batch: its last comm node), for the observer
+    label: str  # names the node in a NodeFailure
+    parts: tuple[Part, ...] = ()
+    part: Part | None = None  # parts[0] (the only one of a simple node)
+    #: a comm batch: its ops; with receives posted ahead: its sends and the count of receives due by its end
+    ops: tuple[CommOp, ...] = ()
+    sends: tuple[CommOp, ...] = ()
+    recv_end: int = 0
+    #: compute: the interval's (kind, microbatch, stage, chunk) and an FB's backward part
+    interval: tuple[str, int, int, int] = ("F", 0, 0, 0)
+    back: tuple[str, int, int, int] | None = None
+
+
+class StepState:
+    """Everything one `step()` touches: the executor, p2p, clock, the per-(microbatch, stage) slots and the
+    measurements. `ins[d]` / `outs[d]` are the input / output slots by direction (1: activations, 0:
+    gradients)."""
+
+    __slots__ = (
+        "ahead",
+        "all_recvs",
+        "boundary_spec",
+        "buffer_end",
+        "bwd_in",
+        "cells",
+        "device",
+        "ex",
+        "fwd_in",
+        "ins",
+        "mark",
+        "marks",
+        "mem_marks",
+        "meter",
+        "out_b",
+        "out_f",
+        "outs",
+        "p2p",
+        "pending_sends",
+        "posted",
+        "prune_at",
+        "recv_ahead_bytes",
+        "recvs",
+        "sends",
+    )
+
+    def __init__(
+        self, runner: ScheduleRunner, mark: Callable[[], Any], meter: ActivationMeter | None
+    ) -> None:
+        ex = runner.executor
+        self.ex, self.p2p, self.meter, self.mark = ex, runner.p2p, meter, mark
+        self.device = ex.device
+        self.boundary_spec = ex.boundary_spec
+        self.fwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
+        self.bwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
+        self.out_f: dict[tuple[int, int], torch.Tensor] = {}
+        self.out_b: dict[tuple[int, int], torch.Tensor] = {}
+        self.ins = (self.bwd_in, self.fwd_in)
+        self.outs = (self.out_b, self.out_f)
+        self.cells: dict[tuple[int, int], Cell] = {}
+        self.pending_sends: list[Request] = []
+        self.prune_at = 32
+        self.marks: list[tuple[Instruction, Any, Any]] = []
+        self.mem_marks: list[tuple[Any, int]] = []
+        self.sends: list[tuple[tuple[str, int, int, int], Any]] = []
+        self.recvs: list[tuple[tuple[str, int, int, int], Any]] = []
+        self.ahead, self.all_recvs = runner.recv_ahead, runner._recvs
+        self.recv_ahead_bytes = runner.recv_ahead_bytes
+        self.posted = 0  # receives posted so far (receives ahead)
+        self.buffer_end = [0]  # receive buffer bytes before each receive, and in all
+        if self.ahead != 0:
+            spec_of, end, size = self.boundary_spec, self.buffer_end, {}
+            total = 0
+            for op in self.all_recvs:
+                spec = spec_of(*op.boundary)
+                nbytes = size.get(spec)
+                if nbytes is None:
+                    nbytes = size[spec] = math.prod(spec.shape) * spec.dtype.itemsize
+                total += nbytes
+                end.append(total)
+
+    def leftovers(self) -> list[str]:
+        return [
+            f"{what} {k}"
+            for what, d in (
+                ("input", self.fwd_in),
+                ("grad", self.bwd_in),
+                ("output", self.out_f),
+                ("input grad", self.out_b),
+                ("cell", self.cells),
+            )
+            for k in d
+        ]
+
+
+# -- handlers ---------------------------------------------------------------------------------------------
+
+
+def _resolve(st: StepState, part: Part) -> None:
+    """Wait for the part's received input (outside the timed interval) and put the tensor in its slot."""
+    slots = st.ins[part.wait == 1]
+    value = slots.get(part.key)
+    if type(value) is Request:
+        try:
+            slots[part.key] = value.wait()
+        except Exception as err:
+            raise RuntimeError(f"waiting for {value.label}: {err}") from err
+        st.recvs.append((part.recv, st.mark()))  # type: ignore[arg-type]
+
+
+def _hand_on(st: StepState, part: Part, y: torch.Tensor | None) -> None:
+    """Put a produced tensor where its consumer takes it: this rank's input slot, or the SEND's."""
+    if y is None:
+        raise RuntimeError(part.missing)
+    if part.out == 1:
+        st.ins[part.out_forward][part.out_key] = y.detach() if part.out_forward else y
+    else:
+        st.outs[part.out_forward][part.key] = y
+
+
+def _forward(st: StepState, part: Part) -> torch.Tensor | None:
+    x = st.fwd_in.pop(part.key, None)
+    meter = st.meter
+    store = WeightGradStore(meter)
+    cell = Cell(part.microbatch, part.stage, part.first, part.last, store)
+    token = begin_recording(store)
+    try:
+        if meter is not None:
+            cell.saved = saved = SavedRecord()
+            with meter.saving(saved):
+                y = st.ex.forward(cell, x)
+        else:
+            y = st.ex.forward(cell, x)
+    finally:
+        end_recording(token)
+    if part.keep:
+        st.cells[part.key] = cell
+    return y
+
+
+def _backward_input(st: StepState, part: Part) -> torch.Tensor | None:
+    g = st.bwd_in.pop(part.key, None)
+    cell = st.cells[part.key]
+    cell.wgrad.defer = True
+    gin = st.ex.backward_input(cell, g)
+    cell.wgrad.defer = False
+    return gin
+
+
+def _backward_full(st: StepState, part: Part) -> torch.Tensor | None:
+    g = st.bwd_in.pop(part.key, None)
+    return st.ex.backward_full(st.cells.pop(part.key), g)
+
+
+def _backward_weight(st: StepState, part: Part) -> None:
+    st.ex.backward_weight(st.cells.pop(part.key))
+
+
+def _offload(st: StepState, part: Part) -> None:
+    cell = st.cells[part.key]
+    if st.meter is not None and cell.saved is not None:
+        st.meter.offload(cell.saved, st.device)
+
+
+def _reload(st: StepState, part: Part) -> None:
+    cell = st.cells[part.key]
+    if st.meter is not None and cell.saved is not None:
+        st.meter.reload(cell.saved, st.device)
+
+
+#: node kind -> what it does. Composite kinds (FB) have no entry: they run their parts' handlers; comm kinds
+#: have none either: they become the `CommOp`s of a batch. `_check_handlers` holds this table to
+#: `semantics.SEMANTICS` at import, so a node kind added there without a handler here fails at once.
+HANDLERS: dict[NodeKind, Body] = {
+    NodeKind.F: _forward,
+    NodeKind.B: _backward_input,
+    NodeKind.BW: _backward_full,
+    NodeKind.W: _backward_weight,
+    NodeKind.OFFLOAD: _offload,
+    NodeKind.RELOAD: _reload,
+}
+#: a comm kind's datum: (direction (True: activation), this rank produced it (SEND))
+_CARRIES = {
+    sem.ACT: (True, True),
+    sem.ACT_PREV: (True, False),
+    sem.GRAD: (False, True),
+    sem.GRAD_NEXT: (False, False),
+}
+
+
+def _check_handlers() -> None:
+    missing = []
+    for kind, row in sem.SEMANTICS.items():
+        if row.role == "comm":
+            if row.carries not in _CARRIES:
+                missing.append(f"{kind.name} (carries {row.carries!r})")
+        elif row.parts:
+            missing += [
+                f"{k.name} (part of {kind.name})" for ks in row.parts for k in ks if k not in HANDLERS
+            ]
+        elif kind not in HANDLERS:
+            missing.append(kind.name)
+    if missing:
+        raise RuntimeError(f"runtime/runner.py has no handler for node kind(s) {', '.join(missing)}")
+
+
+_check_handlers()
+
+
+def _run_simple(st: StepState, ins: Instruction) -> None:
+    """A compute node: wait for its input, then run and time it (`_resolve` and `_hand_on` inlined: this
+    runs for every node)."""
+    part = ins.part
+    if part.wait:
+        slots = st.ins[part.wait == 1]
+        value = slots.get(part.key)
+        if type(value) is Request:
+            _resolve(st, part)
+    mark = st.mark
+    start = mark()
+    y = part.body(st, part)
+    out = part.out
+    if out:
+        if y is None:
+            raise RuntimeError(part.missing)
+        if out == 1:
+            st.ins[part.out_forward][part.out_key] = y.detach() if part.out_forward else y
+        else:
+            st.outs[part.out_forward][part.key] = y
+    end = mark()
+    st.marks.append((ins, start, end))
+    if st.meter is not None:
+        st.mem_marks.append((end, st.meter.current))
+
+
+def _run_composite(st: StepState, ins: Instruction) -> None:
+    """A composite node (FB): wait for every part's input, then run the parts in order as one interval."""
+    for part in ins.parts:
+        if part.wait:
+            _resolve(st, part)
+    mark = st.mark
+    start = mark()
+    for part in ins.parts:
+        y = part.body(st, part)
+        if part.out:
+            _hand_on(st, part, y)
+    end = mark()
+    st.marks.append((ins, start, end))
+    if st.meter is not None:
+        st.mem_marks.append((end, st.meter.current))
+
+
+def _run_memory(st: StepState, ins: Instruction) -> None:
+    part = ins.part
+    part.body(st, part)  # type: ignore[union-attr]
+
+
+def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
+    """Post one batch: sends take their slot's tensor, receives get a fresh buffer from `boundary_spec`."""
+    tensors = []
+    spec_of, outs, mark, sends = st.boundary_spec, st.outs, st.mark, st.sends
+    for op in ops:
+        spec = spec_of(*op.boundary)
+        if op.send:
+            t = outs[op.forward].pop(op.key)
+            if (t.shape != spec.shape and tuple(t.shape) != tuple(spec.shape)) or t.dtype != spec.dtype:
+                raise RuntimeError(
+                    f"{op.label}: tensor is {tuple(t.shape)} {t.dtype} but the executor's "
+                    f"boundary_spec says {tuple(spec.shape)} {spec.dtype}"
+                )
+            if t.requires_grad:
+                t = t.detach()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            sends.append((op.record, mark()))
+        else:
+            t = torch.empty(spec.shape, dtype=spec.dtype, device=st.device)
+        tensors.append(t)
+    requests = st.p2p.post(ops, tensors)  # type: ignore[union-attr]
+    ins, pending = st.ins, st.pending_sends
+    for op, request in zip(ops, requests, strict=True):
+        if op.send:
+            pending.append(request)
+        else:
+            ins[op.forward][op.key] = request
+    if len(pending) > st.prune_at:  # release sent tensors whose transfer is over (NCCL)
+        pending[:] = [r for r in pending if not r.done()]
+        st.prune_at = max(32, 2 * len(pending))  # amortised: gloo only knows after wait()
+
+
+def _post_recvs(st: StepState, done: int) -> None:
+    """Post the receives the limits allow ahead of the first `done` ones (which are due now)."""
+    n = len(st.all_recvs)
+    if st.posted == n:  # all posted already (the default on gloo: at the step start)
+        return
+    upto = n if st.ahead is None else min(n, done + st.ahead)
+    fits = bisect_right(st.buffer_end, st.buffer_end[done] + st.recv_ahead_bytes) - 1
+    upto = max(done, min(upto, fits))
+    if upto > st.posted:
+        _post(st, st.all_recvs[st.posted : upto])
+        st.posted = upto
+
+
+def _run_batch(st: StepState, ins: Instruction) -> None:
+    """A comm batch at its table position (every op posted now)."""
+    _post(st, ins.ops)
+
+
+def _run_batch_ahead(st: StepState, ins: Instruction) -> None:
+    """A comm batch when receives run ahead: its sends now, receives up to the limits."""
+    if ins.sends:
+        _post(st, ins.sends)
+    _post_recvs(st, ins.recv_end)
+
+
+# -- the runner -------------------------------------------------------------------------------------------
 
 
 class ScheduleRunner:
@@ -111,61 +483,112 @@ class ScheduleRunner:
         self.observer = observer
         #: why the last step failed (the runner then refuses further steps), or None
         self.failed: str | None = None
-        self.program = self._compile(table.ranks[rank])
         if recv_ahead is not None and recv_ahead < 0:
             raise ValueError(f"recv_ahead must be >= 0 or None, got {recv_ahead}")
         #: receives posted ahead of their batch (0: every op at its table position), and their byte budget
         self.recv_ahead = recv_ahead if p2p is not None and p2p.independent_ops else 0
         self.recv_ahead_bytes = recv_ahead_bytes
-        self._recvs = [o for op, item, _ in self.program if op == _BATCH for o in item if not o[0]]
-        self._batch_plan: list[tuple[tuple, int]] = []  # per batch: its sends, receives up to its end
-        count = 0
-        for op, item, _ in self.program:
-            if op == _BATCH:
-                count += sum(1 for o in item if not o[0])
-                self._batch_plan.append((tuple(o for o in item if o[0]), count))
-        # (microbatch, stage) whose backward runs here; a forward-only table (evaluation) keeps no cells
-        self._backward = {
-            (part.microbatch, part.stage)
-            for node in table.ranks[rank]
-            for part in (node.parts if node.kind is _FB else (node,))
-            if part.kind is _B or part.kind is _BW
-        }
-        if p2p is None and any(op == _BATCH for op, _, _ in self.program):
+        self.program: list[Instruction] = self._compile(table.ranks[rank])
+        #: every receive of the step, in program order (posted ahead from this list)
+        self._recvs = tuple(op for ins in self.program for op in ins.ops if not op.send)
+        if p2p is None and any(ins.ops for ins in self.program):
             raise ValueError(f"rank {rank}: the table has p2p nodes here but no P2P was given")
 
-    def _compile(self, nodes: tuple[Node, ...]) -> list[tuple[int, Any, str]]:
-        """(op, item, label) per step: comm nodes grouped into batches, each posted right before the next
-        compute node (or at the end). Everything that does not change between steps is worked out here:
-        labels, dict keys, the boundary each message carries."""
-        prv = self.table.placement.prev_stage
-        program: list[tuple[int, Any, str]] = []
-        batch: list[tuple] = []
+    # -- compilation ------------------------------------------------------------------------------------
+
+    def _compile(self, nodes: tuple[Node, ...]) -> list[Instruction]:
+        """The program: one instruction per compute or memory node, comm nodes grouped into a batch posted
+        right before the next compute node (or at the end)."""
+        # (microbatch, stage) whose backward (a kind consuming the output grad) runs here; a forward-only
+        # table (evaluation) keeps no cells
+        backward = {
+            (p.microbatch, p.stage)
+            for node in nodes
+            for p in sem.simple_parts(node)
+            if sem.GRAD_NEXT in sem.SEMANTICS[p.kind].consumes
+        }
+        program: list[Instruction] = []
+        batch: list[CommOp] = []
+        recvs = 0
 
         def flush() -> None:
-            label = "batch [" + " ".join(op[-1] for op in batch) + "]"
-            program.append((_BATCH, tuple(batch), label))
+            nonlocal recvs
+            ops = tuple(batch)
+            recvs += sum(1 for op in ops if not op.send)
+            run = _run_batch if self.recv_ahead == 0 else _run_batch_ahead
+            label = "batch [" + " ".join(op.label for op in ops) + "]"
+            sends = tuple(op for op in ops if op.send)
+            program.append(Instruction(run, ops[-1].node, label, ops=ops, sends=sends, recv_end=recvs))  # type: ignore[arg-type]
             batch.clear()
 
+        chunk = self.table.placement.stage_chunk
         for node in nodes:
-            kind = node.kind
-            if kind.is_comm:
-                mb, s = node.microbatch, node.stage
-                fwd = kind is _SEND_F or kind is _RECV_F
-                # (is_send, forward direction, local key, peer, boundary (mb, stage), label)
-                boundary = (mb, s if kind is _SEND_F or kind is _RECV_B else prv[s])
-                batch.append((kind.is_send, fwd, (mb, s), node.peer, boundary, format_node(node)))
+            row = sem.SEMANTICS[node.kind]
+            if row.role == "comm":
+                batch.append(self._comm_op(node))
                 continue
-            if kind.is_compute and batch:
+            if row.role == "compute" and batch:
                 flush()
-            program.append((_COMPUTE if kind.is_compute else _MEMORY, node, format_node(node)))
+            parts = tuple(self._part(p, backward) for p in sem.simple_parts(node))
+            if row.role != "compute":
+                program.append(Instruction(_run_memory, node, format_node(node), parts, parts[0]))
+                continue
+            back = None
+            if row.parts:
+                bp = node.parts[-1]
+                back = (bp.kind.value, bp.microbatch, bp.stage, chunk[bp.stage])
+            program.append(
+                Instruction(
+                    _run_composite if row.parts else _run_simple,
+                    node,
+                    format_node(node),
+                    parts,
+                    parts[0],
+                    interval=(node.kind.value, node.microbatch, node.stage, chunk[node.stage]),
+                    back=back,
+                )
+            )
         if batch:
             flush()
         return program
 
-    @staticmethod
-    def _batch_node(op: tuple) -> Node:
-        return parse_node(op[-1])
+    def _comm_op(self, node: Node) -> CommOp:
+        forward, produced = _CARRIES[sem.SEMANTICS[node.kind].carries]  # type: ignore[index]
+        mb, s = node.microbatch, node.stage
+        prv = self.table.placement.prev_stage
+        # the tensor is the output of s (an activation sent, an output gradient received) or of prev[s]
+        boundary = (mb, s if forward == produced else prv[s])
+        record = ("F" if forward else "B", mb, s, node.peer)
+        return CommOp(
+            node.kind.is_send, node.peer, format_node(node), forward, (mb, s), boundary, node, record
+        )
+
+    def _part(self, node: Node, backward: set[tuple[int, int]]) -> Part:
+        pl = self.table.placement
+        srank = pl.stage_rank
+        mb, s = node.microbatch, node.stage
+        prv, nxt = pl.prev_stage[s], pl.next_stage[s]
+        row = sem.SEMANTICS[node.kind]
+        part = Part(HANDLERS[node.kind], node.kind, mb, s, (mb, s), prv < 0, nxt < 0, (mb, s) in backward)
+        if sem.ACT_PREV in row.consumes and prv >= 0:
+            part.wait, part.recv = 1, ("F", mb, prv, srank[prv])
+        elif sem.GRAD_NEXT in row.consumes and nxt >= 0:
+            part.wait, part.recv = 2, ("B", mb, nxt, srank[nxt])
+        for what in row.produces:  # ACT goes to the next stage, GRAD to the previous one
+            q = sem.consumer_stage(what, s, pl)
+            if q < 0:
+                continue
+            part.out = 1 if srank[q] == self.rank else 2
+            part.out_forward = what == sem.ACT
+            part.out_key = (mb, q)
+            part.missing = (
+                f"the executor returned no output for stage {s}"
+                if what == sem.ACT
+                else f"the executor returned no input gradient for stage {s}"
+            )
+        return part
+
+    # -- one step ---------------------------------------------------------------------------------------
 
     def step(self, sync_start: bool = True) -> RankStep:
         """Run one step. With `sync_start` the ranks meet at a barrier first (their clocks then agree).
@@ -177,244 +600,70 @@ class ScheduleRunner:
                 f"rank {self.rank}: this runner failed ({self.failed}); its posted receives may still be "
                 "pending, so it cannot run another step (start a new process group)"
             )
-        ex, meter, p2p, observer = self.executor, self.meter, self.p2p, self.observer
-        rank = self.rank
-        pl = self.table.placement
-        nxt, prv, srank, chunk = pl.next_stage, pl.prev_stage, pl.stage_rank, pl.stage_chunk
-        device = ex.device
-        clock = clock_for(device)
-        backward_keys = self._backward
-        fwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
-        bwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
-        out_f: dict[tuple[int, int], torch.Tensor] = {}
-        out_b: dict[tuple[int, int], torch.Tensor] = {}
-        cells: dict[tuple[int, int], Cell] = {}
-        pending_sends: list[Request] = []
-        prune_at = [32]
-        marks: list[tuple[Node, object, object]] = []
-        mem_marks: list[tuple[object, int]] = []
-        sends: list[tuple[str, int, int, int, object]] = []
-        recvs: list[tuple[str, int, int, int, object]] = []
-
-        def take(store: dict, key: tuple[int, int]) -> torch.Tensor | None:
-            value = store.pop(key, None)
-            if type(value) is Request:
-                try:
-                    value = value.wait()
-                except Exception as err:
-                    raise RuntimeError(f"waiting for {value.label}: {err}") from err
-                tag = "F" if store is fwd_in else "B"
-                producer = prv[key[1]] if store is fwd_in else nxt[key[1]]
-                recvs.append((tag, key[0], producer, srank[producer], clock.mark()))
-            return value
-
-        def forward(node: Node) -> None:
-            mb, s = node.microbatch, node.stage
-            key = (mb, s)
-            x = take(fwd_in, key)
-            q = nxt[s]
-            cell = Cell(mb, s, prv[s] < 0, q < 0, WeightGradStore(meter))
-            if meter is not None:
-                cell.saved = SavedRecord()
-                with cell.wgrad.recording(), meter.saving(cell.saved):
-                    y = ex.forward(cell, x)
-            else:
-                with cell.wgrad.recording():
-                    y = ex.forward(cell, x)
-            if key in backward_keys:
-                cells[key] = cell
-            if q >= 0:
-                if y is None:
-                    raise RuntimeError(f"the executor returned no output for stage {s}")
-                if srank[q] == rank:
-                    fwd_in[(mb, q)] = y.detach()
-                else:
-                    out_f[key] = y
-
-        def backward(node: Node) -> None:
-            mb, s = node.microbatch, node.stage
-            key = (mb, s)
-            g = take(bwd_in, key)
-            if node.kind is _B:
-                cell = cells[key]
-                cell.wgrad.defer = True
-                gin = ex.backward_input(cell, g)
-                cell.wgrad.defer = False
-            else:
-                cell = cells.pop(key)
-                gin = ex.backward_full(cell, g)
-            q = prv[s]
-            if q >= 0:
-                if gin is None:
-                    raise RuntimeError(f"the executor returned no input gradient for stage {s}")
-                if srank[q] == rank:
-                    bwd_in[(mb, q)] = gin
-                else:
-                    out_b[key] = gin
-
-        boundary_spec, empty, mark = ex.boundary_spec, torch.empty, clock.mark
-
-        def post(batch: tuple[tuple, ...]) -> None:
-            ops = []
-            slots = []
-            for is_send, fwd, key, peer, (smb, sstage), text in batch:
-                spec = boundary_spec(smb, sstage)
-                if is_send:
-                    t = (out_f if fwd else out_b).pop(key)
-                    if (
-                        t.shape != spec.shape and tuple(t.shape) != tuple(spec.shape)
-                    ) or t.dtype != spec.dtype:
-                        raise RuntimeError(
-                            f"{text}: tensor is {tuple(t.shape)} {t.dtype} but the executor's "
-                            f"boundary_spec says {tuple(spec.shape)} {spec.dtype}"
-                        )
-                    if t.requires_grad:
-                        t = t.detach()
-                    if not t.is_contiguous():
-                        t = t.contiguous()
-                    ops.append((True, t, peer, text))
-                    slots.append(None)
-                    sends.append(("F" if fwd else "B", key[0], key[1], peer, mark()))
-                else:
-                    ops.append((False, empty(spec.shape, dtype=spec.dtype, device=device), peer, text))
-                    slots.append((fwd_in if fwd else bwd_in, key))
-            requests = p2p.post(ops)  # type: ignore[union-attr]
-            for request, slot in zip(requests, slots, strict=True):
-                if slot is None:
-                    pending_sends.append(request)
-                else:
-                    slot[0][slot[1]] = request
-            if len(pending_sends) > prune_at[0]:  # release sent tensors whose transfer is over (NCCL)
-                pending_sends[:] = [r for r in pending_sends if not r.done()]
-                prune_at[0] = max(32, 2 * len(pending_sends))  # amortised: gloo only knows after wait()
-
-        ahead, all_recvs, plan = self.recv_ahead, self._recvs, self._batch_plan
-        n_recvs = len(all_recvs)
-        posted = [0, 0]  # receives posted so far, batches met so far
-        buffer_end = [0]  # buffer bytes of the receives before each one, and in all
-        if ahead != 0:
-            for op in all_recvs:
-                spec = boundary_spec(*op[4])
-                buffer_end.append(buffer_end[-1] + math.prod(spec.shape) * spec.dtype.itemsize)
-
-        def post_recvs(done: int) -> None:
-            """Post the receives the limits allow ahead of the first `done` ones (which are due now)."""
-            upto = n_recvs if ahead is None else min(n_recvs, done + ahead)
-            fits = bisect_right(buffer_end, buffer_end[done] + self.recv_ahead_bytes) - 1
-            upto = max(done, min(upto, fits))
-            if upto > posted[0]:
-                post(all_recvs[posted[0] : upto])
-                posted[0] = upto
-
-        def run_batch(batch: tuple[tuple, ...]) -> None:
-            if ahead == 0:
-                post(batch)
-                return
-            sends, recv_end = plan[posted[1]]
-            posted[1] += 1
-            if sends:
-                post(sends)
-            post_recvs(recv_end)
-
+        meter, p2p, observer = self.meter, self.p2p, self.observer
+        clock = clock_for(self.executor.device)
+        st = StepState(self, clock.mark, meter)
         if sync_start and p2p is not None:
             p2p.barrier()
         if meter is not None:
             meter.reset_peak()
+        wall0 = time.perf_counter_ns()
         clock.start()
         mem_start = meter.current if meter is not None else 0
         label = "step start"
         try:
-            if ahead != 0:
-                post_recvs(0)
-            for op, item, label in self.program:  # noqa: B007 (label names the failing node)
-                if op == _COMPUTE:
-                    node: Node = item
-                    kind = node.kind
-                    # wait for inputs outside the timed interval
-                    if kind is _F:
-                        key = (node.microbatch, node.stage)
-                        if type(fwd_in.get(key)) is Request:
-                            fwd_in[key] = take(fwd_in, key)  # type: ignore[assignment]
-                        start = clock.mark()
-                        forward(node)
-                    elif kind is _W:
-                        start = clock.mark()
-                        ex.backward_weight(cells.pop((node.microbatch, node.stage)))
-                    elif kind is _FB:
-                        fpart, bpart = node.parts
-                        fkey, bkey = (fpart.microbatch, fpart.stage), (bpart.microbatch, bpart.stage)
-                        if type(fwd_in.get(fkey)) is Request:
-                            fwd_in[fkey] = take(fwd_in, fkey)  # type: ignore[assignment]
-                        if type(bwd_in.get(bkey)) is Request:
-                            bwd_in[bkey] = take(bwd_in, bkey)  # type: ignore[assignment]
-                        start = clock.mark()
-                        forward(fpart)
-                        backward(bpart)
-                    else:
-                        key = (node.microbatch, node.stage)
-                        if type(bwd_in.get(key)) is Request:
-                            bwd_in[key] = take(bwd_in, key)  # type: ignore[assignment]
-                        start = clock.mark()
-                        backward(node)
-                    end = clock.mark()
-                    marks.append((node, start, end))
-                    if meter is not None:
-                        mem_marks.append((end, meter.current))
-                elif op == _BATCH:
-                    run_batch(item)
-                else:
-                    node = item
-                    cell = cells[(node.microbatch, node.stage)]
-                    if meter is not None and cell.saved is not None:
-                        if node.kind is _OFFLOAD:
-                            meter.offload(cell.saved, device)
-                        else:
-                            meter.reload(cell.saved, device)
-                if observer is not None:
-                    observer(item if op != _BATCH else self._batch_node(item[-1]))
+            if st.ahead != 0:
+                _post_recvs(st, 0)
+            if observer is None:
+                for ins in self.program:
+                    label = ins.label
+                    ins.run(st, ins)
+            else:
+                for ins in self.program:
+                    label = ins.label
+                    ins.run(st, ins)
+                    observer(ins.node)
             label = "step end (waiting for sends)"
-            for request in pending_sends:
+            for request in st.pending_sends:
                 request.wait()
-            pending_sends.clear()
-            left = [
-                f"{what} {k}"
-                for what, d in (
-                    ("input", fwd_in),
-                    ("grad", bwd_in),
-                    ("output", out_f),
-                    ("input grad", out_b),
-                    ("cell", cells),
-                )
-                for k in d
-            ]
+            st.pending_sends.clear()
+            left = st.leftovers()
             if left:
                 raise RuntimeError(f"state left after the last node: {', '.join(left[:6])}")
         except NodeFailure as failure:
             self.failed = str(failure)
             raise
         except Exception as err:
-            failure = NodeFailure(rank, label, err)
+            failure = NodeFailure(self.rank, label, err)
             self.failed = str(failure)
             raise failure from err
         clock.finish()
-        ms = clock.ms
-        intervals = []
-        for node, start, end in marks:
-            s = node.stage
-            back = None
-            if node.kind is _FB:
-                bp = node.parts[1]
-                back = (bp.kind.value, bp.microbatch, bp.stage, chunk[bp.stage])
-            iv = Interval(node.kind.value, node.microbatch, s, chunk[s], ms(start), ms(end), back)
-            intervals.append(iv)
-        memory = [(0.0, float(mem_start))] + [(ms(t), float(level)) for t, level in mem_marks]
+        wall_ms = (time.perf_counter_ns() - wall0) / 1e6
+        # every mark converted in one call: starts and ends, memory samples, sends, receives
+        marks, mem, sent, got = st.marks, st.mem_marks, st.sends, st.recvs
+        times = clock.ms_all(
+            [t for _, a, b in marks for t in (a, b)]
+            + [t for t, _ in mem]
+            + [t for _, t in sent]
+            + [t for _, t in got]
+        )
+        n, k = 2 * len(marks), 2 * len(marks) + len(mem)
+        intervals = [
+            Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
+            for i, (ins, _, _) in enumerate(marks)
+        ]
+        memory = [(0.0, float(mem_start))] + [
+            (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
+        ]
+        j = k + len(sent)
         return RankStep(
-            rank,
+            self.rank,
             intervals,
             memory,
             meter.peak if meter is not None else 0,
-            [(k, mb, s, peer, ms(t)) for k, mb, s, peer, t in sends],
-            [(k, mb, s, peer, ms(t)) for k, mb, s, peer, t in recvs],
+            [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)],  # type: ignore[misc]
+            [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)],  # type: ignore[misc]
             clock.origin_ns,
             _HOST,
+            wall_ms,
         )

@@ -67,6 +67,12 @@ class WeightGradStore:
             _RECORDING.reset(token)
 
 
+#: the runner's form of `WeightGradStore.recording()` (no generator per forward): `token = begin(store)`,
+#: then `end(token)` after the forward
+begin_recording = _RECORDING.set
+end_recording = _RECORDING.reset
+
+
 def recording_store() -> WeightGradStore | None:
     """The store of the forward now running, or None outside a runner."""
     return _RECORDING.get()

@@ -183,6 +183,8 @@ def test_train_emulate_cli_and_compare(capsys, tmp_path):
     doc = json.loads(capsys.readouterr().out)
     assert doc["backend"] == "emulate" and doc["costs"]["forward"] == 3 and len(doc["steps"]) == 2
     assert doc["simulated"]["step_time_ms"] == pytest.approx(3 * (3 + 3) + 3 * 2)  # 1f1b p=2 m=3 F=3 BW=3
+    assert doc["simulated"]["pipeline_ms"] == doc["simulated"]["step_time_ms"]
+    assert all(s["pipeline_ms"] >= doc["simulated"]["pipeline_ms"] for s in doc["steps"])  # waits >= costs
     assert [tl.iteration for tl in read_pp_data(dump)] == ["1", "2"]
     main(["simulate", *common, "--fwd", "3", "--bwd", "2", "--wgrad", "1", "--out", str(sim), "--json"])
     capsys.readouterr()

@@ -26,6 +26,9 @@ def test_train_verify_json_and_pp_data(capsys, tmp_path):
     assert doc["algorithm"] == "zero-bubble" and doc["pp"] == 2 and doc["micro_batches"] == 3
     assert len(doc["steps"]) == 2 and all(s["loss"] > 0 for s in doc["steps"])
     assert all(len(s["peak_activation_bytes"]) == 2 for s in doc["steps"])
+    # one meaning in every backend: the step's wall time and, within it, the schedule's span
+    assert all(s["step_time_ms"] > 0 and s["pipeline_ms"] > 0 for s in doc["steps"])
+    assert doc["step_times_ms"] == [s["step_time_ms"] for s in doc["steps"]] and doc["tokens_per_s"] > 0
     assert doc["verify"]["max_rel_loss_diff"] <= 1e-6 and doc["verify"]["max_rel_grad_diff"] <= 1e-6
     timelines = read_pp_data(dump)
     assert [tl.iteration for tl in timelines] == ["1", "2"]

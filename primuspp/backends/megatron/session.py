@@ -16,9 +16,9 @@ from primuspp.backends.megatron import checkpoint
 from primuspp.backends.megatron.model import split_layers
 from primuspp.backends.megatron.train import StepRecord, TrainSpec, train_worker
 from primuspp.errors import ConfigError
+from primuspp.runtime.backend import RunSummary, StepSummary
 from primuspp.runtime.launch import StepProgress, launch, under_torchrun
 from primuspp.runtime.trace import step_timeline
-from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -103,41 +103,19 @@ class TrainingRun:
     wall_ms: list[float]  # per step: the slowest rank's whole step (schedule, grad sync, optimizer)
     timelines: list[Timeline]
 
-    def summary(self) -> dict[str, Any]:
-        """The `--json` document."""
+    def summary(self) -> RunSummary:
+        """The run summary (the `--json` document is its `to_dict()`)."""
         table, spec = self.spec.table, self.spec
-        rows = []
-        peaks = [0] * table.pp
-        for step, loss, wall, tl in zip(self.steps, self.losses, self.wall_ms, self.timelines, strict=True):
-            m = timeline_metrics(tl)
-            per_rank = [int(r.peak_memory) for r in m.per_rank]
-            peaks = [max(a, b) for a, b in zip(peaks, per_rank, strict=True)]
-            rows.append(
-                {
-                    "step": step,
-                    "loss": loss,
-                    "step_time_ms": wall,
-                    "pipeline_ms": m.step_time,
-                    "tokens_per_s": spec.tokens_per_step / (wall / 1000) if wall > 0 else 0.0,
-                    "bubble_rate": m.bubble_rate,
-                    "peak_activation_bytes": per_rank,
-                }
+        tokens = spec.tokens_per_step
+        steps = [
+            StepSummary.measure(step, tl, wall, loss=loss, tokens=tokens)
+            for step, loss, wall, tl in zip(
+                self.steps, self.losses, self.wall_ms, self.timelines, strict=True
             )
-        steady = rows[1:] or rows  # the first step includes warm-up
-        total_ms = sum(r["step_time_ms"] for r in steady)
-        return {
-            "backend": "megatron",
-            **table.record(),
-            "micro_batch_size": spec.micro_batch_size,
-            "model": {**spec.model.as_dict(), "stages": table.num_stages},
-            "data": spec.data or "synthetic",
-            "losses": self.losses,
-            "step_times_ms": [r["step_time_ms"] for r in rows],
-            "tokens_per_s": spec.tokens_per_step * len(steady) / (total_ms / 1000) if total_ms > 0 else 0.0,
-            "bubble_rate": sum(r["bubble_rate"] for r in steady) / len(steady),
-            "peak_activation_bytes": peaks,
-            "steps": rows,
-        }
+        ]
+        extra = {"micro_batch_size": spec.micro_batch_size, "data": spec.data or "synthetic"}
+        model = {**spec.model.as_dict(), "stages": table.num_stages}
+        return RunSummary("megatron", table.record(), steps, model, tokens, extra)
 
 
 def run_training(

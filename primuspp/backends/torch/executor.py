@@ -61,6 +61,7 @@ class ModuleExecutor:
         self.losses: dict[int, torch.Tensor] = {}
         #: raise at this (kind, microbatch, stage), for failure-handling tests
         self.fault: tuple[str, int, int] | None = None
+        self._seeds: dict[tuple[torch.Size, torch.dtype, int], torch.Tensor] = {}
 
     def begin_step(self, microbatches: Sequence[Microbatch]) -> None:
         self.microbatches = microbatches
@@ -79,27 +80,38 @@ class ModuleExecutor:
             self._check_fault("F", cell)
         mb = cell.microbatch
         if cell.first:
-            x = self.microbatches[mb][0].to(self.device, non_blocking=True)
+            x = self._on_device(self.microbatches[mb][0])
         elif x is not None and x.is_floating_point():
             x.requires_grad_()
         y = self.stages[cell.stage](x)
         if cell.last:
-            target = self.microbatches[mb][1].to(self.device, non_blocking=True)
-            loss = self.loss_fn(y, target) / len(self.microbatches)
-            self.losses[mb] = loss.detach()
-            y = loss
+            loss = self.loss_fn(y, self._on_device(self.microbatches[mb][1]))
+            # scaled by 1/m outside autograd: the reported loss is loss / m, and backward starts from
+            # the seed (1 / m) `(loss / m).backward()` would hand to the loss (same division: bit-identical)
+            self.losses[mb] = loss.detach() / len(self.microbatches)
+            cell.data = (None if cell.first else x, loss)
+            return None
         cell.data = (None if cell.first else x, y)
-        return None if cell.last else y
+        return y
+
+    def _on_device(self, t: torch.Tensor) -> torch.Tensor:
+        return t if t.device == self.device else t.to(self.device, non_blocking=True)
+
+    def _seed(self, loss: torch.Tensor) -> torch.Tensor:
+        """The gradient of the scaled loss (loss / m) with respect to the loss: ones / m (cached; the engine
+        never takes over a seed something else still holds)."""
+        key = (loss.shape, loss.dtype, len(self.microbatches))
+        seed = self._seeds.get(key)
+        if seed is None:
+            seed = self._seeds[key] = torch.ones_like(loss, memory_format=torch.preserve_format) / key[2]
+        return seed
 
     def backward_input(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
         if self.fault is not None:
             self._check_fault("B", cell)
         x, y = cell.data
         cell.data = None
-        if grad is None:
-            y.backward()
-        else:
-            run_backward(y, grad)
+        run_backward(y, self._seed(y) if grad is None else grad)
         return None if x is None else x.grad
 
     def backward_weight(self, cell: Cell) -> None:
@@ -110,4 +122,8 @@ class ModuleExecutor:
     def backward_full(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
         if self.fault is not None:
             self._check_fault("BW", cell)
-        return self.backward_input(cell, grad)  # the runner has the store compute weight grads at once
+        # the same work as B: the runner has the store compute weight grads at once
+        x, y = cell.data
+        cell.data = None
+        run_backward(y, self._seed(y) if grad is None else grad)
+        return None if x is None else x.grad

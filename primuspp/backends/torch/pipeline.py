@@ -103,7 +103,11 @@ class TorchPipeline:
         if self._replicated:
             params_of = {s: list(m.parameters()) for s, m in self.stages.items()}
             sum_replica_grads(self.table.placement, self.rank, params_of, self.p2p)
-        losses = {mb: float(loss) for mb, loss in self.executor.losses.items()}
+        scaled = self.executor.losses
+        values = (
+            torch.stack(list(scaled.values())).tolist() if len(scaled) > 1 else map(float, scaled.values())
+        )
+        losses = dict(zip(scaled, values, strict=True))  # one conversion for all (not one per microbatch)
         self.executor.losses = {}
         return StepResult(losses, measured)
 

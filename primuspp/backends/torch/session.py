@@ -4,15 +4,14 @@ verify against one process, write pp_data. `primuspp train --backend torch` is a
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from primuspp.backends.torch.train import StepRecord, TrainSpec, reference_run, train_worker
 from primuspp.backends.torch.verify import VerifyReport, compare, step_losses
+from primuspp.runtime.backend import RunSummary, StepSummary
 from primuspp.runtime.launch import StepProgress, launch, under_torchrun
 from primuspp.runtime.trace import step_timeline
-from primuspp.trace.metrics import step_record
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -23,30 +22,30 @@ class TrainingRun:
     losses: list[float]
     timelines: list[Timeline]
     verify: VerifyReport | None = None
+    #: per step: the slowest rank's whole step (schedule, gradient collection for --verify, SGD)
+    wall_ms: list[float] = field(default_factory=list)
 
-    def summary(self) -> dict[str, Any]:
-        """The `--json` document (without the verify part, which the caller adds)."""
+    def summary(self) -> RunSummary:
+        """The run summary (the `--json` document is its `to_dict()`)."""
         table, gpt = self.spec.table, self.spec.gpt
+        walls = self.wall_ms or [0.0] * len(self.timelines)
+        tokens = table.num_microbatches * self.spec.micro_batch_size * gpt.seq_len
         steps = [
-            step_record(i, tl, loss=loss)
-            for i, (loss, tl) in enumerate(zip(self.losses, self.timelines, strict=True))
+            StepSummary.measure(i, tl, wall, loss=loss, tokens=tokens)
+            for i, (loss, tl, wall) in enumerate(zip(self.losses, self.timelines, walls, strict=True))
         ]
-        return {
-            "backend": "torch",
-            **table.record(),
-            "model": {
-                "name": "tiny-gpt",
-                "layers": gpt.layers,
-                "hidden": gpt.hidden,
-                "heads": gpt.heads,
-                "seq_len": gpt.seq_len,
-                "vocab": gpt.vocab,
-                "micro_batch_size": self.spec.micro_batch_size,
-                "stages": table.num_stages,
-            },
-            "steps": steps,
-            "verify": self.verify.to_dict() if self.verify is not None else None,
+        model = {
+            "name": "tiny-gpt",
+            "layers": gpt.layers,
+            "hidden": gpt.hidden,
+            "heads": gpt.heads,
+            "seq_len": gpt.seq_len,
+            "vocab": gpt.vocab,
+            "micro_batch_size": self.spec.micro_batch_size,
+            "stages": table.num_stages,
         }
+        verify = self.verify.to_dict() if self.verify is not None else None
+        return RunSummary("torch", table.record(), steps, model, tokens, {"verify": verify})
 
 
 def run_training(
@@ -72,7 +71,8 @@ def run_training(
         for i in range(spec.steps)
     ]
     report = compare(per_rank, reference_run(spec)) if verify else None
-    return TrainingRun(spec, step_losses(per_rank), timelines, report)
+    wall = [max(records[i].wall_ms for records in per_rank) for i in range(spec.steps)]
+    return TrainingRun(spec, step_losses(per_rank), timelines, report, wall)
 
 
 def dump_pp_data(run: TrainingRun, directory: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -64,6 +65,8 @@ class StepRecord:
     measured: RankStep
     #: (model part, parameter name) -> gradient, for the parts whose primary copy lives on this rank
     grads: dict[tuple[int, str], torch.Tensor] | None = None
+    #: the whole step on this rank: the schedule, the gradients' collection (--verify) and SGD
+    wall_ms: float = 0.0
 
 
 def step_data(spec: TrainSpec, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -106,7 +109,7 @@ def _parse_fault(text: str) -> tuple[str, int, int]:
 
 
 def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
-    """Run `spec.steps` steps on rank `ctx.rank`; report ("step", i, partial loss, ms) after each."""
+    """Run `spec.steps` steps on rank `ctx.rank`; report ("step", i, partial loss, wall ms) after each."""
     stages = rank_stages(spec, ctx.rank)
     for m in stages.values():  # before the pipeline: its activation meter excludes the parameters' storage
         m.to(ctx.device)
@@ -127,7 +130,11 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
     primary = primary_stages(spec)
     records = []
     for step in range(spec.steps):
-        result = pipe.step(step_data(spec, step))
+        data = step_data(spec, step)
+        if pipe.p2p is not None:
+            pipe.p2p.barrier()  # the ranks start the step (and its wall clock) together
+        t0 = time.perf_counter()
+        result = pipe.step(data, sync_start=False)
         grads = None
         if spec.collect_grads:
             grads = {
@@ -138,9 +145,9 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
                 if p.grad is not None
             }
         sgd_(list(stages.values()), spec.lr)
-        records.append(StepRecord(result.losses, result.measured, grads))
-        span = max((iv.end for iv in result.measured.intervals), default=0.0)
-        ctx.report(("step", step, result.loss, span))
+        wall = (time.perf_counter() - t0) * 1000
+        records.append(StepRecord(result.losses, result.measured, grads, wall))
+        ctx.report(("step", step, result.loss, wall))
     return records
 
 

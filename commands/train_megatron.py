@@ -1,0 +1,156 @@
+"""`primuspp train` (backend megatron, the default): a megatron-core GPT (backends/megatron), as a
+`TrainBackend`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from primuspp.commands.console import out
+from primuspp.commands.launching import check_model_size, run_table, step_bar
+from primuspp.commands.train import EMULATION_FLAGS, at_least, check_outputs, refuse
+from primuspp.errors import ConfigError
+from primuspp.runtime.backend import RunSummary, TrainOptions
+
+
+class MegatronBackend:
+    name = "megatron"
+
+    def __init__(self) -> None:
+        self.describe = ""
+        self.save: Path | None = None
+
+    def check(self, opts: TrainOptions) -> Any:
+        refuse(opts, EMULATION_FLAGS, "needs --emulate (the emulated cluster's cost model)")
+        refuse(opts, ("verify",), "is only available with --backend torch")
+        fault = parse_save_fault(opts.inject_fault) if opts.inject_fault else None
+        steps = 100 if opts.steps is None else opts.steps
+        layers = 8 if opts.layers is None else opts.layers
+        hidden = 128 if opts.hidden is None else opts.hidden
+        seq_len = 128 if opts.seq_len is None else opts.seq_len
+        lr = 1e-3 if opts.lr is None else opts.lr
+        heads, mbs, save = opts.heads, opts.micro_batch_size, opts.save
+        at_least(
+            {
+                "steps": steps,
+                "layers": layers,
+                "hidden": hidden,
+                "heads": heads,
+                "seq-len": seq_len,
+                "micro-batch-size": mbs,
+                "save-interval": opts.save_interval,
+            }
+        )
+        if opts.save_interval is not None and save is None:
+            raise ConfigError("--save-interval needs --save DIR", key="save-interval")
+        if not 0 < lr < float("inf"):
+            raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
+        check_outputs(opts.dump_pp_data, save)
+
+        from primuspp.backends.megatron import require
+
+        require()  # one line with the install hint when megatron-core is missing
+        from primuspp.backends.megatron.model import GPTSpec
+        from primuspp.backends.megatron.session import parse_settings
+        from primuspp.backends.megatron.train import TrainSpec
+
+        model_settings, ddp_settings = parse_settings(opts.megatron_settings or [])
+        table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
+        sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}
+        check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
+        self.describe, self.save = table.describe(), save
+        return TrainSpec(
+            table,
+            GPTSpec(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, settings=model_settings),
+            micro_batch_size=mbs,
+            steps=steps,
+            lr=lr,
+            seed=opts.seed,
+            data=str(opts.data) if opts.data is not None else None,
+            save=str(save) if save is not None else None,
+            save_interval=opts.save_interval,
+            load=str(opts.load) if opts.load is not None else None,
+            ddp=ddp_settings,
+            fault=("save", fault[1]) if fault else None,
+            fault_rank=fault[0] if fault else 0,
+        )
+
+    def launch(self, spec: Any) -> Any:
+        from primuspp.backends.megatron.session import run_training
+
+        table = spec.table
+        label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
+        with step_bar(label, spec.steps) as update:
+
+            def on_step(step: int, loss: float, ms: float) -> None:
+                tokens = spec.tokens_per_step / (ms / 1000) if ms > 0 else 0.0
+                update(
+                    completed=step + 1, status=f"loss {loss:.4f}  step {ms:,.0f} ms  {tokens:,.0f} tokens/s"
+                )
+
+            return run_training(spec, on_step=on_step)
+
+    def summarize(self, run: Any) -> RunSummary:
+        summary = run.summary()
+        if self.save is not None:
+            summary.extra["checkpoint"] = str(self.save)
+        return summary
+
+    def dump(self, run: Any, directory: Path) -> None:
+        from primuspp.backends.megatron.session import dump_pp_data
+
+        dump_pp_data(run, directory)
+
+    def render(self, summary: RunSummary) -> None:
+        doc = summary.to_dict()
+        model = doc["model"]
+        out.print(
+            f"trained Megatron GPT ({model['layers']} layers, hidden {model['hidden']}, "
+            f"seq {model['seq_len']}, {model['stages']} stages) with {self.describe} on {doc['pp']} "
+            f"processes, data: {doc['data']}"
+        )
+        rows = doc["steps"]
+        shown = (
+            sorted({round(i * (len(rows) - 1) / 9) for i in range(10)})
+            if len(rows) > 10
+            else range(len(rows))
+        )
+        table = Table(title_justify="left")
+        for col in ("step", "loss", "step time ms", "pipeline ms", "tokens/s", "bubble"):
+            table.add_column(col, justify="right")
+        for i in shown:
+            s = rows[i]
+            table.add_row(
+                str(s["step"] + 1),
+                f"{s['loss']:.4f}",
+                f"{s['step_time_ms']:,.1f}",
+                f"{s['pipeline_ms']:,.1f}",
+                f"{s['tokens_per_s']:,.0f}",
+                f"{s['bubble_rate']:.1%}",
+            )
+        out.print(table)
+        out.print(
+            f"measured bubble rate {doc['bubble_rate']:.1%} (mean over steps after the first), "
+            f"{doc['tokens_per_s']:,.0f} tokens/s"
+        )
+        out.print("peak activation per rank (MiB): " + " ".join(mib(b) for b in doc["peak_activation_bytes"]))
+        if doc.get("pp_data"):
+            out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
+        if doc.get("checkpoint"):
+            out.print(f"checkpoints in {doc['checkpoint']}/")
+
+
+def parse_save_fault(text: str) -> tuple[int, int]:
+    """RANK:save:STEP kills that rank right after it wrote its file of the save at STEP (tests)."""
+    rank, what, step = [*text.split(":"), "", ""][:3]
+    if not rank.isdigit() or what != "save" or not step.isdigit():
+        raise ConfigError(
+            f"--inject-fault {text!r}: expected RANK:save:STEP with --backend megatron", key="inject-fault"
+        )
+    return int(rank), int(step)
+
+
+def mib(n: float) -> str:
+    return f"{n / 2**20:.2f}"
