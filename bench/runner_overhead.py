@@ -1,21 +1,25 @@
-"""Runner overhead against torch.distributed.pipelining, where compute is negligible.
+"""Runner overhead against torch.distributed.pipelining, where compute is negligible (and where it is not).
 
     python bench/runner_overhead.py [--pp 4] [--mb 16] [--steps 30] [--recv-ahead N] [--hidden 8]
+        [--module auto|split|linear]
 
-4 ranks (gloo, one thread each), one Linear(H, H) per stage (H = --hidden, default 8: compute negligible;
-2048: compute dominates), 16 microbatches of 1 row. For 1f1b and zbv,
-the same model runs under our runner and under torch's Schedule1F1B / ScheduleZBVZeroBubble, interleaved
-step by step in the same processes. A step is timed from a barrier to the slowest rank's end; the median
-over the steps is reported, and our/torch as a ratio (target ≤ 0.8). Wall time here is p2p latency: a
-gloo message wakes two threads on the receiver, and on a busy machine a wake-up often waits for the next
-scheduler tick (~4 ms instead of ~0.08 ms), whichever implementation sent it. So the CPU time of each rank's
-main thread during the step (max over ranks, median over steps) is reported too: what each implementation
-itself costs, independent of that lottery.
+4 ranks (gloo, one thread each), one Linear(H, H) per stage (H = --hidden, default 8: compute negligible,
+the runners' own cost shows; 2048: compute dominates), 16 microbatches of 1 row. For 1f1b and zbv, the
+same model runs under our runner and under torch's Schedule1F1B / ScheduleZBVZeroBubble, interleaved step by
+step in the same processes. A step is timed from a barrier to the slowest rank's end; the median over the
+steps is reported, and our/torch as a ratio (targets: main-thread CPU ratio <= 0.6 for 1f1b at H = 8; wall
+ratio <= 1.0, median of three runs, at H = 2048). Wall time at H = 8 is p2p latency: a gloo message wakes
+two threads on the receiver, and on a busy machine a wake-up often waits for the next scheduler tick (~4 ms
+instead of ~0.08 ms), whichever implementation sent it. So the CPU time of each rank's main thread during
+the step (max over ranks, median over steps) is reported too: what each implementation itself costs,
+independent of that lottery.
 torch.distributed.pipelining needs numpy (its shape inference pickles objects through numpy).
 
 zbv: the registry's `zbv` if this build has it; otherwise the exact order torch's ScheduleZBVZeroBubble
-computes, converted into a table (F → F, I → B, W → W) and lowered by ours. Our stages use SplitLinear
-(a real B/W split); torch's use nn.Linear (it splits by graph surgery).
+computes, converted into a table (F → F, I → B, W → W) and lowered by ours. Torch's stages use nn.Linear
+(it splits B and W by graph surgery). Ours (--module auto, the default): SplitLinear (a real B/W split)
+where the table has B nodes (zbv), nn.Linear where it has none (1f1b: both sides then run the very same
+module, so the ratio is the runners'); --module split / linear forces one.
 """
 
 from __future__ import annotations
@@ -197,7 +201,8 @@ def main() -> None:
     ahead = "all" if args.recv_ahead is None else args.recv_ahead
     table = Table(
         title=f"runner overhead: {args.pp} ranks (gloo), Linear({args.hidden}, {args.hidden}) per stage, "
-        f"{args.mb} microbatches of 1 row, median of {args.steps} steps, receives ahead: {ahead}",
+        f"{args.mb} microbatches of 1 row, median of {args.steps} steps, receives ahead: {ahead}, "
+        f"our layers: {args.module}",
         title_justify="left",
     )
     cols = ("schedule", "ours ms", "torch ms", "ours / torch", "ours cpu ms", "torch cpu ms", "cpu ratio")
