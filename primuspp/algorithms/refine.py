@@ -55,11 +55,11 @@ def pick_refined(
         mine = [(name, order, sc)]
         for vname, new in w_pass.variants(placement, m, order, costs, caps):
             mine.append((f"{name}+{vname}", new, score(placement, m, new, costs, fractions)))
-        # the gap filling (never slower, a few timings per round) on the best of them
-        lead = min(mine, key=lambda c: c[2].key(objective))
-        filled = w_pass.fill_gaps(placement, m, lead[1], costs, caps)
-        if filled is not None:
-            mine.append((f"{lead[0]}+gaps", filled, score(placement, m, filled, costs, fractions)))
+        # the gap filling (never slower; a timing per round) on each of them
+        for vname, new, _ in list(mine):
+            filled = w_pass.fill_gaps(placement, m, new, costs, caps)
+            if filled is not None:
+                mine.append((f"{vname}+gaps", filled, score(placement, m, filled, costs, fractions)))
         extra.extend(mine[1:])
     pool = [*scored, *extra]
     searched: list[tuple[str, ComputeOrder, Score]] = []
