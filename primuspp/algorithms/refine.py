@@ -18,7 +18,7 @@ from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
 
 #: how many of the best candidates get the W post-pass
-TOP = 3
+TOP = 2
 
 
 def pick_refined(
@@ -55,8 +55,9 @@ def pick_refined(
         mine = [(name, order, sc)]
         for vname, new in w_pass.variants(placement, m, order, costs, caps):
             mine.append((f"{name}+{vname}", new, score(placement, m, new, costs, fractions)))
-        # the gap filling (never slower; a timing per round) on each of them
-        for vname, new, _ in list(mine):
+        # the gap filling (never slower; a timing per round) on the original and the best variant
+        lead = min(mine[1:], key=lambda c: c[2].key(objective), default=None)
+        for vname, new, _ in (mine[0], lead) if lead is not None else (mine[0],):
             filled = w_pass.fill_gaps(placement, m, new, costs, caps)
             if filled is not None:
                 mine.append((f"{vname}+gaps", filled, score(placement, m, filled, costs, fractions)))
