@@ -33,7 +33,7 @@ from primuspp.schedule.timing import node_times
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
 
 #: timings one search may spend, whatever the size (a p=8, m=32 V order times in a few milliseconds)
-MAX_EVALS = 100
+MAX_EVALS = 400
 #: and at most this many compute nodes times this budget (larger orders get fewer timings)
 WORK = 60_000
 
