@@ -1,7 +1,10 @@
 """Planner speed: configurations evaluated per second by `primuspp plan` (target: >= 1,000 in <= 60 s).
 
-    python bench/plan_scale.py [--model llama3-70b] [--gpu h100] [--gpus 1024] [--seq-len 8192]
-                               [--global-batch-size 1024] [--micro-batch-size 1 2 4 8]
+    python bench/plan_scale.py [--model llama3-70b] [--gpu h100] [--gpus 1024] [--seq-len 4096]
+                               [--global-batch-size 1024] [--micro-batch-size 1 2 4]
+
+The defaults are `primuspp plan --model llama3-70b --gpu h100 --gpus 1024`'s own (sequence 4096, global
+batch 1024, micro-batch sizes 1, 2, 4; CP 1, 2, 4, 8).
 
 Runs the same sweep as `primuspp plan` (every admissible TP x CP x PP x VPP x EP x micro-batch size x
 default algorithm, balanced layouts) in this process and prints the number of configurations evaluated, how
@@ -25,9 +28,9 @@ def main() -> None:
     ap.add_argument("--model", default="llama3-70b")
     ap.add_argument("--gpu", default="h100")
     ap.add_argument("--gpus", type=int, default=1024)
-    ap.add_argument("--seq-len", type=int, default=8192)
+    ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--global-batch-size", type=int, default=1024)
-    ap.add_argument("--micro-batch-size", type=int, nargs="+", default=[1, 2, 4, 8])
+    ap.add_argument("--micro-batch-size", type=int, nargs="+", default=[1, 2, 4])
     args = ap.parse_args()
     spec, hw = resolve_model(args.model), load_hardware(args.gpu)
     base = Parallel(global_batch_size=args.global_batch_size, seq_len=args.seq_len)
