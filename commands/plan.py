@@ -72,7 +72,7 @@ def plan(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", help="Processes evaluating the sweep (default: one per CPU core)."),
+        typer.Option("--jobs", "-j", help="Processes for the sweep (default: one per core, up to 16)."),
     ] = None,
     json_: o.JsonOpt = False,
 ) -> None:
@@ -119,7 +119,7 @@ def plan(
         on_each=lambda _: next(ticker, None),
         first_last=first_last,
         project_unfit=show_all,
-        jobs=jobs or os.cpu_count() or 1,
+        jobs=jobs or _default_jobs(),
     )
     for _ in ticker:  # the bar's last step and its closing line
         pass
@@ -141,6 +141,12 @@ def plan(
         print(json.dumps(record))
         return
     _render(record, spec.name, hw.name, gpus)
+
+
+def _default_jobs() -> int:
+    """One process per core this process may run on, at most 16."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 16))
 
 
 def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
