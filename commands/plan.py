@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -69,6 +70,10 @@ def plan(
             "--html", help="Also write memory vs throughput (Pareto front) and the winner's timeline."
         ),
     ] = None,
+    jobs: Annotated[
+        int | None,
+        typer.Option("--jobs", "-j", help="Processes for the sweep (default: one per core, up to 16)."),
+    ] = None,
     json_: o.JsonOpt = False,
 ) -> None:
     """Plan a model on N GPUs: sweep TP, CP, PP, VPP, EP, micro-batch size and algorithm; rank what fits."""
@@ -78,6 +83,8 @@ def plan(
     for key, value in (("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch-size", global_batch_size)):
         o.check_positive(key, value)
     o.check_positive("--top", top)
+    if jobs is not None:
+        o.check_positive("--jobs", jobs)
     for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep), ("--cp", cp)):
         for v in values or ():
             o.check_positive(key, v)
@@ -102,9 +109,20 @@ def plan(
         )
         mbs = micro_batch_size or (1, 2, 4)
         items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, mbs, cp)
+    ticker = progress(items, "planning")  # advanced once per evaluated candidate, in either mode
+    next(ticker, None)
     result = evaluate(
-        spec, hw, progress(items, "planning"), layout, first_last=first_last, project_unfit=show_all
+        spec,
+        hw,
+        items,
+        layout,
+        on_each=lambda _: next(ticker, None),
+        first_last=first_last,
+        project_unfit=show_all,
+        jobs=jobs or _default_jobs(),
     )
+    for _ in ticker:  # the bar's last step and its closing line
+        pass
     if result.evaluated and not (result.fits or result.no_fit or result.dropped.get(NO_FIT)):
         # nothing could even be projected: the options themselves are inconsistent (bad input, exit 2)
         why, example = next(iter(result.examples.items()))
@@ -123,6 +141,12 @@ def plan(
         print(json.dumps(record))
         return
     _render(record, spec.name, hw.name, gpus)
+
+
+def _default_jobs() -> int:
+    """One process per core this process may run on, at most 16."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, 16))
 
 
 def _render(record: dict, model: str, gpu: str, gpus: int) -> None:

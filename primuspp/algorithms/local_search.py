@@ -35,7 +35,7 @@ _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
 #: timings one search may spend, whatever the size (a p=8, m=32 V order times in a few milliseconds)
 MAX_EVALS = 400
 #: and at most this many compute nodes times this budget (larger orders get fewer timings)
-WORK = 150_000
+WORK = 60_000
 
 
 def _is_input(y: Node, x: Node, placement: Placement) -> bool:

@@ -17,8 +17,9 @@ from primuspp.algorithms.portfolio import Score, pick, score
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
 
-#: how many of the best candidates get the W post-pass
-TOP = 3
+#: how many of the best candidates get the W post-pass and the local search (more on small orders)
+TOP = 2
+TOP_SMALL, SMALL = 3, 2000  # compute nodes up to which TOP_SMALL apply
 
 
 def pick_refined(
@@ -28,11 +29,14 @@ def pick_refined(
     costs: StageCosts,
     cap: float | None,
     objective: str = "span",
-    top: int = TOP,
+    top: int | None = None,
 ) -> tuple[str, ComputeOrder, Score]:
     """`portfolio.pick` over `candidates` plus the W-pass variants of the `top` best of them; a variant is
     named `CANDIDATE+VARIANT` (e.g. `zb/explicit+w-fit`)."""
     fractions = costs.fractions()
+    if top is None:
+        small = sum(len(seq) for seq in candidates[0][1]) <= SMALL if candidates else True
+        top = TOP_SMALL if small else TOP
     scored: list[tuple[str, ComputeOrder, Score]] = []
     for cand in candidates:
         sc = cand[2] if len(cand) == 3 else score(placement, m, cand[1], costs, fractions)
@@ -55,11 +59,12 @@ def pick_refined(
         mine = [(name, order, sc)]
         for vname, new in w_pass.variants(placement, m, order, costs, caps):
             mine.append((f"{name}+{vname}", new, score(placement, m, new, costs, fractions)))
-        # the gap filling (never slower, a few timings per round) on the best of them
-        lead = min(mine, key=lambda c: c[2].key(objective))
-        filled = w_pass.fill_gaps(placement, m, lead[1], costs, caps)
-        if filled is not None:
-            mine.append((f"{lead[0]}+gaps", filled, score(placement, m, filled, costs, fractions)))
+        # the gap filling (never slower; a timing per round) on the original and the best variant
+        lead = min(mine[1:], key=lambda c: c[2].key(objective), default=None)
+        for vname, new, _ in (mine[0], lead) if lead is not None else (mine[0],):
+            filled = w_pass.fill_gaps(placement, m, new, costs, caps)
+            if filled is not None:
+                mine.append((f"{vname}+gaps", filled, score(placement, m, filled, costs, fractions)))
         extra.extend(mine[1:])
     pool = [*scored, *extra]
     searched: list[tuple[str, ComputeOrder, Score]] = []

@@ -35,9 +35,7 @@ VARIANTS = (
     ("w-fit-keep", "fit", True, 0),
     ("w-fit", "fit", False, 0),
     ("w-half", "half", False, 0),
-    ("w-eager", "eager", False, 0),
     ("w-need2", "need", False, 2),
-    ("w-need4", "need", False, 4),
 )
 
 
@@ -227,7 +225,7 @@ def fill_gaps(
     order: ComputeOrder,
     costs: StageCosts,
     caps: Sequence[float] | None = None,
-    rounds: int = 8,
+    rounds: int = 4,
 ) -> ComputeOrder | None:
     """Pull later F, B and W nodes into the idle gaps of their rank where they fit; None if nothing moved.
 

@@ -130,6 +130,11 @@ def _cannot_fit(spec: ModelSpec, hw: Hardware, par: Parallel) -> bool:
     return state_bytes(dense, experts, par).total + hw.reserved_bytes > hw.hbm_bytes
 
 
+#: a sweep this small runs in the calling process whatever `jobs` says (starting workers costs more)
+MIN_PARALLEL = 64
+CHUNK = 8
+
+
 def evaluate(
     spec: ModelSpec,
     hw: Hardware,
@@ -138,12 +143,31 @@ def evaluate(
     on_each: Callable[[Candidate], None] | None = None,
     first_last: tuple[int | None, int | None] | None = None,
     project_unfit: bool = False,
+    jobs: int = 1,
 ) -> PlanResult:
     """Project every candidate, or drop it with its reason. A candidate that cannot fit whatever the
     schedule (its state alone, or with one microbatch in flight, exceeds HBM: `one_microbatch_peak`) is
-    dropped before its schedule is built, unless `project_unfit` (plan --all, which ranks those too)."""
+    dropped before its schedule is built, unless `project_unfit` (plan --all, which ranks those too).
+    `jobs` > 1: evaluated in that many forked processes, in chunks, merged in the candidates' order (the
+    same result as one process)."""
+    items = list(items)
+    if jobs > 1 and len(items) >= MIN_PARALLEL:
+        return _evaluate_parallel(spec, hw, items, layout, on_each, first_last, project_unfit, jobs)
+    return _evaluate(spec, hw, items, layout, on_each, first_last, project_unfit)
+
+
+def _evaluate(
+    spec: ModelSpec,
+    hw: Hardware,
+    items: Iterable[Candidate],
+    layout: str,
+    on_each: Callable[[Candidate], None] | None,
+    first_last: tuple[int | None, int | None] | None,
+    project_unfit: bool,
+    tables: dict | None = None,
+) -> PlanResult:
     result = PlanResult()
-    tables: dict = {}
+    tables = {} if tables is None else tables
     for cand in items:
         result.evaluated += 1
         reason, message = None, ""
@@ -159,6 +183,48 @@ def evaluate(
         if on_each is not None:
             on_each(cand)
     return result
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(*args: Any) -> None:
+    _WORKER["args"] = args
+    _WORKER["tables"] = {}
+
+
+def _worker_chunk(chunk: list[Candidate]) -> PlanResult:
+    spec, hw, layout, first_last, project_unfit = _WORKER["args"]
+    return _evaluate(spec, hw, chunk, layout, None, first_last, project_unfit, _WORKER["tables"])
+
+
+def _evaluate_parallel(
+    spec: ModelSpec,
+    hw: Hardware,
+    items: list[Candidate],
+    layout: str,
+    on_each: Callable[[Candidate], None] | None,
+    first_last: tuple[int | None, int | None] | None,
+    project_unfit: bool,
+    jobs: int,
+) -> PlanResult:
+    import multiprocessing
+
+    chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
+    merged = PlanResult()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(jobs, _worker_init, (spec, hw, layout, first_last, project_unfit)) as pool:
+        for chunk, part in zip(chunks, pool.imap(_worker_chunk, chunks), strict=True):
+            merged.evaluated += part.evaluated
+            merged.fits += part.fits
+            merged.no_fit += part.no_fit
+            merged.dropped.update(part.dropped)
+            for reason, message in part.examples.items():
+                merged.examples.setdefault(reason, message)
+            if on_each is not None:
+                for cand in chunk:
+                    on_each(cand)
+    return merged
 
 
 def _evaluate_one(

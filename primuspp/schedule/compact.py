@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.nodes import Node, NodeKind, format_node
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 
 if TYPE_CHECKING:
@@ -132,6 +132,28 @@ class LoweredRanks(Sequence):
         import numpy as np
 
         return int(np.searchsorted(self.c_rank, r, "left")), int(np.searchsorted(self.c_rank, r, "right"))
+
+    def texts(self, r: int) -> list[str]:
+        """Rank r's nodes in their text form (`nodes.format_node` of each), without building comm Nodes."""
+        out: list[str | None] = [None] * self.lengths[r]
+        positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
+        for pos, node in zip(positions, self.order[r], strict=True):
+            # format_node, inlined for the simple kinds without a peer
+            simple = not node.parts and node.peer is None
+            out[pos] = f"{node.kind.text}{node.microbatch}.{node.stage}" if simple else format_node(node)
+        lo, hi = self._rows(r)
+        names = [k.text for k in KINDS]
+        arrows = ["<>"[k.is_send] for k in KINDS]
+        for pos, k, mb, s, peer in zip(
+            self.c_pos[lo:hi].tolist(),
+            self.c_kind[lo:hi].tolist(),
+            self.c_mb[lo:hi].tolist(),
+            self.c_stage[lo:hi].tolist(),
+            self.c_peer[lo:hi].tolist(),
+            strict=True,
+        ):
+            out[pos] = f"{names[k]}{mb}.{s}{arrows[k]}{peer}"
+        return out  # type: ignore[return-value]
 
     # -- cheap facts --------------------------------------------------------------------------------------
 

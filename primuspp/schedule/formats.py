@@ -9,6 +9,7 @@ from typing import Any
 
 from primuspp.errors import ConfigError, ValidationError
 from primuspp.inputs import parse_json
+from primuspp.schedule.compact import LoweredRanks
 from primuspp.schedule.limits import MAX_MB, MAX_PP, MAX_VPP
 from primuspp.schedule.nodes import Node, NodeKind, format_node, parse_node
 from primuspp.schedule.placement import PLACEMENT_KINDS, Placement, make_placement
@@ -24,8 +25,16 @@ def to_text(table: ScheduleTable) -> str:
         f"{_TEXT_HEADER} algorithm={table.algorithm} placement={table.placement.kind} pp={table.pp} "
         f"vpp={table.vpp} micro_batches={table.num_microbatches}"
     )
-    lines = [header] + [" ".join(format_node(n) for n in nodes) for nodes in table.ranks]
+    lines = [header] + [" ".join(texts) for texts in node_texts(table)]
     return "\n".join(lines) + "\n"
+
+
+def node_texts(table: ScheduleTable) -> list[list[str]]:
+    """Each rank's nodes as `format_node` writes them (read from the arrays of a compact table)."""
+    ranks = table.ranks
+    if isinstance(ranks, LoweredRanks):
+        return [ranks.texts(r) for r in range(len(ranks))]
+    return [[format_node(n) for n in nodes] for nodes in ranks]
 
 
 def from_text(text: str) -> ScheduleTable:
@@ -64,7 +73,7 @@ def to_json_dict(table: ScheduleTable) -> dict[str, Any]:
         "params": table.params,
         "micro_batches": table.num_microbatches,
         "placement": table.placement.to_dict(),
-        "ranks": [[format_node(n) for n in nodes] for nodes in table.ranks],
+        "ranks": node_texts(table),
     }
 
 

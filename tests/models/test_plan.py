@@ -201,3 +201,20 @@ def test_plan_all_projects_what_the_bound_would_drop(capsys):
     code, out, _ = run(capsys, *args, "--all")
     results = json.loads(out)["results"]
     assert code == 0 and len(results) == 1 and not results[0]["fits"]
+
+
+def test_parallel_sweep_equals_one_process():
+    from primuspp.models.plan import MIN_PARALLEL
+
+    spec, hw = PRESETS["llama2-7b"], load_hardware("mi300x")
+    base = Parallel(global_batch_size=64, seq_len=2048)
+    algorithms = ["1f1b", "1f1b-interleaved", "zbv"]
+    items = candidates(spec, hw, 16, base, algorithms, [1, 2], None, None, None, [1, 2])
+    assert len(items) >= MIN_PARALLEL
+    seen: list = []
+    one, two = evaluate(spec, hw, items), evaluate(spec, hw, items, on_each=seen.append, jobs=2)
+    assert seen == items and two.evaluated == one.evaluated == len(items)
+    assert two.dropped == one.dropped and two.examples == one.examples
+    assert [(p.algorithm, p.par, p.step_time_ms, p.peak_memory_bytes) for p in two.ranked(True)] == [
+        (p.algorithm, p.par, p.step_time_ms, p.peak_memory_bytes) for p in one.ranked(True)
+    ]

@@ -135,3 +135,16 @@ def test_validate_names_the_problem_of_a_compact_table():
     with pytest.raises(ValidationError) as slow:
         validate_reference(ScheduleTable(placement, m, tuple(map(tuple, ranks))))
     assert str(fast.value) == str(slow.value)
+
+
+@pytest.mark.parametrize(
+    "name,placement,m,order", CASES[::7], ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in CASES[::7]]
+)
+def test_text_forms_read_from_the_arrays(name, placement, m, order):
+    """to_json / to_text of a compact table write what they write for the plain tuples."""
+    from primuspp.schedule.formats import to_json, to_text
+
+    compact = ScheduleTable(placement, m, lower_comms(placement, m, order), name)
+    plain = ScheduleTable(placement, m, lower_comms_reference(placement, m, order), name)
+    assert to_json(compact) == to_json(plain)
+    assert to_text(compact) == to_text(plain)
