@@ -116,6 +116,36 @@ def train(
             "e.g. --megatron overlap_grad_reduce=true.",
         ),
     ] = None,
+    moe_experts: Annotated[
+        int | None,
+        typer.Option("--moe-experts", help="Megatron: MoE layers of N experts (a router and experts each)."),
+    ] = None,
+    moe_topk: Annotated[
+        int | None, typer.Option("--moe-topk", help="Megatron MoE: experts per token (K <= N).")
+    ] = None,
+    moe_ffn: Annotated[
+        int | None, typer.Option("--moe-ffn", help="Megatron MoE: expert FFN size (default 4 x hidden).")
+    ] = None,
+    moe_shared_ffn: Annotated[
+        int | None,
+        typer.Option("--moe-shared-ffn", help="Megatron MoE: add a shared expert of this FFN size."),
+    ] = None,
+    ep: Annotated[
+        int,
+        typer.Option(
+            "--ep",
+            help="Megatron MoE: expert-parallel ranks per pipeline rank (divides N; world = pp x ep, dense "
+            "layers data-parallel over them).",
+        ),
+    ] = 1,
+    kernels: Annotated[
+        str,
+        typer.Option(
+            "--kernels",
+            help="Megatron: GEMM kernels of the B/W split: auto (turbo, else te, else torch: what runs "
+            "here), torch, turbo (Primus-Turbo, ROCm), te (Transformer Engine, CUDA).",
+        ),
+    ] = "auto",
     json_: Annotated[
         bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
     ] = False,
@@ -160,6 +190,23 @@ def train(
     timings go to output/pp_data (Primus' pp_data format; $DUMP_PP_DIR or --dump-pp-data DIR elsewhere,
     --no-dump nowhere), for `primuspp viz output/pp_data` and `primuspp compare`."""
     dump_pp_data = _dump_target(dump_pp_data, no_dump)
+    moe_flags = {
+        "--moe-experts": moe_experts,
+        "--moe-topk": moe_topk,
+        "--moe-ffn": moe_ffn,
+        "--moe-shared-ffn": moe_shared_ffn,
+        "--ep": ep if ep != 1 else None,
+        "--kernels": kernels if kernels != "auto" else None,
+    }
+    if emulate or backend is not Backend.megatron:
+        for flag, value in moe_flags.items():
+            if value is not None:
+                where = "the emulated cluster" if emulate else f"--backend {backend.value}"
+                raise ConfigError(
+                    f"{flag} {value}: MoE layers, expert parallelism and kernel providers run on the "
+                    f"megatron backend only, not on {where}",
+                    key=flag[2:],
+                )
     emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
     if emulate:
         from primuspp.commands.emulate import train_emulated
@@ -198,6 +245,9 @@ def train(
             dump_pp_data=dump_pp_data,
             json_=json_,
             fault=_parse_save_fault(inject_fault) if inject_fault else None,
+            moe=(moe_experts, moe_topk, moe_ffn, moe_shared_ffn),
+            ep=ep,
+            kernels=kernels,
         )
         return
     for key, value in (
@@ -366,6 +416,9 @@ def _train_megatron(
     dump_pp_data: Path | None,
     json_: bool,
     fault: tuple[int, int] | None,
+    moe: tuple[int | None, int | None, int | None, int | None] = (None, None, None, None),
+    ep: int = 1,
+    kernels: str = "auto",
 ) -> None:
     for key, value, low in (
         ("steps", steps, 1),
@@ -387,12 +440,19 @@ def _train_megatron(
     from primuspp.backends.megatron import require
 
     require()  # one line with the install hint when megatron-core is missing
+    from primuspp.backends import kernels as providers
+    from primuspp.backends.megatron import moe as moe_layers
+
+    moe_layers.check(moe[0], moe[1], ep, moe[2], moe[3])
+    kernels = providers.resolve(kernels)
     from primuspp.backends.megatron.model import GPTSpec
     from primuspp.backends.megatron.session import dump_pp_data as write_dump
     from primuspp.backends.megatron.session import parse_settings, run_training
     from primuspp.backends.megatron.train import TrainSpec
 
     model_settings, ddp_settings = parse_settings(settings)
+    if moe[0] is not None:  # --megatron KEY=VALUE overrides
+        model_settings = tuple(sorted({**dict(moe_layers.settings(*moe)), **dict(model_settings)}.items()))
     table = run_table(algo, pp, vpp, mb)
     sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": micro_batch_size}
     check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
@@ -410,6 +470,8 @@ def _train_megatron(
         ddp=ddp_settings,
         fault=("save", fault[1]) if fault else None,
         fault_rank=fault[0] if fault else 0,
+        ep=ep,
+        kernels=kernels,
     )
     label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
     with step_bar(label, steps) as update:
@@ -435,9 +497,18 @@ def _train_megatron(
 
 def _render_megatron(doc: dict, describe: str) -> None:
     model = doc["model"]
+    moe = model["settings"].get("num_moe_experts")
+    layers = (
+        f"{model['layers']} MoE layers of {moe} experts, top-{model['settings']['moe_router_topk']}"
+        if moe
+        else f"{model['layers']} layers"
+    )
+    ep = doc.get("ep", 1)
+    procs = f"{doc['pp'] * ep} processes (pp {doc['pp']} x ep {ep})" if ep > 1 else f"{doc['pp']} processes"
     out.print(
-        f"trained Megatron GPT ({model['layers']} layers, hidden {model['hidden']}, seq {model['seq_len']}, "
-        f"{model['stages']} stages) with {describe} on {doc['pp']} processes, data: {doc['data']}"
+        f"trained Megatron GPT ({layers}, hidden {model['hidden']}, seq {model['seq_len']}, "
+        f"{model['stages']} stages) with {describe} on {procs}, data: {doc['data']}, "
+        f"kernels: {doc.get('kernels', 'torch')}"
     )
     rows = doc["steps"]
     shown = (

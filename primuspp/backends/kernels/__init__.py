@@ -48,7 +48,7 @@ def resolve(choice: str) -> str:
         return next(n for n in ("turbo", "te", "torch") if unavailable(n) is None)
     why = unavailable(choice)
     if why is not None:
-        raise ConfigError(f"--kernels {choice}: {why}", key="kernels")
+        raise ConfigError(f"--kernels {choice}: {why.removeprefix('hardware: ')}", key="kernels")
     return choice
 
 
