@@ -265,3 +265,59 @@ def test_bad_moe_flags(args, key):
     with pytest.raises(ConfigError) as err:
         moe.check(*args)
     assert err.value.key == key
+
+
+def test_train_cli_moe_with_expert_parallelism(capsys):
+    """`primuspp train` with MoE layers and EP 2 (4 processes): the loss falls; the JSON names ep, kernels."""
+    import json
+
+    from primuspp.commands.app import main
+
+    small = ["--layers", "4", "--hidden", "32", "--heads", "2", "--seq-len", "32", "--mb", "4"]
+    moe = ["--moe-experts", "4", "--moe-topk", "2", "--moe-shared-ffn", "16", "--ep", "2"]
+    code = main(["train", "--algo", "zbv", "--pp", "2", *small, *moe, "--steps", "4", "--json", "--no-dump"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    doc = json.loads(captured.out)
+    assert doc["ep"] == 2 and doc["kernels"] == "torch" and doc["pp"] == 2
+    assert doc["model"]["settings"]["num_moe_experts"] == 4
+    assert doc["model"]["settings"]["moe_shared_expert_intermediate_size"] == 16
+    assert len(doc["peak_activation_bytes"]) == 2  # the first replica's pipeline ranks
+    assert doc["losses"][-1] < doc["losses"][0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--moe-experts", "8", "--moe-topk", "2", "--ep", "3"], "--ep 3: must divide --moe-experts 8"),
+        (["--moe-experts", "4", "--moe-topk", "5"], "--moe-topk 5: must be between 1 and --moe-experts 4"),
+        (["--moe-experts", "4", "--moe-topk", "2", "--backend", "torch"], "megatron backend only"),
+        (["--ep", "2", "--emulate"], "megatron backend only"),
+        (["--kernels", "nope"], "--kernels nope: expected one of auto, torch, turbo, te"),
+    ],
+)
+def test_bad_moe_input_is_one_line_and_starts_nothing(args, message, capsys):
+    import multiprocessing
+
+    from primuspp.commands.app import main
+
+    code = main(["train", *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and message in err, err
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("name", ["turbo", "te"])
+def test_kernels_that_do_not_import_are_refused_before_any_rank(name, capsys):
+    import multiprocessing
+
+    from primuspp.backends import kernels
+    from primuspp.commands.app import main
+
+    if kernels.unavailable(name) is None:
+        pytest.skip(f"hardware: {name} runs here (the refusal needs a machine without it)")
+    code = main(["train", "--kernels", name])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: --kernels {name}: "), err
+    assert multiprocessing.active_children() == []
