@@ -119,7 +119,7 @@ def whole_model(spec: GPTSpec, seed: int = 0) -> Any:
     torch.manual_seed(seed)
     try:
         model = _gpt(spec, transformer_config(spec, spec.layers), True, True, pg_collection=groups)
-        if groups is not None or moe.is_moe(spec.settings):
+        if moe.is_moe(spec.settings):
             moe.number_layers(model, range(spec.layers), spec.layers)
         return model
     finally:
