@@ -267,23 +267,34 @@ def test_bad_moe_flags(args, key):
     assert err.value.key == key
 
 
-def test_train_cli_moe_with_expert_parallelism(capsys):
-    """`primuspp train` with MoE layers and EP 2 (4 processes): the loss falls; the JSON names ep, kernels."""
+def _train(args: list[str], capsys) -> dict:
     import json
 
     from primuspp.commands.app import main
 
-    small = ["--layers", "4", "--hidden", "32", "--heads", "2", "--seq-len", "32", "--mb", "4"]
-    moe = ["--moe-experts", "4", "--moe-topk", "2", "--moe-shared-ffn", "16", "--ep", "2"]
-    code = main(["train", "--algo", "zbv", "--pp", "2", *small, *moe, "--steps", "4", "--json", "--no-dump"])
+    code = main(["train", *args, "--json", "--no-dump"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    doc = json.loads(captured.out)
+    return json.loads(captured.out)
+
+
+def test_train_cli_moe_with_expert_parallelism_and_resume(tmp_path, capsys):
+    """`primuspp train` with MoE layers and EP 2 (4 processes): the loss falls; the JSON names ep, kernels;
+    a run resumed from its step-2 checkpoint gives the uninterrupted run's losses exactly (each replica reads
+    its own microbatches from the saved stream position)."""
+    small = ["--layers", "4", "--hidden", "32", "--heads", "2", "--seq-len", "32", "--mb", "4"]
+    moe = ["--moe-experts", "4", "--moe-topk", "2", "--moe-shared-ffn", "16", "--ep", "2"]
+    run = ["--algo", "zbv", "--pp", "2", *small, *moe, "--steps", "4"]
+    ckpt = tmp_path / "ckpt"
+    doc = _train([*run, "--save", str(ckpt), "--save-interval", "2"], capsys)
     assert doc["ep"] == 2 and doc["kernels"] == "torch" and doc["pp"] == 2
     assert doc["model"]["settings"]["num_moe_experts"] == 4
     assert doc["model"]["settings"]["moe_shared_expert_intermediate_size"] == 16
     assert len(doc["peak_activation_bytes"]) == 2  # the first replica's pipeline ranks
     assert doc["losses"][-1] < doc["losses"][0]
+    resumed = _train([*run, "--load", str(ckpt / "step_0000002")], capsys)
+    assert [s["step"] for s in resumed["steps"]] == [2, 3]
+    assert resumed["losses"] == doc["losses"][2:]
 
 
 @pytest.mark.parametrize(
