@@ -332,3 +332,52 @@ def test_kernels_that_do_not_import_are_refused_before_any_rank(name, capsys):
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and err.startswith(f"error: --kernels {name}: "), err
     assert multiprocessing.active_children() == []
+
+
+def split_vs_unsplit(ctx: WorkerContext) -> dict[str, Any]:
+    """One process: the whole MoE model's backward under a deferring weight-grad store (a B node), then the
+    store run (its W), against Megatron's own unsplit backward of the same model and data."""
+    warnings.simplefilter("ignore")
+    from primuspp.backends.megatron import split
+    from primuspp.backends.megatron.model import whole_model
+    from primuspp.backends.megatron.train import setup_parallel
+    from primuspp.runtime.wgrad import WeightGradStore
+
+    setup_parallel(1, 1, ctx.device)
+    model = whole_model(_spec())
+    tokens, labels = _data(MoEJob("zbv", 1, 1, 1), 0)[0]
+
+    def backward() -> None:
+        output, loss_fn = _forward_step(_loss_collect, iter([(tokens, labels)]), model)
+        loss_fn(output)[0].backward()
+
+    backward()  # unsplit: no store, Megatron's own layers
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    split.install()
+    try:
+        store = WeightGradStore()
+        with store.recording():
+            output, loss_fn = _forward_step(_loss_collect, iter([(tokens, labels)]), model)
+        store.defer = True
+        loss_fn(output)[0].backward()  # B
+        after_b = {n for n, p in model.named_parameters() if p.grad is not None}
+        queued = len(store)
+        store.run()  # W
+    finally:
+        split.uninstall()
+    got = {n: p.grad for n, p in model.named_parameters()}
+    return {"after_b": after_b, "queued": queued, "want": want, "got": got}
+
+
+def test_grouped_split_on_the_megatron_moe_layer():
+    """After B no expert weight (nor any split linear's weight) has a gradient; after W every gradient equals
+    Megatron's unsplit backward."""
+    (r,) = launch(split_vs_unsplit, 1)
+    experts = [n for n in r["want"] if ".local_experts." in n]
+    assert len(experts) == SPEC["layers"] * MOE["experts"] * 2
+    assert not any(n in r["after_b"] for n in experts)
+    assert any(".router." in n for n in r["after_b"])  # the router's gradient is B's
+    assert r["queued"] >= SPEC["layers"] * 2  # the two grouped GEMMs of every layer, and the linears
+    for name, want in r["want"].items():
+        assert torch.allclose(r["got"][name], want, rtol=0, atol=1e-6 * float(want.abs().max())), name
