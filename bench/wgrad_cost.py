@@ -1,6 +1,8 @@
-"""Cost of the B/W split: (B + W) / unsplit backward for tiny-GPT blocks, at hidden 256 and 1024.
+"""Cost of the B/W split: (B + W) / unsplit backward for tiny-GPT blocks and for an MoE expert layer, at
+hidden 256 and 1024.
 
     python bench/wgrad_cost.py [--hidden 256 1024] [--tokens 512] [--blocks 2] [--repeat 7]
+                               [--experts 8] [--topk 2]
 
 For each size, on one thread, interleaved and repeated (median of each):
 - unsplit: a plain backward of the same blocks built from `nn.Linear` (torch's own backward);
@@ -8,6 +10,11 @@ For each size, on one thread, interleaved and repeated (median of each):
 - B + W:   B (input grads; weight-grad work queued in a WeightGradStore) + W (the queue run);
 - torch.distributed.pipelining's graph-surgery split (`stage_backward_input` + `stage_backward_weight`)
   on the nn.Linear blocks, for comparison.
+The MoE case: `--experts` experts (fc1 [4h, h], GELU, fc2 [h, 4h]) over `--tokens` tokens routed to
+`--topk` experts each (a fixed random routing, rows grouped by expert):
+- unsplit: per-expert matmuls with the weights as autograd leaves (torch's own backward);
+- B + W:   the grouped GEMM with the split (primuspp.backends.kernels.grouped): B the grouped dgrad of all
+  experts, W the per-expert `dy_eᵀ·x_e` from the saved inputs.
 The forward is not timed. Target: ours ≤ 1.2× unsplit.
 """
 
@@ -101,12 +108,53 @@ def measure(hidden: int, tokens: int, blocks: int, repeat: int) -> dict[str, flo
     return {k: statistics.median(v[1:]) for k, v in times.items()}
 
 
+def measure_moe(hidden: int, tokens: int, experts: int, topk: int, repeat: int) -> dict[str, float]:
+    from primuspp.backends.kernels.grouped import grouped_linear
+
+    torch.manual_seed(0)
+    ffn = 4 * hidden
+    fc1 = [(torch.randn(ffn, hidden) / hidden**0.5).requires_grad_() for _ in range(experts)]
+    fc2 = [(torch.randn(hidden, ffn) / ffn**0.5).requires_grad_() for _ in range(experts)]
+    choice = torch.stack([torch.randperm(experts)[:topk] for _ in range(tokens)]).flatten()
+    splits = torch.bincount(choice, minlength=experts).tolist()
+    rows = tokens * topk
+    x = torch.randn(rows, hidden)
+    g = torch.randn(rows, hidden)
+    times: dict[str, list[float]] = {"unsplit": [], "B": [], "W": []}
+
+    def unsplit() -> None:
+        xi = x.clone().requires_grad_()
+        h = torch.cat([p @ w1.t() for p, w1 in zip(torch.split(xi, splits), fc1, strict=True)])
+        h = torch.split(nn.functional.gelu(h), splits)  # the same layer shape as ours: one GELU
+        y = torch.cat([hi @ w2.t() for hi, w2 in zip(h, fc2, strict=True)])
+        times["unsplit"].append(_time(lambda: y.backward(g)))
+
+    def ours() -> None:
+        store = WeightGradStore()
+        xi = x.clone().requires_grad_()
+        h = nn.functional.gelu(grouped_linear(xi, fc1, splits, store))
+        y = grouped_linear(h, fc2, splits, store)
+        store.defer = True
+        times["B"].append(_time(lambda: y.backward(g)))
+        store.defer = False
+        times["W"].append(_time(store.run))
+
+    for _ in range(repeat + 1):
+        for fn in (unsplit, ours):
+            for w in (*fc1, *fc2):
+                w.grad = None
+            fn()
+    return {k: statistics.median(v[1:]) for k, v in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 1024])
     ap.add_argument("--tokens", type=int, default=512, help="tokens per microbatch (batch × 128)")
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--experts", type=int, default=8, help="MoE case: experts")
+    ap.add_argument("--topk", type=int, default=2, help="MoE case: experts per token")
     args = ap.parse_args()
     torch.set_num_threads(1)
     title = (
@@ -131,6 +179,23 @@ def main() -> None:
             f"{theirs:.3f}",
         )
     Console(width=140).print(table)
+    moe = Table(
+        title=f"MoE expert layer: {args.experts} experts, top-{args.topk}, {args.tokens} tokens, 1 thread, "
+        f"median of {args.repeat}",
+        title_justify="left",
+    )
+    for col in ("hidden", "unsplit ms", "B ms", "W ms", "(B+W)/unsplit"):
+        moe.add_column(col, justify="right")
+    for hidden in args.hidden:
+        t = measure_moe(hidden, args.tokens, args.experts, args.topk, args.repeat)
+        moe.add_row(
+            str(hidden),
+            f"{t['unsplit'] * 1e3:.2f}",
+            f"{t['B'] * 1e3:.2f}",
+            f"{t['W'] * 1e3:.2f}",
+            f"{(t['B'] + t['W']) / t['unsplit']:.3f}",
+        )
+    Console(width=140).print(moe)
 
 
 if __name__ == "__main__":

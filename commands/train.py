@@ -117,6 +117,36 @@ def train(
             "e.g. --megatron overlap_grad_reduce=true.",
         ),
     ] = None,
+    moe_experts: Annotated[
+        int | None,
+        typer.Option("--moe-experts", help="Megatron: MoE layers of N experts (a router and experts each)."),
+    ] = None,
+    moe_topk: Annotated[
+        int | None, typer.Option("--moe-topk", help="Megatron MoE: experts per token (K <= N).")
+    ] = None,
+    moe_ffn: Annotated[
+        int | None, typer.Option("--moe-ffn", help="Megatron MoE: expert FFN size (default 4 x hidden).")
+    ] = None,
+    moe_shared_ffn: Annotated[
+        int | None,
+        typer.Option("--moe-shared-ffn", help="Megatron MoE: add a shared expert of this FFN size."),
+    ] = None,
+    ep: Annotated[
+        int,
+        typer.Option(
+            "--ep",
+            help="Megatron MoE: expert-parallel ranks per pipeline rank (divides N; world = pp x ep, dense "
+            "layers data-parallel over them).",
+        ),
+    ] = 1,
+    kernels: Annotated[
+        str,
+        typer.Option(
+            "--kernels",
+            help="Megatron: GEMM kernels of the B/W split: auto (turbo, else te, else torch: what runs "
+            "here), torch, turbo (Primus-Turbo, ROCm), te (Transformer Engine, CUDA).",
+        ),
+    ] = "auto",
     json_: Annotated[
         bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
     ] = False,
@@ -235,3 +265,22 @@ def at_least(values: dict[str, int | None], low: int = 1) -> None:
 
 #: flags only the emulated cluster reads
 EMULATION_FLAGS = ("fwd", "bwd", "wgrad", "config", "costs_from")
+
+
+def refuse_megatron_only(opts: TrainOptions, where: str) -> None:
+    """MoE layers, expert parallelism and kernel providers run on the megatron backend only."""
+    given = {
+        "--moe-experts": opts.moe_experts,
+        "--moe-topk": opts.moe_topk,
+        "--moe-ffn": opts.moe_ffn,
+        "--moe-shared-ffn": opts.moe_shared_ffn,
+        "--ep": opts.ep if opts.ep != 1 else None,
+        "--kernels": opts.kernels if opts.kernels != "auto" else None,
+    }
+    for name, value in given.items():
+        if value is not None:
+            raise ConfigError(
+                f"{name} {value}: MoE layers, expert parallelism and kernel providers run on the "
+                f"megatron backend only, not on {where}",
+                key=name[2:],
+            )

@@ -52,11 +52,20 @@ class MegatronBackend:
         from primuspp.backends.megatron import require
 
         require()  # one line with the install hint when megatron-core is missing
+        from primuspp.backends import kernels as providers
+        from primuspp.backends.megatron import moe as moe_layers
+
+        moe = (opts.moe_experts, opts.moe_topk, opts.moe_ffn, opts.moe_shared_ffn)
+        moe_layers.check(moe[0], moe[1], opts.ep, moe[2], moe[3])
+        kernels = providers.resolve(opts.kernels)
         from primuspp.backends.megatron.model import GPTSpec
         from primuspp.backends.megatron.session import parse_settings
         from primuspp.backends.megatron.train import TrainSpec
 
         model_settings, ddp_settings = parse_settings(opts.megatron_settings or [])
+        if moe[0] is not None:  # --megatron KEY=VALUE overrides
+            merged = {**dict(moe_layers.settings(*moe)), **dict(model_settings)}
+            model_settings = tuple(sorted(merged.items()))
         table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
         sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}
         check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
@@ -75,6 +84,8 @@ class MegatronBackend:
             ddp=ddp_settings,
             fault=("save", fault[1]) if fault else None,
             fault_rank=fault[0] if fault else 0,
+            ep=opts.ep,
+            kernels=kernels,
         )
 
     def launch(self, spec: Any) -> Any:
@@ -106,10 +117,20 @@ class MegatronBackend:
     def render(self, summary: RunSummary) -> None:
         doc = summary.to_dict()
         model = doc["model"]
+        moe = model["settings"].get("num_moe_experts")
+        layers = (
+            f"{model['layers']} MoE layers of {moe} experts, top-{model['settings']['moe_router_topk']}"
+            if moe
+            else f"{model['layers']} layers"
+        )
+        ep = doc.get("ep", 1)
+        procs = f"{doc['pp']} processes"
+        if ep > 1:
+            procs = f"{doc['pp'] * ep} processes (pp {doc['pp']} x ep {ep})"
         out.print(
-            f"trained Megatron GPT ({model['layers']} layers, hidden {model['hidden']}, "
-            f"seq {model['seq_len']}, {model['stages']} stages) with {self.describe} on {doc['pp']} "
-            f"processes, data: {doc['data']}"
+            f"trained Megatron GPT ({layers}, hidden {model['hidden']}, seq {model['seq_len']}, "
+            f"{model['stages']} stages) with {self.describe} on {procs}, data: {doc['data']}, "
+            f"kernels: {doc.get('kernels', 'torch')}"
         )
         rows = doc["steps"]
         shown = (

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, run_table, step_bar
-from primuspp.commands.train import EMULATION_FLAGS, at_least, check_outputs, refuse
+from primuspp.commands.train import EMULATION_FLAGS, at_least, check_outputs, refuse, refuse_megatron_only
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
 
@@ -25,6 +25,7 @@ class TorchBackend:
         self.describe = ""
 
     def check(self, opts: TrainOptions) -> Any:
+        refuse_megatron_only(opts, "--backend torch")
         refuse(opts, EMULATION_FLAGS, "needs --emulate (the emulated cluster's cost model)")
         refuse(opts, MEGATRON_FLAGS, "is only available with --backend megatron")
         steps = 3 if opts.steps is None else opts.steps

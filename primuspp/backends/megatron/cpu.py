@@ -8,7 +8,13 @@ megatron-core assumes CUDA in a few places that pipeline training reaches:
   inference mode instead (no CUDA state; dropout-free models do not use it);
 - Megatron DDP allocates its grad buffers on `torch.cuda.current_device()`, and Megatron's own schedules
   (used here only to compare against) allocate receive buffers there and make `total_num_tokens` with
-  `device="cuda"`: those modules see a `torch` whose CUDA device is the CPU.
+  `device="cuda"`: those modules see a `torch` whose CUDA device is the CPU;
+- the tensor-parallel mappings (all-gather, reduce-scatter, all-to-all of the MoE token dispatcher)
+  allocate their outputs on `torch.cuda.current_device()`;
+- MoE: the router moves its weight to `torch.cuda.current_device()` at every forward, the all-to-all token
+  dispatcher copies its split sizes on a side CUDA stream (`torch.cuda.Stream`, `current_stream`,
+  `stream(...)`, `record_event`) and the aux-loss tracker allocates on "cuda": those modules see the same
+  CPU `torch`, whose streams and events are no-ops (the CPU runs in order).
 
 `apply()` does all of this once per process, after `parallel_state.initialize_model_parallel`; the
 primuspp schedule itself (schedule.py) needs none of it. Nothing here is used when the device is a GPU.
@@ -28,6 +34,10 @@ _PATCHED_MODULES = (
     "megatron.core.distributed.param_and_grad_buffer",
     "megatron.core.pipeline_parallel.schedules",
     "megatron.core.pipeline_parallel.p2p_communication",
+    "megatron.core.tensor_parallel.mappings",
+    "megatron.core.transformer.moe.router",
+    "megatron.core.transformer.moe.token_dispatcher",
+    "megatron.core.transformer.moe.moe_utils",
 )
 
 
@@ -39,12 +49,52 @@ def _on_cpu(device: Any) -> Any:
     return device
 
 
+class _NoStream:
+    """A CUDA stream / event on the CPU: work runs in program order, so waiting and syncing do nothing."""
+
+    def __init__(self, *_: Any, **__: Any) -> None:
+        pass
+
+    def wait_stream(self, *_: Any) -> None:
+        return None
+
+    def wait_event(self, *_: Any) -> None:
+        return None
+
+    def record_event(self, *_: Any) -> _NoStream:
+        return self
+
+    def synchronize(self) -> None:
+        return None
+
+    def __enter__(self) -> _NoStream:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        return None
+
+
+_NO_STREAM = _NoStream()
+
+
 class _CudaOnCPU:
-    """`torch.cuda` as seen by the patched modules: the current device is the CPU, syncs are no-ops."""
+    """`torch.cuda` as seen by the patched modules: the current device is the CPU, streams, events and syncs
+    are no-ops."""
+
+    Stream = _NoStream
+    Event = _NoStream
 
     @staticmethod
     def current_device() -> torch.device:
         return _CPU
+
+    @staticmethod
+    def current_stream(*_: Any) -> _NoStream:
+        return _NO_STREAM
+
+    @staticmethod
+    def stream(*_: Any) -> _NoStream:
+        return _NO_STREAM
 
     @staticmethod
     def synchronize(*_: Any) -> None:
@@ -99,6 +149,16 @@ def _memory_buffer_class() -> type:
     return CPUGlobalMemoryBuffer
 
 
+def _to_host(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+    """`moe_utils.maybe_move_tensor_to_cpu` for the token dispatcher: split sizes become numpy arrays on
+    the CPU too (Megatron converts only CUDA tensors; `all_to_all_single` takes no tensor split sizes)."""
+    if isinstance(tensor, torch.Tensor) and not tensor.is_cuda:
+        return tensor.numpy() if as_numpy else tensor
+    from megatron.core.transformer.moe import moe_utils
+
+    return moe_utils.maybe_move_tensor_to_cpu(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+
 def apply() -> None:
     """Make megatron-core run on the CPU in this process (idempotent). Call it after
     `parallel_state.initialize_model_parallel`, and only when the device is the CPU."""
@@ -113,6 +173,9 @@ def apply() -> None:
     for name in _PATCHED_MODULES:
         module = importlib.import_module(name)
         module.torch = _TORCH_ON_CPU  # type: ignore[attr-defined]
+    from megatron.core.transformer.moe import token_dispatcher
+
+    token_dispatcher.maybe_move_tensor_to_cpu = _to_host  # type: ignore[attr-defined]
 
 
 def applied() -> bool:

@@ -86,13 +86,18 @@ def transformer_config(spec: GPTSpec, num_layers: int, **extra: Any) -> Any:
     return TransformerConfig(**kwargs)
 
 
-def _gpt(spec: GPTSpec, config: Any, pre: bool, post: bool, vp_stage: int | None = None) -> Any:
+def _gpt(
+    spec: GPTSpec, config: Any, pre: bool, post: bool, vp_stage: int | None = None, pg_collection: Any = None
+) -> Any:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
+    from primuspp.backends.megatron import moe
+
+    experts = config.num_moe_experts
     return GPTModel(
         config,
-        get_gpt_layer_local_spec(),
+        moe.layer_spec(experts) if experts else get_gpt_layer_local_spec(),
         vocab_size=spec.vocab,
         max_sequence_length=spec.seq_len,
         pre_process=pre,
@@ -100,39 +105,70 @@ def _gpt(spec: GPTSpec, config: Any, pre: bool, post: bool, vp_stage: int | None
         share_embeddings_and_output_weights=False,
         position_embedding_type="learned_absolute",
         vp_stage=vp_stage,
+        pg_collection=pg_collection,
     )
 
 
 def whole_model(spec: GPTSpec, seed: int = 0) -> Any:
-    """The whole model on one process, initialised under `seed` (the weights every cut starts from)."""
+    """The whole model on one process, initialised under `seed` (the weights every cut starts from; an MoE
+    model holds every expert, whatever the expert parallelism of this process)."""
+    from primuspp.backends.megatron import moe
+
+    groups = moe.whole_groups() if moe.is_moe(spec.settings) else None
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return _gpt(spec, transformer_config(spec, spec.layers), True, True)
+        model = _gpt(spec, transformer_config(spec, spec.layers), True, True, pg_collection=groups)
+        if moe.is_moe(spec.settings):
+            moe.number_layers(model, range(spec.layers), spec.layers)
+        return model
     finally:
         torch.random.set_rng_state(state)
 
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
 
 
-def stage_name(name: str, layers: range) -> str:
-    """Whole-model parameter name of a stage's parameter `name` (its layers are numbered from 0)."""
+def _shift_expert(name: str, by: int) -> str:
+    match = _EXPERT.search(name)
+    if match is None or by == 0:
+        return name
+    return f"{name[: match.start()]}.local_experts.{int(match.group(1)) + by}.{name[match.end() :]}"
+
+
+def stage_name(name: str, layers: range, experts: tuple[int, int] = (0, 0)) -> str:
+    """Whole-model parameter name of a stage's parameter `name` (its layers are numbered from 0; its MoE
+    experts from 0 when `experts` = (first global expert, count) says it holds a slice)."""
     match = _LAYER.match(name)
     if match is None:
         return name
-    return f"decoder.layers.{layers.start + int(match.group(1))}.{name[match.end() :]}"
+    rest = _shift_expert(name[match.end() :], experts[0])
+    return f"decoder.layers.{layers.start + int(match.group(1))}.{rest}"
 
 
-def stage_state(whole: Mapping[str, torch.Tensor], layers: range, first: bool, last: bool) -> dict:
-    """The slice of the whole model's state dict that stage (layers, first, last) holds, renamed."""
+def stage_state(
+    whole: Mapping[str, torch.Tensor],
+    layers: range,
+    first: bool,
+    last: bool,
+    experts: tuple[int, int] = (0, 0),
+) -> dict:
+    """The slice of the whole model's state dict that stage (layers, first, last) holds, renamed; of the
+    MoE experts, `experts` = (first, count) ((0, 0): all)."""
     out = {}
     for name, value in whole.items():
         match = _LAYER.match(name)
         if match is not None:
             i = int(match.group(1))
+            rest = name[match.end() :]
+            expert = _EXPERT.search(rest)
+            if expert is not None and experts[1]:
+                if not experts[0] <= int(expert.group(1)) < experts[0] + experts[1]:
+                    continue
+                rest = _shift_expert(rest, -experts[0])
             if i in layers:
-                out[f"decoder.layers.{i - layers.start}.{name[match.end() :]}"] = value
+                out[f"decoder.layers.{i - layers.start}.{rest}"] = value
         elif first if name.startswith("embedding.") else last:  # final norm, output layer: last stage
             out[name] = value
     return out
@@ -145,12 +181,19 @@ def build_stage(
     first: bool,
     last: bool,
     vp_stage: int | None = None,
+    experts: tuple[int, int] = (0, 0),
     **config: Any,
 ) -> Any:
-    """One stage's GPTModel, with the whole model's weights for its slice."""
+    """One stage's GPTModel, with the whole model's weights for its slice (of the MoE experts: `experts`,
+    see `stage_state`)."""
     cfg = transformer_config(spec, len(layers), perform_initialization=False, **config)
     model = _gpt(spec, cfg, first, last, vp_stage)
-    missing, unexpected = model.load_state_dict(stage_state(whole, layers, first, last), strict=False)
+    if cfg.num_moe_experts:
+        from primuspp.backends.megatron import moe
+
+        moe.number_layers(model, layers, spec.layers)
+    state = stage_state(whole, layers, first, last, experts)
+    missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
         raise RuntimeError(f"stage weights do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
@@ -185,16 +228,22 @@ def chunk_layout(placement: Placement, rank: int, num_layers: int) -> list[Chunk
 def rank_chunks(
     spec: GPTSpec, placement: Placement, rank: int, seed: int = 0, **config: Any
 ) -> tuple[list[Any], list[range]]:
-    """This rank's model chunks (index = chunk) and each chunk's layer range, for `placement`."""
+    """This rank's model chunks (index = chunk) and each chunk's layer range, for `placement`. An MoE
+    model's chunks hold this expert-parallel rank's experts (their (first, count) in `moe.EXPERTS_ATTR`)."""
+    from primuspp.backends.megatron import moe
+
     layout = chunk_layout(placement, rank, spec.layers)
     whole = whole_model(spec, seed).state_dict()
     multi = len(layout) > 1
-    chunks = [
-        build_stage(
-            spec, whole, c.layers, c.pre_process, c.post_process, c.chunk if multi else None, **config
-        )
-        for c in layout
-    ]
+    experts = moe.local_experts(spec.settings)
+    if experts[1]:
+        config = {"expert_model_parallel_size": moe.expert_parallel()[0], **config}
+    chunks = []
+    for c in layout:
+        vp = c.chunk if multi else None
+        chunk = build_stage(spec, whole, c.layers, c.pre_process, c.post_process, vp, experts, **config)
+        setattr(chunk, moe.EXPERTS_ATTR, experts)
+        chunks.append(chunk)
     return chunks, [c.layers for c in layout]
 
 

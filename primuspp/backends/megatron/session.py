@@ -57,7 +57,8 @@ def parse_settings(pairs: list[str]) -> tuple[tuple[tuple[str, Any], ...], tuple
 
 def check_inputs(spec: TrainSpec) -> None:
     """Raise a one-line ConfigError for anything that would make the ranks fail."""
-    from primuspp.backends.megatron import require
+    from primuspp.backends import kernels
+    from primuspp.backends.megatron import moe, require
 
     require()
     from primuspp.backends.megatron.data import make_stream
@@ -67,6 +68,9 @@ def check_inputs(spec: TrainSpec) -> None:
     if table.placement.kind == "bidirectional":
         check(table, {})  # raises: the bidirectional placement is refused
     split_layers(spec.model.layers, table.num_stages)
+    settings = dict(spec.model.settings)
+    moe.check(settings.get("num_moe_experts"), settings.get("moe_router_topk"), spec.ep)
+    kernels.get(spec.kernels)  # the provider runs here: one line naming why not
     check(table, dict(spec.model.settings), shared_embeddings=False)
     try:
         _config_check(spec)
@@ -113,7 +117,12 @@ class TrainingRun:
                 self.steps, self.losses, self.wall_ms, self.timelines, strict=True
             )
         ]
-        extra = {"micro_batch_size": spec.micro_batch_size, "data": spec.data or "synthetic"}
+        extra = {
+            "ep": spec.ep,
+            "kernels": spec.kernels,
+            "micro_batch_size": spec.micro_batch_size,
+            "data": spec.data or "synthetic",
+        }
         model = {**spec.model.as_dict(), "stages": table.num_stages}
         return RunSummary("megatron", table.record(), steps, model, tokens, extra)
 
@@ -128,20 +137,23 @@ def run_training(
         import os
 
         world = int(os.environ["WORLD_SIZE"])
-        if world != spec.table.pp:
+        if world != spec.table.pp * spec.ep:
             raise ConfigError(
                 f"torchrun started {world} processes; the Megatron backend runs one per pipeline rank "
-                f"(--pp {spec.table.pp})",
+                f"and expert-parallel rank (--pp {spec.table.pp} x --ep {spec.ep})",
                 key="pp",
             )
-    progress = StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
-    per_rank: list[list[StepRecord]] | None = launch(train_worker, spec.table.pp, spec, on_report=progress)
-    if per_rank is None:
+    world = spec.table.pp * spec.ep
+    progress = StepProgress(world, on_step) if on_step is not None and not under_torchrun() else None
+    ranks: list[list[StepRecord]] | None = launch(train_worker, world, spec, on_report=progress)
+    if ranks is None:
         return None
-    n = len(per_rank[0])
+    n = len(ranks[0])
+    # each rank reported its share of the replicas' mean loss; the timelines are the first replica's
+    losses = [sum(records[i].loss for records in ranks) for i in range(n)]
+    wall = [max(records[i].wall_ms for records in ranks) for i in range(n)]
+    per_rank = [records for records in ranks if not records or records[0].replica == 0]
     steps = [per_rank[0][i].step for i in range(n)]
-    losses = [sum(records[i].loss for records in per_rank) for i in range(n)]
-    wall = [max(records[i].wall_ms for records in per_rank) for i in range(n)]
     timelines = [
         step_timeline(
             spec.table, [records[i].measured for records in per_rank], spec.table.algorithm, str(s + 1)

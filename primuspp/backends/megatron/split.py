@@ -18,6 +18,9 @@ accumulates their gradient: the deferred work does, the way Megatron would —
   so the reduction starts once the last W of the parameter has run;
 - without DDP: `param.grad += dW`, as autograd's AccumulateGrad would.
 
+The GEMMs (forward, dgrad, wgrad) are the active kernel provider's (`primuspp.backends.kernels`; torch by
+default). MoE experts (moe.py) use the grouped form of the same split (`kernels.grouped`).
+
 Layers whose weight grad cannot be deferred this way run unsplit: frozen weights, sequence parallelism (its
 weight grad needs the all-gathered input), Megatron's own embedding-wgrad deferral (`grad_output_buffer`).
 `schedule.conflicts` reports the settings that would make a split table wrong.
@@ -31,6 +34,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from primuspp.backends.kernels import active
+from primuspp.backends.kernels.base import Kernels
 from primuspp.runtime.wgrad import WeightGradStore, accumulate, recording_store
 
 #: attribute set on a DDP parameter whose readiness must be signalled after its weight grad landed
@@ -39,7 +44,9 @@ GRAD_READY_ATTR = "_primuspp_grad_ready"
 _ORIGINAL: dict[type, Any] = {}
 
 
-def _deposit(param: torch.Tensor, grad: torch.Tensor) -> None:
+def deposit(param: torch.Tensor, grad: torch.Tensor) -> None:
+    """Add a deferred weight gradient where Megatron keeps it: `main_grad` (then signal DDP readiness when
+    it overlaps its reduction) or, without DDP, `param.grad`."""
     main = getattr(param, "main_grad", None)
     if main is None:
         accumulate(param, grad)
@@ -50,13 +57,15 @@ def _deposit(param: torch.Tensor, grad: torch.Tensor) -> None:
         ready()
 
 
-def _weight_grad(weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, g: torch.Tensor) -> None:
+def _weight_grad(
+    kernels: Kernels, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor, g: torch.Tensor
+) -> None:
     from megatron.core.utils import prepare_input_tensors_for_wgrad_compute
 
     g2, x2 = prepare_input_tensors_for_wgrad_compute(g, x)
-    _deposit(weight, g2.t().matmul(x2))
+    deposit(weight, kernels.gemm_wgrad(g2, x2))
     if bias is not None:
-        _deposit(bias, g2.sum(dim=0))
+        deposit(bias, g2.sum(dim=0))
 
 
 class _SplitLinear(torch.autograd.Function):
@@ -70,7 +79,8 @@ class _SplitLinear(torch.autograd.Function):
         ctx.store = store
         ctx.allreduce_dgrad = allreduce_dgrad
         ctx.tp_group = tp_group
-        out = torch.matmul(x, weight.t())
+        ctx.kernels = kernels = active()
+        out = kernels.gemm(x, weight)
         if bias is not None:
             out = out + bias
         return out
@@ -79,10 +89,10 @@ class _SplitLinear(torch.autograd.Function):
     def backward(ctx, g):  # type: ignore[override]
         (x,) = ctx.saved_tensors
         weight, bias = ctx.params
-        gx = g.matmul(weight)
+        gx = ctx.kernels.gemm_dgrad(g, weight)
         handle = dist.all_reduce(gx, group=ctx.tp_group, async_op=True) if ctx.allreduce_dgrad else None
         store: WeightGradStore = ctx.store
-        work = partial(_weight_grad, weight, bias, x, g)
+        work = partial(_weight_grad, ctx.kernels, weight, bias, x, g)
         if store.defer:
             store.put(work, x, g)
         else:

@@ -44,13 +44,17 @@ class TrainSpec:
     load: str | None = None
     ddp: tuple[tuple[str, Any], ...] = ()
     track_memory: bool = True
+    #: expert-parallel ranks per pipeline rank (MoE): world = pp * ep, dense layers data-parallel over them
+    ep: int = 1
+    #: the kernel provider of the B/W split (primuspp.backends.kernels; resolved by the launcher)
+    kernels: str = "torch"
     #: ("save", step): the rank `fault_rank` kills itself right after writing its file of that save (tests)
     fault: tuple[str, int] | None = None
     fault_rank: int = 0
 
     @property
     def tokens_per_step(self) -> int:
-        return self.table.num_microbatches * self.micro_batch_size * self.model.seq_len
+        return self.table.num_microbatches * self.micro_batch_size * self.model.seq_len * self.ep
 
 
 @dataclass
@@ -59,10 +63,12 @@ class StepRecord:
     loss: float  # this rank's share of the step loss (mean over microbatches; 0 where no loss is computed)
     measured: RankStep
     wall_ms: float  # the whole step on this rank: schedule, grad finalisation, optimizer
+    replica: int = 0  # the data-parallel replica of this rank (expert parallelism folds them into EP)
 
 
-def setup_parallel(pp: int, vpp: int, device: torch.device) -> None:
-    """Megatron's parallel state for a pure pipeline (TP = DP = 1), CPU shims on CPU. Idempotent."""
+def setup_parallel(pp: int, vpp: int, device: torch.device, ep: int = 1) -> None:
+    """Megatron's parallel state for a pipeline (TP = 1; DP = world / pp, which with MoE expert parallelism
+    `ep` is folded into EP as Megatron does), CPU shims on CPU. Idempotent."""
     from megatron.core import parallel_state, tensor_parallel
 
     from primuspp.backends.megatron import cpu
@@ -72,6 +78,7 @@ def setup_parallel(pp: int, vpp: int, device: torch.device) -> None:
             tensor_model_parallel_size=1,
             pipeline_model_parallel_size=pp,
             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+            expert_model_parallel_size=ep,
         )
     if device.type == "cpu":
         cpu.apply()
@@ -100,9 +107,11 @@ def wrap_ddp(chunks: list[Any], **ddp_settings: Any) -> list[Any]:
 
 
 def named_parameters(ddps: list[Any], ranges: list[range]) -> list[tuple[str, torch.nn.Parameter]]:
-    """This rank's parameters under their whole-model names."""
+    """This rank's parameters under their whole-model names (MoE experts numbered globally)."""
+    from primuspp.backends.megatron.moe import EXPERTS_ATTR
+
     return [
-        (stage_name(n, r), p)
+        (stage_name(n, r, getattr(d.module, EXPERTS_ATTR, (0, 0))), p)
         for d, r in zip(ddps, ranges, strict=True)
         for n, p in d.module.named_parameters()
     ]
@@ -147,11 +156,17 @@ def _restore(
 def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
     """Run the steps on pipeline rank `ctx.rank`; report ("step", i, loss share, wall ms) after each."""
     warnings.simplefilter("ignore")  # megatron warns about every optional extension it does not find
+    from megatron.core import parallel_state
+
+    from primuspp.backends import kernels
     from primuspp.backends.megatron.schedule import install, uninstall
 
     table = spec.table
-    setup_parallel(table.pp, table.vpp, ctx.device)
-    chunks, ranges = rank_chunks(spec.model, table.placement, ctx.rank, spec.seed)
+    kernels.use(spec.kernels)
+    setup_parallel(table.pp, table.vpp, ctx.device, spec.ep)
+    replica = parallel_state.get_data_parallel_rank()
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    chunks, ranges = rank_chunks(spec.model, table.placement, pp_rank, spec.seed)
     for c in chunks:
         c.to(ctx.device)
     ddps = wrap_ddp(chunks, **dict(spec.ddp))
@@ -172,7 +187,8 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             t0 = time.perf_counter()
             for d in ddps:
                 d.zero_grad_buffer()
-            data = StepData(stream, position, m, mbs)
+            # each data-parallel replica reads its own microbatches of the step
+            data = StepData(stream, position + replica * m * mbs, m, mbs)
             iterators = [data.iterator() for _ in ddps]
             store = schedule(
                 forward_step_func=forward_step,
@@ -187,12 +203,12 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             opt.step()
             for _, p in named:
                 p.grad = None
-            position = data.end
-            loss = sum(float(x["lm loss"]) for x in store) / m
+            position += spec.ep * m * mbs
+            loss = sum(float(x["lm loss"]) for x in store) / m / spec.ep  # this rank's share of the mean
             wall = (time.perf_counter() - t0) * 1000
             measured = schedule.last_step
             assert measured is not None
-            records.append(StepRecord(step, loss, measured, wall))
+            records.append(StepRecord(step, loss, measured, wall, replica))
             ctx.report(("step", step, loss, wall))
             done = step + 1
             if spec.save is not None and (
@@ -215,7 +231,8 @@ def _save(
     table = spec.table
     meta = {
         "data_position": position,
-        "pp": table.pp,
+        "pp": table.pp * spec.ep,  # the rank files: pipeline ranks x expert-parallel ranks
+        "ep": spec.ep,
         "vpp": table.vpp,
         "algorithm": table.algorithm,
         "micro_batches": table.num_microbatches,

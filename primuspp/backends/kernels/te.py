@@ -1,0 +1,38 @@
+"""Provider `te`: for CUDA machines with Transformer Engine (`transformer_engine.pytorch` imports).
+
+primuspp's split layers run their GEMMs with torch's cuBLAS path here (what TE's own linear layers call for
+unquantised GEMMs); the provider exists so `--kernels te` states and checks the TE stack. Transformer
+Engine's own weight-gradient deferral (`delay_wgrad_compute`, `backward_dw()` on TE linear and grouped-linear
+modules) is not driven by primuspp's schedule yet: `schedule.check` refuses `delay_wgrad_compute` with a
+B/W-split table (docs/megatron.md)."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from primuspp.backends.kernels.base import Kernels
+
+
+@functools.cache
+def _import() -> None:
+    import transformer_engine.pytorch  # noqa: F401
+
+
+def unavailable() -> str | None:
+    try:
+        _import()
+    except Exception as err:
+        return f"hardware: transformer_engine.pytorch does not import here ({type(err).__name__}: {err})"
+    if not torch.cuda.is_available():
+        return "hardware: Transformer Engine needs a CUDA GPU (torch.cuda.is_available() is False)"
+    return None
+
+
+class TEKernels(Kernels):
+    name = "te"
+
+
+def provider() -> Kernels:
+    return TEKernels()
