@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from primuspp.commands.console import out
-from primuspp.commands.launching import check_model_size, launched, run_table, step_bar
+from primuspp.commands.launching import check_model_size, check_tp_ranks, launched, run_table, step_bar
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_dir_target, check_writable_dir, default_pp_data_dir, replace_dir
 
@@ -108,6 +108,24 @@ def train(
             "--load", help="Megatron: resume from this checkpoint (or the newest one in this directory)."
         ),
     ] = None,
+    tp: Annotated[
+        int,
+        typer.Option("--tp", help="Megatron: tensor-parallel ranks per pipeline rank (processes: tp x pp)."),
+    ] = 1,
+    sequence_parallel: Annotated[
+        bool,
+        typer.Option(
+            "--sequence-parallel", help="Megatron: split the sequence over the TP ranks (--tp > 1)."
+        ),
+    ] = False,
+    sp_wgrad: Annotated[
+        str,
+        typer.Option(
+            "--sp-wgrad",
+            help="Megatron, split algorithms with --sequence-parallel: W of a column-parallel linear keeps "
+            "the all-gathered input from F (keep: memory) or gathers it again (regather: time).",
+        ),
+    ] = "keep",
     megatron_settings: Annotated[
         list[str] | None,
         typer.Option(
@@ -195,6 +213,9 @@ def train(
             save_interval=save_interval,
             load=load,
             settings=megatron_settings or [],
+            tp=tp,
+            sequence_parallel=sequence_parallel,
+            sp_wgrad=sp_wgrad,
             dump_pp_data=dump_pp_data,
             json_=json_,
             fault=_parse_save_fault(inject_fault) if inject_fault else None,
@@ -206,6 +227,9 @@ def train(
         ("save-interval", save_interval),
         ("load", load),
         ("megatron", megatron_settings),
+        ("tp", tp != 1),
+        ("sequence-parallel", sequence_parallel),
+        ("sp-wgrad", sp_wgrad != "keep"),
     ):
         if value:
             raise ConfigError(f"--{key} is only available with --backend megatron", key=key)
@@ -366,6 +390,9 @@ def _train_megatron(
     dump_pp_data: Path | None,
     json_: bool,
     fault: tuple[int, int] | None,
+    tp: int = 1,
+    sequence_parallel: bool = False,
+    sp_wgrad: str = "keep",
 ) -> None:
     for key, value, low in (
         ("steps", steps, 1),
@@ -382,6 +409,15 @@ def _train_megatron(
         raise ConfigError("--save-interval needs --save DIR", key="save-interval")
     if not 0 < lr < float("inf"):
         raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
+    if sp_wgrad not in ("keep", "regather"):
+        raise ConfigError(f"--sp-wgrad {sp_wgrad}: expected keep or regather", key="sp-wgrad")
+    if tp < 1:
+        raise ConfigError(f"--tp must be >= 1 (got {tp})", key="tp")
+    if sequence_parallel and tp <= 1:
+        raise ConfigError(
+            "--sequence-parallel needs --tp > 1 (it splits the sequence over the tensor-parallel ranks)",
+            key="sequence-parallel",
+        )
     check_outputs(dump_pp_data, save)
 
     from primuspp.backends.megatron import require
@@ -394,6 +430,7 @@ def _train_megatron(
 
     model_settings, ddp_settings = parse_settings(settings)
     table = run_table(algo, pp, vpp, mb)
+    check_tp_ranks(tp, table.pp)
     sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": micro_batch_size}
     check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
     spec = TrainSpec(
@@ -410,8 +447,12 @@ def _train_megatron(
         ddp=ddp_settings,
         fault=("save", fault[1]) if fault else None,
         fault_rank=fault[0] if fault else 0,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        sp_wgrad=sp_wgrad,
     )
-    label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
+    tp_label = f", tp={tp}" + (" sp" if sequence_parallel else "") if tp > 1 else ""
+    label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches}{tp_label})"
     with step_bar(label, steps) as update:
 
         def on_step(step: int, loss: float, ms: float) -> None:
@@ -433,11 +474,20 @@ def _train_megatron(
     _render_megatron(doc, table.describe())
 
 
+def _tp_text(doc: dict) -> str:
+    if doc.get("tp", 1) <= 1:
+        return ""
+    sp = f", sequence parallel, W input {doc['sp_wgrad']}" if doc.get("sequence_parallel") else ""
+    return f" (tp={doc['tp']}{sp})"
+
+
 def _render_megatron(doc: dict, describe: str) -> None:
     model = doc["model"]
     out.print(
         f"trained Megatron GPT ({model['layers']} layers, hidden {model['hidden']}, seq {model['seq_len']}, "
-        f"{model['stages']} stages) with {describe} on {doc['pp']} processes, data: {doc['data']}"
+        f"{model['stages']} stages) with {describe} on {doc['pp'] * doc.get('tp', 1)} processes"
+        + _tp_text(doc)
+        + f", data: {doc['data']}"
     )
     rows = doc["steps"]
     shown = (

@@ -28,6 +28,9 @@ _PATCHED_MODULES = (
     "megatron.core.distributed.param_and_grad_buffer",
     "megatron.core.pipeline_parallel.schedules",
     "megatron.core.pipeline_parallel.p2p_communication",
+    # sequence parallelism's reduce-scatter / all-gather buffers (tensor parallelism, tp.py)
+    "megatron.core.tensor_parallel.mappings",
+    "megatron.core.tensor_parallel.layers",
 )
 
 

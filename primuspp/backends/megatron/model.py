@@ -90,9 +90,14 @@ def _gpt(spec: GPTSpec, config: Any, pre: bool, post: bool, vp_stage: int | None
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
+    layer_spec = get_gpt_layer_local_spec()
+    if config.sequence_parallel:  # torch norms that accept sequence parallelism (tp.py)
+        from primuspp.backends.megatron.tp import sequence_parallel_spec
+
+        layer_spec = sequence_parallel_spec(layer_spec, config.num_layers)
     return GPTModel(
         config,
-        get_gpt_layer_local_spec(),
+        layer_spec,
         vocab_size=spec.vocab,
         max_sequence_length=spec.seq_len,
         pre_process=pre,
@@ -105,10 +110,13 @@ def _gpt(spec: GPTSpec, config: Any, pre: bool, post: bool, vp_stage: int | None
 
 def whole_model(spec: GPTSpec, seed: int = 0) -> Any:
     """The whole model on one process, initialised under `seed` (the weights every cut starts from)."""
+    from primuspp.backends.megatron import tp
+
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        return _gpt(spec, transformer_config(spec, spec.layers), True, True)
+        with tp.solo():  # the whole, unsharded model even on a TP rank (tp.py)
+            return _gpt(spec, transformer_config(spec, spec.layers), True, True)
     finally:
         torch.random.set_rng_state(state)
 
@@ -147,10 +155,13 @@ def build_stage(
     vp_stage: int | None = None,
     **config: Any,
 ) -> Any:
-    """One stage's GPTModel, with the whole model's weights for its slice."""
+    """One stage's GPTModel, with the whole model's weights for its slice (this TP rank's piece: tp.py)."""
+    from primuspp.backends.megatron import tp
+
     cfg = transformer_config(spec, len(layers), perform_initialization=False, **config)
     model = _gpt(spec, cfg, first, last, vp_stage)
-    missing, unexpected = model.load_state_dict(stage_state(whole, layers, first, last), strict=False)
+    state = tp.shard(model, stage_state(whole, layers, first, last))
+    missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
         raise RuntimeError(f"stage weights do not match: missing {missing[:3]}, unexpected {unexpected[:3]}")
@@ -225,6 +236,9 @@ def forward_step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
         positions = torch.arange(tokens.shape[1], device=device).unsqueeze(0).expand_as(tokens)
     # the sequence length: of the tokens, or of the received hidden states ([sequence, batch, hidden])
     seq = tokens.shape[1] if pre else get_attr_wrapped_model(model, "decoder").input_tensor.shape[0]
+    config = get_attr_wrapped_model(model, "config")
+    if not pre and config.sequence_parallel:  # the received piece is this TP rank's share of the sequence
+        seq *= config.tensor_model_parallel_size
     output = model(
         tokens if pre else None,
         positions if pre else None,

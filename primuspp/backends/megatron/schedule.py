@@ -61,10 +61,8 @@ _ALWAYS = (
     ),
     ("fine_grained_activation_offloading", True, "its offload manager follows Megatron's schedule order"),
 )
-# ... and for tables with a B/W split (W nodes)
-_SPLIT = (
-    ("sequence_parallel", True, "the split weight grad needs the all-gathered input, which is not kept"),
-)
+# ... and for tables with a B/W split (W nodes): none since sequence parallelism splits too (split.py)
+_SPLIT: tuple[tuple[str, Any, str], ...] = ()
 
 
 def _setting(settings: Any, key: str) -> Any:
@@ -446,6 +444,7 @@ def install(
     dump_pp_data: bool | str | os.PathLike[str] | None = None,
     track_memory: bool = True,
     on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
+    sp_wgrad: str = "keep",
     **params: Any,
 ) -> PipelineSchedule:
     """Make megatron-core's `get_forward_backward_func()` return primuspp's schedule for `algorithm` (a
@@ -453,14 +452,20 @@ def install(
 
     `dump_pp_data`: True writes Primus pp_data to `$DUMP_PP_DIR` (default `output/pp_data`), a path writes
     there. `params` go to the algorithm (e.g. `max_mem` for v-auto). Also routes Megatron's Column/Row
-    parallel linears through the B/W split. Returns the installed function (its `last_step` holds this
-    rank's measurements). Call before `megatron.training` is imported (it binds the name at import)."""
+    parallel linears through the B/W split; `sp_wgrad` (`keep` or `regather`) is how a split
+    column-parallel linear's W gets its all-gathered input under sequence parallelism (split.py).
+    Returns the installed function (its `last_step` holds this rank's measurements). Call before
+    `megatron.training` is imported (it binds the name at import)."""
     from primuspp.backends.megatron import require
 
     require()  # quietly: megatron warns about every optional extension it does not find
     from megatron.core import pipeline_parallel
     from megatron.core.pipeline_parallel import schedules
 
+    if sp_wgrad not in split.SP_WGRAD_MODES:
+        raise ConfigError(
+            f"sp_wgrad {sp_wgrad!r}: expected one of {', '.join(split.SP_WGRAD_MODES)}", key="sp_wgrad"
+        )
     if dump_pp_data is True:
         dump_dir: str | os.PathLike[str] | None = os.environ.get("DUMP_PP_DIR", DEFAULT_DUMP_DIR)
     elif dump_pp_data in (None, False):
@@ -490,6 +495,7 @@ def install(
     get_forward_backward_func.primuspp_schedule = schedule  # type: ignore[attr-defined]
     pipeline_parallel.get_forward_backward_func = get_forward_backward_func
     schedules.get_forward_backward_func = get_forward_backward_func
+    split.set_sp_wgrad(sp_wgrad)
     split.install()
     return schedule
 

@@ -67,6 +67,7 @@ def check_inputs(spec: TrainSpec) -> None:
     if table.placement.kind == "bidirectional":
         check(table, {})  # raises: the bidirectional placement is refused
     split_layers(spec.model.layers, table.num_stages)
+    _check_tp(spec)
     check(table, dict(spec.model.settings), shared_embeddings=False)
     try:
         _config_check(spec)
@@ -82,6 +83,24 @@ def check_inputs(spec: TrainSpec) -> None:
                 "(the total to reach): nothing to train",
                 key="steps",
             )
+
+
+def _check_tp(spec: TrainSpec) -> None:
+    """TP dividing the heads (and key/value heads), sequence parallelism only with TP > 1, no checkpoints
+    of TP runs (their files would hold pieces under whole-model names)."""
+    from primuspp.backends.megatron import tp
+
+    settings = dict(spec.model.settings)
+    if settings.get("sequence_parallel"):
+        raise ConfigError(
+            "--megatron sequence_parallel=True: use --sequence-parallel (with --tp > 1)", key="megatron"
+        )
+    if settings.get("tensor_model_parallel_size") not in (None, 1):
+        raise ConfigError("--megatron tensor_model_parallel_size: use --tp", key="megatron")
+    tp.check(spec.tp, spec.model.heads, settings.get("num_query_groups"), spec.sequence_parallel)
+    if spec.tp > 1 and (spec.save is not None or spec.load is not None):
+        flag = "--save" if spec.save is not None else "--load"
+        raise ConfigError(f"{flag}: checkpoints of --tp {spec.tp} runs are not supported yet", key=flag[2:])
 
 
 def _config_check(spec: TrainSpec) -> None:
@@ -129,6 +148,9 @@ class TrainingRun:
             "backend": "megatron",
             **table.record(),
             "micro_batch_size": spec.micro_batch_size,
+            "tp": spec.tp,
+            "sequence_parallel": spec.sequence_parallel,
+            **({"sp_wgrad": spec.sp_wgrad} if spec.sequence_parallel else {}),
             "model": {**spec.model.as_dict(), "stages": table.num_stages},
             "data": spec.data or "synthetic",
             "losses": self.losses,
@@ -150,16 +172,17 @@ def run_training(
         import os
 
         world = int(os.environ["WORLD_SIZE"])
-        if world != spec.table.pp:
+        if world != spec.world:
             raise ConfigError(
                 f"torchrun started {world} processes; the Megatron backend runs one per pipeline rank "
-                f"(--pp {spec.table.pp})",
+                f"and tensor-parallel rank (--pp {spec.table.pp} x --tp {spec.tp})",
                 key="pp",
             )
-    progress = StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
-    per_rank: list[list[StepRecord]] | None = launch(train_worker, spec.table.pp, spec, on_report=progress)
+    progress = StepProgress(spec.world, on_step) if on_step is not None and not under_torchrun() else None
+    per_rank: list[list[StepRecord]] | None = launch(train_worker, spec.world, spec, on_report=progress)
     if per_rank is None:
         return None
+    per_rank = per_rank[:: spec.tp]  # TP rank 0 of each pipeline rank (Megatron's order: TP fastest)
     n = len(per_rank[0])
     steps = [per_rank[0][i].step for i in range(n)]
     losses = [sum(records[i].loss for records in per_rank) for i in range(n)]

@@ -1,7 +1,8 @@
 """Train a megatron-core GPT with any primuspp schedule: what each pipeline rank runs (`train_worker`).
 
-Each rank initialises Megatron's parallel state (tensor/data parallel 1, pipeline = the table's ranks),
-applies the CPU shims on CPU, builds its model chunks for the table's placement (model.py), wraps each in
+Each rank initialises Megatron's parallel state (tensor parallel `tp`, data parallel 1, pipeline = the
+table's ranks; world = tp x pp, TP groups are consecutive ranks), applies the CPU shims on CPU, builds its
+model chunks for the table's placement (model.py; its TP piece of them: tp.py), wraps each in
 Megatron DDP, installs the schedule, and trains with Adam on the DDP gradient buffers (`main_grad`). After
 each step it reports its share of the loss and its step span to the launcher (progress), and every
 `save_interval` steps and at the end it writes its part of an atomic checkpoint (checkpoint.py).
@@ -47,6 +48,19 @@ class TrainSpec:
     #: ("save", step): the rank `fault_rank` kills itself right after writing its file of that save (tests)
     fault: tuple[str, int] | None = None
     fault_rank: int = 0
+    tp: int = 1  # tensor-parallel ranks per pipeline rank
+    sequence_parallel: bool = False
+    sp_wgrad: str = "keep"  # W's all-gathered input under sequence parallelism: keep or regather (split.py)
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.table.pp
+
+    def stage_config(self) -> dict[str, Any]:
+        """TransformerConfig fields of the stages (not of the whole model: tp.py builds it at TP 1)."""
+        if self.tp <= 1:
+            return {}
+        return {"tensor_model_parallel_size": self.tp, "sequence_parallel": self.sequence_parallel}
 
     @property
     def tokens_per_step(self) -> int:
@@ -61,18 +75,22 @@ class StepRecord:
     wall_ms: float  # the whole step on this rank: schedule, grad finalisation, optimizer
 
 
-def setup_parallel(pp: int, vpp: int, device: torch.device) -> None:
-    """Megatron's parallel state for a pure pipeline (TP = DP = 1), CPU shims on CPU. Idempotent."""
+def setup_parallel(pp: int, vpp: int, device: torch.device, tp: int = 1) -> None:
+    """Megatron's parallel state for a pipeline of `tp`-way tensor-parallel stages (DP = world / (tp x pp)),
+    CPU shims on CPU. Idempotent."""
     from megatron.core import parallel_state, tensor_parallel
 
     from primuspp.backends.megatron import cpu
+    from primuspp.backends.megatron import tp as tensor_parallelism
 
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=1,
+            tensor_model_parallel_size=tp,
             pipeline_model_parallel_size=pp,
             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
         )
+        if tp > 1:
+            tensor_parallelism.make_solo_groups()
     if device.type == "cpu":
         cpu.apply()
     else:
@@ -145,13 +163,16 @@ def _restore(
 
 
 def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
-    """Run the steps on pipeline rank `ctx.rank`; report ("step", i, loss share, wall ms) after each."""
+    """Run the steps on rank `ctx.rank`; report ("step", i, loss share, wall ms) after each."""
     warnings.simplefilter("ignore")  # megatron warns about every optional extension it does not find
+    from megatron.core import parallel_state
+
     from primuspp.backends.megatron.schedule import install, uninstall
 
     table = spec.table
-    setup_parallel(table.pp, table.vpp, ctx.device)
-    chunks, ranges = rank_chunks(spec.model, table.placement, ctx.rank, spec.seed)
+    setup_parallel(table.pp, table.vpp, ctx.device, spec.tp)
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    chunks, ranges = rank_chunks(spec.model, table.placement, pp_rank, spec.seed, **spec.stage_config())
     for c in chunks:
         c.to(ctx.device)
     ddps = wrap_ddp(chunks, **dict(spec.ddp))
@@ -164,7 +185,7 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
         meta = checkpoint.read_meta(ckpt)
         _restore(named, opt, checkpoint.load_states(ckpt))
         start, position = int(meta["step"]), int(meta["data_position"])
-    schedule = install(table, track_memory=spec.track_memory)
+    schedule = install(table, track_memory=spec.track_memory, sp_wgrad=spec.sp_wgrad)
     records = []
     m, mbs = table.num_microbatches, spec.micro_batch_size
     try:
@@ -189,6 +210,8 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
                 p.grad = None
             position = data.end
             loss = sum(float(x["lm loss"]) for x in store) / m
+            if parallel_state.get_tensor_model_parallel_rank() != 0:
+                loss = 0.0  # every TP rank of the last stage has the loss: counted once
             wall = (time.perf_counter() - t0) * 1000
             measured = schedule.last_step
             assert measured is not None
