@@ -123,9 +123,9 @@ def train(
         typer.Option(
             "--sp-wgrad",
             help="Megatron, split algorithms with --sequence-parallel: W of a column-parallel linear keeps "
-            "the all-gathered input from F (keep: memory) or gathers it again (regather: time).",
+            "the all-gathered input from F (keep: memory) or gathers it again (regather, the default: time).",
         ),
-    ] = "keep",
+    ] = "regather",
     megatron_settings: Annotated[
         list[str] | None,
         typer.Option(
@@ -229,7 +229,7 @@ def train(
         ("megatron", megatron_settings),
         ("tp", tp != 1),
         ("sequence-parallel", sequence_parallel),
-        ("sp-wgrad", sp_wgrad != "keep"),
+        ("sp-wgrad", sp_wgrad != "regather"),
     ):
         if value:
             raise ConfigError(f"--{key} is only available with --backend megatron", key=key)
@@ -392,7 +392,7 @@ def _train_megatron(
     fault: tuple[int, int] | None,
     tp: int = 1,
     sequence_parallel: bool = False,
-    sp_wgrad: str = "keep",
+    sp_wgrad: str = "regather",
 ) -> None:
     for key, value, low in (
         ("steps", steps, 1),

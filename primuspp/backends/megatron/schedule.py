@@ -444,7 +444,7 @@ def install(
     dump_pp_data: bool | str | os.PathLike[str] | None = None,
     track_memory: bool = True,
     on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
-    sp_wgrad: str = "keep",
+    sp_wgrad: str = "regather",
     **params: Any,
 ) -> PipelineSchedule:
     """Make megatron-core's `get_forward_backward_func()` return primuspp's schedule for `algorithm` (a

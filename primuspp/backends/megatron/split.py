@@ -48,11 +48,11 @@ _ORIGINAL: dict[type, Any] = {}
 
 #: how W of a column-parallel layer under sequence parallelism gets the all-gathered input
 SP_WGRAD_MODES = ("keep", "regather")
-_SP_WGRAD = ["keep"]
+_SP_WGRAD = ["regather"]
 
 
 def set_sp_wgrad(mode: str) -> None:
-    """`keep` (default) or `regather`: see the module doc."""
+    """`regather` (default) or `keep`: see the module doc."""
     if mode not in SP_WGRAD_MODES:
         raise ValueError(f"sp_wgrad {mode!r}: expected one of {', '.join(SP_WGRAD_MODES)}")
     _SP_WGRAD[0] = mode
