@@ -10,8 +10,8 @@ import multiprocessing
 import pytest
 import torch
 
-from primuspp.commands.app import main
 from primuspp.algorithms.registry import ALGORITHMS
+from primuspp.commands.app import main
 from primuspp.runtime.launch import launch
 from tests.megatron.test_pipeline import TOL, differences
 from tests.megatron.tp_workers import MODELS, TPJob, run_tp_jobs

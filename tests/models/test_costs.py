@@ -29,7 +29,12 @@ def test_activation_equals_korthikanti(tp, sp, recompute):
     # their GPT layer: MHA, 4h GeLU MLP, unfused softmax, dropout everywhere
     # Megatron saves each column-parallel input as its sequence piece (it re-gathers it for the weight grad)
     par = Parallel(
-        tp=tp, sequence_parallel=sp, recompute=recompute, flash_attention=False, seq_len=2048, sp_wgrad="regather"
+        tp=tp,
+        sequence_parallel=sp,
+        recompute=recompute,
+        flash_attention=False,
+        seq_len=2048,
+        sp_wgrad="regather",
     )
     got = layer_memory(GPT, False, par, dropout=True).activation
     assert got == pytest.approx(korthikanti_bytes(GPT, par), rel=1e-12)

@@ -50,7 +50,7 @@ class TrainSpec:
     fault_rank: int = 0
     tp: int = 1  # tensor-parallel ranks per pipeline rank
     sequence_parallel: bool = False
-    sp_wgrad: str = "regather"  # W's all-gathered input under sequence parallelism: keep or regather (split.py)
+    sp_wgrad: str = "regather"  # W's gathered input under sequence parallelism: regather or keep (split.py)
 
     @property
     def world(self) -> int:
