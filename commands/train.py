@@ -126,6 +126,14 @@ def train(
             "the all-gathered input from F (keep: memory) or gathers it again (regather, the default: time).",
         ),
     ] = "regather",
+    fb_overlap: Annotated[
+        bool,
+        typer.Option(
+            "--fb-overlap",
+            help="Megatron: an FB node (dualpipe-v) runs its forward and backward at once, one's "
+            "communication overlapping the other's compute (not with --sequence-parallel).",
+        ),
+    ] = False,
     megatron_settings: Annotated[
         list[str] | None,
         typer.Option(
@@ -216,6 +224,7 @@ def train(
             tp=tp,
             sequence_parallel=sequence_parallel,
             sp_wgrad=sp_wgrad,
+            fb_overlap=fb_overlap,
             dump_pp_data=dump_pp_data,
             json_=json_,
             fault=_parse_save_fault(inject_fault) if inject_fault else None,
@@ -230,6 +239,7 @@ def train(
         ("tp", tp != 1),
         ("sequence-parallel", sequence_parallel),
         ("sp-wgrad", sp_wgrad != "regather"),
+        ("fb-overlap", fb_overlap),
     ):
         if value:
             raise ConfigError(f"--{key} is only available with --backend megatron", key=key)
@@ -393,6 +403,7 @@ def _train_megatron(
     tp: int = 1,
     sequence_parallel: bool = False,
     sp_wgrad: str = "regather",
+    fb_overlap: bool = False,
 ) -> None:
     for key, value, low in (
         ("steps", steps, 1),
@@ -417,6 +428,12 @@ def _train_megatron(
         raise ConfigError(
             "--sequence-parallel needs --tp > 1 (it splits the sequence over the tensor-parallel ranks)",
             key="sequence-parallel",
+        )
+    if fb_overlap and sequence_parallel:
+        raise ConfigError(
+            "--fb-overlap with --sequence-parallel: Megatron's sequence-parallel collectives cannot be "
+            "split between the two threads of an overlapped FB node",
+            key="fb-overlap",
         )
     check_outputs(dump_pp_data, save)
 
@@ -450,6 +467,7 @@ def _train_megatron(
         tp=tp,
         sequence_parallel=sequence_parallel,
         sp_wgrad=sp_wgrad,
+        fb_overlap=fb_overlap,
     )
     tp_label = f", tp={tp}" + (" sp" if sequence_parallel else "") if tp > 1 else ""
     label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches}{tp_label})"

@@ -24,6 +24,7 @@ import socket
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -178,6 +179,8 @@ class ScheduleRunner:
                 "pending, so it cannot run another step (start a new process group)"
             )
         ex, meter, p2p, observer = self.executor, self.meter, self.p2p, self.observer
+        # an executor may run an FB node's two parts at once: run_fb(run_f, run_b) (megatron: overlap.py)
+        run_fb = getattr(ex, "run_fb", None)
         rank = self.rank
         pl = self.table.placement
         nxt, prv, srank, chunk = pl.next_stage, pl.prev_stage, pl.stage_rank, pl.stage_chunk
@@ -348,8 +351,11 @@ class ScheduleRunner:
                         if type(bwd_in.get(bkey)) is Request:
                             bwd_in[bkey] = take(bwd_in, bkey)  # type: ignore[assignment]
                         start = clock.mark()
-                        forward(fpart)
-                        backward(bpart)
+                        if run_fb is None:
+                            forward(fpart)
+                            backward(bpart)
+                        else:
+                            run_fb(partial(forward, fpart), partial(backward, bpart))
                     else:
                         key = (node.microbatch, node.stage)
                         if type(bwd_in.get(key)) is Request:

@@ -9,6 +9,7 @@ also runs the one-process reference (workers.reference, at TP 1 through tp.solo)
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 from functools import partial
@@ -34,6 +35,7 @@ class TPJob:
     m: int = 4
     steps: int = 2
     kind: str = "dense"
+    fb_overlap: bool = False  # FB nodes run F and B at once (overlap.py)
     # what workers.reference reads
     dp: int = 1
     per_token: bool = False
@@ -42,7 +44,8 @@ class TPJob:
     @property
     def name(self) -> str:
         sp = f"sp-{self.sp_wgrad}" if self.sp else "nosp"
-        return f"{self.kind}-{self.algorithm}-tp{self.tp}-p{self.p}-v{self.v}-m{self.m}-{sp}"
+        fb = "-overlap" if self.fb_overlap else ""
+        return f"{self.kind}-{self.algorithm}-tp{self.tp}-p{self.p}-v{self.v}-m{self.m}-{sp}{fb}"
 
 
 def run_tp_jobs(ctx: WorkerContext, jobs: list[TPJob]) -> list[Any]:
@@ -55,9 +58,9 @@ def run_tp_job(ctx: WorkerContext, job: TPJob) -> dict[str, Any] | None:
     from megatron.core.pipeline_parallel import schedules
 
     from primuspp.algorithms.registry import get_algorithm
+    from primuspp.backends.megatron import overlap, tp
     from primuspp.backends.megatron import schedule as S
     from primuspp.backends.megatron import split as SP
-    from primuspp.backends.megatron import tp
     from primuspp.backends.megatron.model import GPTSpec, rank_chunks, stage_name
     from primuspp.backends.megatron.train import setup_parallel, wrap_ddp
     from primuspp.schedule.placement import make_placement
@@ -79,9 +82,22 @@ def run_tp_job(ctx: WorkerContext, job: TPJob) -> dict[str, Any] | None:
         counts["defer" if ctx_.store.defer else "now"] += 1
         return original_backward(ctx_, g)
 
-    S.install(job.algorithm, sp_wgrad=job.sp_wgrad)
+    schedule = S.install(job.algorithm, sp_wgrad=job.sp_wgrad, fb_overlap=job.fb_overlap)
     fb = schedules.get_forward_backward_func()
     SP._SplitLinear.backward = staticmethod(counting)
+    overlapped = {"fb": 0, "threads": set()}
+    original_run_fb = overlap.run_fb
+
+    def counting_run_fb(run_f, run_b):
+        overlapped["fb"] += 1
+
+        def b():
+            overlapped["threads"].add(threading.current_thread().name)
+            run_b()
+
+        original_run_fb(run_f, b)
+
+    overlap.run_fb = counting_run_fb
     result: dict[str, Any] = {"losses": [], "grads": [], "tp_rank": tp_rank, "pp_rank": pp_rank}
     try:
         for step in range(job.steps):
@@ -109,12 +125,15 @@ def run_tp_job(ctx: WorkerContext, job: TPJob) -> dict[str, Any] | None:
                         p.add_(p.main_grad, alpha=-workers.LR)
     finally:
         SP._SplitLinear.backward = original_backward
+        overlap.run_fb = original_run_fb
         S.uninstall()
     result["split"] = counts
+    result["overlapped"] = overlapped["fb"], sorted(overlapped["threads"])
+    result["fb_nodes"] = sum(1 for iv in schedule.last_step.intervals if iv.kind == "FB")
     with tp.solo():
         result["reference"] = _reference(job) if ctx.rank == 0 else None
     if tp_rank != 0:  # its loss and gathered gradients are TP rank 0's
-        return {"tp_rank": tp_rank, "split": counts}
+        return {"tp_rank": tp_rank, "split": counts, "overlapped": result["overlapped"]}
     return result
 
 

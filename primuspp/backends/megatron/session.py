@@ -151,6 +151,7 @@ class TrainingRun:
             "tp": spec.tp,
             "sequence_parallel": spec.sequence_parallel,
             **({"sp_wgrad": spec.sp_wgrad} if spec.sequence_parallel else {}),
+            "fb_overlap": spec.fb_overlap,
             "model": {**spec.model.as_dict(), "stages": table.num_stages},
             "data": spec.data or "synthetic",
             "losses": self.losses,

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from primuspp.backends.megatron.overlap import backward_group
 from primuspp.runtime.wgrad import WeightGradStore, accumulate, recording_store
 
 #: attribute set on a DDP parameter whose readiness must be signalled after its weight grad landed
@@ -121,19 +122,20 @@ class _SplitLinear(torch.autograd.Function):
     def backward(ctx, g):  # type: ignore[override]
         (saved,) = ctx.saved_tensors
         weight, bias = ctx.params
+        group = backward_group(ctx.tp_group)  # its twin in an overlapped FB node's backward (overlap.py)
         gx = g.matmul(weight)
         handle = None
         if ctx.sp:
             piece = torch.empty(
-                [gx.shape[0] // ctx.tp_group.size(), *gx.shape[1:]], dtype=gx.dtype, device=gx.device
+                [gx.shape[0] // group.size(), *gx.shape[1:]], dtype=gx.dtype, device=gx.device
             )
-            handle = dist.reduce_scatter_tensor(piece, gx.contiguous(), group=ctx.tp_group, async_op=True)
+            handle = dist.reduce_scatter_tensor(piece, gx.contiguous(), group=group, async_op=True)
             gx = piece
         elif ctx.allreduce_dgrad:
-            handle = dist.all_reduce(gx, group=ctx.tp_group, async_op=True)
+            handle = dist.all_reduce(gx, group=group, async_op=True)
         store: WeightGradStore = ctx.store
         if ctx.sp == "regather":
-            work = partial(_regather_weight_grad, weight, bias, saved, g, ctx.tp_group)
+            work = partial(_regather_weight_grad, weight, bias, saved, g, group)
         else:
             work = partial(_weight_grad, weight, bias, saved, g)
         if store.defer:

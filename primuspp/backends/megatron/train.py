@@ -50,6 +50,7 @@ class TrainSpec:
     fault_rank: int = 0
     tp: int = 1  # tensor-parallel ranks per pipeline rank
     sequence_parallel: bool = False
+    fb_overlap: bool = False  # FB nodes run their forward and backward at once (overlap.py)
     sp_wgrad: str = "regather"  # W's gathered input under sequence parallelism: regather or keep (split.py)
 
     @property
@@ -185,7 +186,9 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
         meta = checkpoint.read_meta(ckpt)
         _restore(named, opt, checkpoint.load_states(ckpt))
         start, position = int(meta["step"]), int(meta["data_position"])
-    schedule = install(table, track_memory=spec.track_memory, sp_wgrad=spec.sp_wgrad)
+    schedule = install(
+        table, track_memory=spec.track_memory, sp_wgrad=spec.sp_wgrad, fb_overlap=spec.fb_overlap
+    )
     records = []
     m, mbs = table.num_microbatches, spec.micro_batch_size
     try:
