@@ -42,3 +42,21 @@ def test_no_sequence_parallelism_no_difference(par):
     keep = layer_cost(GPT, False, Parallel(**par, sp_wgrad="keep"), H100)
     regather = layer_cost(GPT, False, Parallel(**par, sp_wgrad="regather"), H100)
     assert keep == regather
+
+
+def test_simulate_and_plan_take_the_choice(capsys):
+    import json
+
+    from primuspp.commands.app import main
+
+    base = ["simulate", "--model", "llama3-70b", "--gpu", "h100", "--tp", "8", "--pp", "4", "--algo", "zbv"]
+    runs = {}
+    for choice in ("keep", "regather"):
+        assert main([*base, "--sp-wgrad", choice, "--json"]) == 0
+        runs[choice] = json.loads(capsys.readouterr().out)
+    assert main([*base, "--json"]) == 0  # regather is the default
+    assert json.loads(capsys.readouterr().out) == runs["regather"]
+    assert runs["keep"] != runs["regather"]
+    assert main([*base, "--sp-wgrad", "later"]) == 2
+    err = capsys.readouterr().err
+    assert err == "error: --sp-wgrad later: expected regather or keep\n"
