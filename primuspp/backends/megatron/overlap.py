@@ -4,8 +4,10 @@ one's communication overlaps the other's compute (DualPipe's idea).
 `run_fb(run_f, run_b)` runs the backward on a helper thread while the forward runs on the caller's: the
 autograd engine runs a CPU backward in the thread that calls it, and both release the interpreter inside
 their kernels and collectives, so on the CPU the two proceed on two cores, and the TP all-reduces and
-all-to-alls of one (gloo work, in flight) overlap the GEMMs of the other; on a GPU the same threads issue
-their kernels and NCCL work onto the device concurrently.
+all-to-alls of one (gloo work, in flight) overlap the GEMMs of the other. On a GPU both threads issue
+onto the current CUDA stream, so their kernels still run one after the other; only the collectives, on
+NCCL's own streams, can overlap the other part's kernels (per-part streams are not done; not measured on a
+GPU yet).
 
 Collectives must meet in the same order on every rank of a group, and two threads issuing on one group
 would not. The backward's TP collectives (the input-gradient all-reduce of the split column-parallel
