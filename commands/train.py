@@ -122,8 +122,8 @@ def train(
         str,
         typer.Option(
             "--sp-wgrad",
-            help="Megatron, split algorithms with --sequence-parallel: W of a column-parallel linear keeps "
-            "the all-gathered input from F (keep: memory) or gathers it again (regather, the default: time).",
+            help="Megatron, with --sequence-parallel: W of a column-parallel linear gathers its input again "
+            "(regather, the default: time) or keeps the gathered input from F (keep: memory).",
         ),
     ] = "regather",
     fb_overlap: Annotated[

@@ -83,6 +83,7 @@ def test_split_algorithms_defer_weight_grads_under_tp(runs, name):
         (["--tp", "16", "--pp", "8"], "--tp 16 x --pp 8 = 128 ranks"),
         (["--tp", "2", "--backend", "torch"], "--tp is only available with --backend megatron"),
         (["--tp", "2", "--save", "ckpt"], "--save: checkpoints of --tp 2 runs are not supported yet"),
+        (["--tp", "2", "--sequence-parallel", "--fb-overlap"], "--fb-overlap with --sequence-parallel"),
     ],
 )
 def test_bad_tp_input_is_one_line_and_starts_nothing(args, message, capsys, tmp_path, monkeypatch):
