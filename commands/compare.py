@@ -69,6 +69,7 @@ def compare(
     layout: o.LayoutOpt = None,
     dtype: o.DtypeOpt = None,
     no_sequence_parallel: o.NoSpOpt = False,
+    sp_wgrad: o.SpWgradOpt = None,
     first_layers: o.FirstLayersOpt = None,
     last_layers: o.LastLayersOpt = None,
     layers: o.LayersOpt = None,

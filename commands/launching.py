@@ -90,6 +90,18 @@ def _check_local_ranks(pp: int | None) -> None:
         )
 
 
+def check_tp_ranks(tp: int, pp: int) -> None:
+    """A local launch of tp x pp processes: at most MAX_LOCAL_RANKS."""
+    from primuspp.runtime.launch import under_torchrun
+
+    if tp * pp > MAX_LOCAL_RANKS and not under_torchrun():
+        raise ConfigError(
+            f"--tp {tp} x --pp {pp} = {tp * pp} ranks: a local run starts one process per rank, at most "
+            f"{MAX_LOCAL_RANKS} (start larger runs with torchrun, one process per rank)",
+            key="tp",
+        )
+
+
 @contextmanager
 def step_bar(label: str, steps: int) -> Iterator[Callable[..., None]]:
     """A progress bar over `steps` on stderr; yields `update(completed=..., advance=..., status=...)`. When

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands.console import out
-from primuspp.commands.options import check_positive, first_last
+from primuspp.commands.options import check_positive, first_last, sp_wgrad
 from primuspp.errors import ConfigError
 from primuspp.models.hardware import Hardware
 from primuspp.models.parallel import Parallel
@@ -41,6 +41,7 @@ class ModelFlags:
     first_layers: int | None = None
     last_layers: int | None = None
     no_sequence_parallel: bool = False
+    sp_wgrad: str | None = None
     dtype: str | None = None
     layers: int | None = None
     hidden: int | None = None
@@ -63,6 +64,7 @@ class ModelFlags:
         "first_layers": "--decoder-first-pipeline-num-layers",
         "last_layers": "--decoder-last-pipeline-num-layers",
         "no_sequence_parallel": "--no-sequence-parallel",
+        "sp_wgrad": "--sp-wgrad",
         "dtype": "--dtype",
         "layers": "--layers",
         "hidden": "--hidden",
@@ -205,6 +207,7 @@ def build(
         seq_len=flags.seq_len or DEFAULT_SEQ_LEN,
         recompute=flags.recompute or "none",
         sequence_parallel=not flags.no_sequence_parallel,
+        sp_wgrad=sp_wgrad(flags.sp_wgrad),
         dtype=flags.dtype or "bf16",
     )
     note = ""

@@ -184,6 +184,14 @@ LastLayersOpt = Annotated[
     typer.Option("--decoder-last-pipeline-num-layers", help="Layers on the last pipeline rank (Megatron)."),
 ]
 NoSpOpt = Annotated[bool, typer.Option("--no-sequence-parallel", help="TP without sequence parallelism.")]
+SpWgradOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sp-wgrad",
+        help="With sequence parallelism: W of a column-parallel linear gathers its input again (regather, "
+        "default: W time) or keeps it from F (keep: memory).",
+    ),
+]
 DtypeOpt = Annotated[
     str | None, typer.Option("--dtype", help="Peak FLOP/s to use: bf16 or fp8 (fp32: 4-byte activations).")
 ]
@@ -206,6 +214,18 @@ GbsOpt = Annotated[
 RecomputeOpt = Annotated[
     str | None, typer.Option("--recompute", help="With --model: none (default), selective or full.")
 ]
+
+
+def sp_wgrad(value: str | None) -> str:
+    """--sp-wgrad checked: regather (default) or keep."""
+    from primuspp.errors import ConfigError
+    from primuspp.models.parallel import SP_WGRAD
+
+    if value is None:
+        return "regather"
+    if value not in SP_WGRAD:
+        raise ConfigError(f"--sp-wgrad {value}: expected regather or keep", key="--sp-wgrad")
+    return value
 
 
 def check_positive(key: str, value: int | None) -> None:

@@ -58,6 +58,7 @@ def plan(
     first_layers: o.FirstLayersOpt = None,
     last_layers: o.LastLayersOpt = None,
     no_sequence_parallel: o.NoSpOpt = False,
+    sp_wgrad: o.SpWgradOpt = None,
     dtype: o.DtypeOpt = "bf16",
     top: Annotated[int, typer.Option("--top", help="Configurations to show.")] = 10,
     show_all: Annotated[
@@ -104,6 +105,7 @@ def plan(
             seq_len=seq_len,
             recompute=value,  # type: ignore[arg-type]
             sequence_parallel=not no_sequence_parallel,
+            sp_wgrad=o.sp_wgrad(sp_wgrad),  # type: ignore[arg-type]
             dtype=dtype,
             **hw.kernels(),
         )

@@ -47,6 +47,7 @@ def simulate(
     layout: o.LayoutOpt = None,
     dtype: o.DtypeOpt = None,
     no_sequence_parallel: o.NoSpOpt = False,
+    sp_wgrad: o.SpWgradOpt = None,
     first_layers: o.FirstLayersOpt = None,
     last_layers: o.LastLayersOpt = None,
     layers: o.LayersOpt = None,

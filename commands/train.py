@@ -109,6 +109,32 @@ def train(
             "--load", help="Megatron: resume from this checkpoint (or the newest one in this directory)."
         ),
     ] = None,
+    tp: Annotated[
+        int,
+        typer.Option("--tp", help="Megatron: tensor-parallel ranks per pipeline rank (processes: tp x pp)."),
+    ] = 1,
+    sequence_parallel: Annotated[
+        bool,
+        typer.Option(
+            "--sequence-parallel", help="Megatron: split the sequence over the TP ranks (--tp > 1)."
+        ),
+    ] = False,
+    sp_wgrad: Annotated[
+        str,
+        typer.Option(
+            "--sp-wgrad",
+            help="Megatron, with --sequence-parallel: W of a column-parallel linear gathers its input again "
+            "(regather, the default: time) or keeps the gathered input from F (keep: memory).",
+        ),
+    ] = "regather",
+    fb_overlap: Annotated[
+        bool,
+        typer.Option(
+            "--fb-overlap",
+            help="Megatron: an FB node (dualpipe-v) runs its forward and backward at once, one's "
+            "communication overlapping the other's compute (not with --sequence-parallel).",
+        ),
+    ] = False,
     megatron_settings: Annotated[
         list[str] | None,
         typer.Option(
@@ -268,8 +294,9 @@ EMULATION_FLAGS = ("fwd", "bwd", "wgrad", "config", "costs_from")
 
 
 def refuse_megatron_only(opts: TrainOptions, where: str) -> None:
-    """MoE layers, expert parallelism and kernel providers run on the megatron backend only."""
-    given = {
+    """MoE layers, expert parallelism, kernel providers and tensor parallelism run on the megatron backend
+    only: a one-line error for the first such flag given (`where`: the backend asked for)."""
+    moe = {
         "--moe-experts": opts.moe_experts,
         "--moe-topk": opts.moe_topk,
         "--moe-ffn": opts.moe_ffn,
@@ -277,10 +304,19 @@ def refuse_megatron_only(opts: TrainOptions, where: str) -> None:
         "--ep": opts.ep if opts.ep != 1 else None,
         "--kernels": opts.kernels if opts.kernels != "auto" else None,
     }
-    for name, value in given.items():
+    for name, value in moe.items():
         if value is not None:
             raise ConfigError(
                 f"{name} {value}: MoE layers, expert parallelism and kernel providers run on the "
                 f"megatron backend only, not on {where}",
                 key=name[2:],
             )
+    tensor = {
+        "--tp": opts.tp != 1,
+        "--sequence-parallel": opts.sequence_parallel,
+        "--sp-wgrad": opts.sp_wgrad != "regather",
+        "--fb-overlap": opts.fb_overlap,
+    }
+    for name, given in tensor.items():
+        if given:
+            raise ConfigError(f"{name} is only available with --backend megatron", key=name[2:])

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from primuspp.commands.console import out
-from primuspp.commands.launching import check_model_size, run_table, step_bar
+from primuspp.commands.launching import check_model_size, check_tp_ranks, run_table, step_bar
 from primuspp.commands.train import EMULATION_FLAGS, at_least, check_outputs, refuse
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
@@ -47,6 +47,28 @@ class MegatronBackend:
             raise ConfigError("--save-interval needs --save DIR", key="save-interval")
         if not 0 < lr < float("inf"):
             raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
+        tp, sp, sp_wgrad = opts.tp, opts.sequence_parallel, opts.sp_wgrad
+        if sp_wgrad not in ("keep", "regather"):
+            raise ConfigError(f"--sp-wgrad {sp_wgrad}: expected keep or regather", key="sp-wgrad")
+        if tp < 1:
+            raise ConfigError(f"--tp must be >= 1 (got {tp})", key="tp")
+        if sp and tp <= 1:
+            raise ConfigError(
+                "--sequence-parallel needs --tp > 1 (it splits the sequence over the tensor-parallel ranks)",
+                key="sequence-parallel",
+            )
+        if opts.fb_overlap and sp:
+            raise ConfigError(
+                "--fb-overlap with --sequence-parallel: Megatron's sequence-parallel collectives cannot be "
+                "split between the two threads of an overlapped FB node",
+                key="fb-overlap",
+            )
+        if tp > 1 and opts.moe_experts is not None:
+            raise ConfigError(
+                f"--tp {tp} with --moe-experts: MoE layers run with tensor parallelism 1 for now "
+                "(use --ep for the experts)",
+                key="tp",
+            )
         check_outputs(opts.dump_pp_data, save)
 
         from primuspp.backends.megatron import require
@@ -67,6 +89,7 @@ class MegatronBackend:
             merged = {**dict(moe_layers.settings(*moe)), **dict(model_settings)}
             model_settings = tuple(sorted(merged.items()))
         table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
+        check_tp_ranks(tp, table.pp)
         sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}
         check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
         self.describe, self.save = table.describe(), save
@@ -86,13 +109,19 @@ class MegatronBackend:
             fault_rank=fault[0] if fault else 0,
             ep=opts.ep,
             kernels=kernels,
+            tp=tp,
+            sequence_parallel=sp,
+            sp_wgrad=sp_wgrad,
+            fb_overlap=opts.fb_overlap,
         )
 
     def launch(self, spec: Any) -> Any:
         from primuspp.backends.megatron.session import run_training
 
         table = spec.table
-        label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
+        tp_label = f", tp={spec.tp}" + (" sp" if spec.sequence_parallel else "") if spec.tp > 1 else ""
+        shape = f"p={table.pp}, v={table.vpp}, m={table.num_microbatches}{tp_label}"
+        label = f"training {table.algorithm} ({shape})"
         with step_bar(label, spec.steps) as update:
 
             def on_step(step: int, loss: float, ms: float) -> None:
@@ -124,9 +153,10 @@ class MegatronBackend:
             else f"{model['layers']} layers"
         )
         ep = doc.get("ep", 1)
-        procs = f"{doc['pp']} processes"
+        procs = f"{doc['pp'] * ep * doc.get('tp', 1)} processes"
         if ep > 1:
-            procs = f"{doc['pp'] * ep} processes (pp {doc['pp']} x ep {ep})"
+            procs += f" (pp {doc['pp']} x ep {ep})"
+        procs += _tp_text(doc)
         out.print(
             f"trained Megatron GPT ({layers}, hidden {model['hidden']}, seq {model['seq_len']}, "
             f"{model['stages']} stages) with {self.describe} on {procs}, data: {doc['data']}, "
@@ -161,6 +191,13 @@ class MegatronBackend:
             out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
         if doc.get("checkpoint"):
             out.print(f"checkpoints in {doc['checkpoint']}/")
+
+
+def _tp_text(doc: dict) -> str:
+    if doc.get("tp", 1) <= 1:
+        return ""
+    sp = f", sequence parallel, W input {doc['sp_wgrad']}" if doc.get("sequence_parallel") else ""
+    return f" (tp={doc['tp']}{sp})"
 
 
 def parse_save_fault(text: str) -> tuple[int, int]:

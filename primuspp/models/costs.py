@@ -8,7 +8,10 @@ efficiencies, and its collectives; plus the embedding and the head (final norm, 
   (bytes over HBM bandwidth), all in B too.
 - TP (Megatron): two all-reduces per layer forward and two backward (with sequence parallel: all-gather +
   reduce-scatter, the same bytes), on the critical path (not overlapped). MoE with EP: a dispatch and a
-  combine all-to-all each way. W has no communication.
+  combine all-to-all each way. W has no communication, except under sequence parallelism with
+  `sp_wgrad="regather"` (the default; Megatron's own backward re-gathers too): each column-parallel
+  linear's W all-gathers its input again (`sp_regather_ms`); with `keep` W reads the input F gathered, and
+  memory.py counts it full-sequence.
 - Recompute: `selective` re-runs the attention core in B; `full` re-runs the whole layer's forward in B.
 - CP (context parallel, Megatron's p2p ring): every rank holds mbs x seq / CP tokens (two of the 2 x CP
   chunks, so the causal attention work is the same on every rank: 1/CP of it). Per layer the forward passes
@@ -62,6 +65,24 @@ def tp_collective_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
     """One TP all-reduce (or all-gather + reduce-scatter) of a layer's hidden states."""
     tokens = par.tokens
     return _ring_ms(tokens * spec.hidden * BYTES, par.tp, 2.0, hw)
+
+
+def sp_gathered_inputs(spec: ModelSpec, moe: bool) -> int:
+    """Column-parallel linears of a layer that all-gather their hidden-sized input under sequence
+    parallelism: the QKV projection (MLA: the q and kv down projections) and the MLP's fc1 (MoE: the shared
+    experts' fc1; routed experts get their tokens from the dispatch)."""
+    attention = 2 if spec.mla and spec.q_lora_rank else 1
+    if moe:
+        return attention + (1 if spec.shared_experts else 0)
+    return attention + 1
+
+
+def sp_regather_ms(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> float:
+    """W's extra all-gathers of one layer under sequence parallelism with `sp_wgrad="regather"`."""
+    if not par.sp or par.sp_wgrad != "regather":
+        return 0.0
+    tokens = par.tokens  # this rank's tokens: CP splits the sequence
+    return sp_gathered_inputs(spec, moe) * _ring_ms(tokens * spec.hidden * BYTES, par.tp, 1.0, hw)
 
 
 def a2a_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
@@ -177,7 +198,8 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
     elif par.recompute == "full":
         backward += forward
     flops = 3 * gemm_flops + (1 + ATTENTION_BACKWARD) * core
-    return LayerCost(forward, backward, gemm_ms, flops, layer_memory(spec, moe, par))
+    wgrad = gemm_ms + sp_regather_ms(spec, moe, par, hw)
+    return LayerCost(forward, backward, wgrad, flops, layer_memory(spec, moe, par))
 
 
 def head_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:
@@ -187,7 +209,10 @@ def head_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:
     gemm = _gemm_ms(f, hw, par)
     # softmax / cross-entropy over fp32 logits: read and write them a few times
     ce_ms = 4 * tokens * spec.vocab / par.tp * 4 / hw.hbm_bandwidth * 1e3
-    return LayerCost(gemm + ce_ms, gemm + ce_ms, gemm, 3 * f, head_memory(spec, par))
+    regather = 0.0
+    if par.sp and par.sp_wgrad == "regather":  # the output layer is column-parallel too
+        regather = _ring_ms(tokens * spec.hidden * BYTES, par.tp, 1.0, hw)
+    return LayerCost(gemm + ce_ms, gemm + ce_ms, gemm + regather, 3 * f, head_memory(spec, par))
 
 
 def embedding_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:

@@ -22,6 +22,11 @@ measured with saved-tensor hooks (tests/megatron/test_model_params.py).
 
 `w_kept` is what the weight-gradient pass (W) still needs after B: the GEMMs' inputs and their output
 gradients; B frees the rest.
+
+Sequence parallelism with `sp_wgrad="keep"` (Parallel): each column-parallel linear keeps its all-gathered,
+full-sequence input from F until W instead of its sequence piece (costs.sp_gathered_inputs of them per
+layer, and the output layer's): (1 - 1/t) x its input more, in the activation and in `w_kept`. With
+`regather` W gathers it again (time: costs.sp_regather_ms) and nothing more is kept.
 """
 
 from __future__ import annotations
@@ -50,8 +55,8 @@ def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = Fals
     a = 1.0 / tp if par.sp else 1.0  # hidden-sized tensors: split by sequence parallel only
     hidden = BYTES * t * h * a
     nh = spec.heads
-    if par.recompute == "full":
-        return LayerMemory(hidden, _w_kept(spec, moe, par, t, a))
+    if par.recompute == "full":  # B re-runs F: what it saves for W is as without recompute
+        return LayerMemory(hidden, _w_kept(spec, moe, par, t, a) + _sp_keep_bytes(spec, moe, par))
     act = 2 * norm_bytes(spec, par, t * a)  # the two norms
     # attention block
     b, s, cp = par.micro_batch_size, par.seq_len, par.cp
@@ -88,7 +93,20 @@ def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = Fals
     else:
         act += hidden  # fc1 input
         act += BYTES * t * spec.ffn * _mlp_units(spec, par) / tp
-    return LayerMemory(act, _w_kept(spec, moe, par, t, a))
+    extra = _sp_keep_bytes(spec, moe, par)
+    return LayerMemory(act + extra, _w_kept(spec, moe, par, t, a) + extra)
+
+
+def _sp_keep_bytes(spec: ModelSpec, moe: bool, par: Parallel, inputs: int | None = None) -> float:
+    """What keeping the gathered inputs adds (sequence parallel, `sp_wgrad="keep"`): the other ranks'
+    pieces of each column-parallel input."""
+    if not par.sp or par.sp_wgrad != "keep":
+        return 0.0
+    from primuspp.models.costs import sp_gathered_inputs
+
+    n = sp_gathered_inputs(spec, moe) if inputs is None else inputs
+    t = par.tokens  # this rank's tokens: CP splits the sequence
+    return n * par.dtype_bytes * t * spec.hidden * (1 - 1 / par.tp)
 
 
 def norm_bytes(spec: ModelSpec, par: Parallel, tokens: float) -> float:
@@ -174,7 +192,8 @@ def head_memory(spec: ModelSpec, par: Parallel) -> LayerMemory:
     a = 1.0 / par.tp if par.sp else 1.0
     act = 2 * BYTES * t * spec.hidden * a + 4 * t * spec.vocab / par.tp
     kept = BYTES * t * spec.hidden * a + BYTES * t * spec.vocab / par.tp
-    return LayerMemory(act, kept)
+    extra = _sp_keep_bytes(spec, False, par, inputs=1)  # the output layer's gathered input
+    return LayerMemory(act + extra, kept + extra)
 
 
 def korthikanti_bytes(spec: ModelSpec, par: Parallel) -> float:

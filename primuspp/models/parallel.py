@@ -11,6 +11,8 @@ from primuspp.models.spec import ModelSpec
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE = ("none", "selective", "full")
+SpWgrad = Literal["keep", "regather"]
+SP_WGRAD = ("keep", "regather")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class Parallel:
     dtype: str = "bf16"
     #: bytes per activation element: 2 (bf16 training); 4 for fp32 runs such as `primuspp train` on CPU
     dtype_bytes: int = 2
+    #: under sequence parallelism, how W of a column-parallel linear gets its all-gathered input:
+    #: `regather` it in W (time: one more all-gather; Megatron's own backward re-gathers it too) or `keep`
+    #: it from F (memory: the full-sequence input)
+    sp_wgrad: SpWgrad = "regather"
 
     @property
     def gpus(self) -> int:

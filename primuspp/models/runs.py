@@ -71,6 +71,7 @@ def model_parallel(
     recompute: str,
     sequence_parallel: bool = True,
     dtype: str = "bf16",
+    sp_wgrad: str = "regather",
 ) -> Parallel:
     """The configuration the flags describe. DP = --gpus / (TP x PP) (1 without --gpus); the global batch
     is --global-batch-size, else micro-batch size x DP x m (m: --mb, else `default_micro_batches`); both
@@ -105,6 +106,7 @@ def model_parallel(
         seq_len=seq_len,
         recompute=recompute,  # type: ignore[arg-type]
         sequence_parallel=sequence_parallel,
+        sp_wgrad=sp_wgrad,  # type: ignore[arg-type]
         dtype=dtype,
         dtype_bytes=DTYPE_BYTES[dtype],
         **hw.kernels(),

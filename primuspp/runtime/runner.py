@@ -30,6 +30,7 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -173,6 +174,7 @@ class StepState:
         "prune_at",
         "recv_ahead_bytes",
         "recvs",
+        "run_fb",
         "sends",
     )
 
@@ -183,6 +185,8 @@ class StepState:
         self.ex, self.p2p, self.meter, self.mark = ex, runner.p2p, meter, mark
         self.device = ex.device
         self.boundary_spec = ex.boundary_spec
+        #: an executor may run an FB node's two parts at once: run_fb(run_f, run_b) (megatron: overlap.py)
+        self.run_fb = getattr(ex, "run_fb", None)
         self.fwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         self.bwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         self.out_f: dict[tuple[int, int], torch.Tensor] = {}
@@ -372,14 +376,22 @@ def _run_composite(st: StepState, ins: Instruction) -> None:
             _resolve(st, part)
     mark = st.mark
     start = mark()
-    for part in ins.parts:
-        y = part.body(st, part)
-        if part.out:
-            _hand_on(st, part, y)
+    if st.run_fb is not None and len(ins.parts) == 2:
+        # the executor runs an FB node's F and B parts at once (megatron: overlap.py)
+        st.run_fb(partial(_run_part, st, ins.parts[0]), partial(_run_part, st, ins.parts[1]))
+    else:
+        for part in ins.parts:
+            _run_part(st, part)
     end = mark()
     st.marks.append((ins, start, end))
     if st.meter is not None:
         st.mem_marks.append((end, st.meter.current))
+
+
+def _run_part(st: StepState, part: Part) -> None:
+    y = part.body(st, part)
+    if part.out:
+        _hand_on(st, part, y)
 
 
 def _run_memory(st: StepState, ins: Instruction) -> None:

@@ -9,6 +9,8 @@ median is split `bw_split` : 1 - `bw_split` into B and W, an assumption the call
   rank that was waiting for it. Measured on every cross-rank hand-off (F(mb, s) -> F(mb, s+1) and
   B(mb, s+1) -> B(mb, s)) whose consumer rank was idle when the producer finished: median of consumer start
   - producer end (0 when no hand-off qualifies). Across hosts this includes the clocks' offset.
+- **fb_overlap**: where the run has FB nodes (an FB node's two parts overlapped, or run back to back), the
+  median of an FB node's time over its parts' F and B (+ W) medians; 1 without FB nodes.
 - **memory**: when the memory curve is sampled after every compute node (our runtime and emulator dumps),
   each stage's activation is the median rise over its F nodes and its `b_free_fraction` is the median part
   of that an B frees (negative when B leaves more behind, as a weight-grad store does); otherwise the
@@ -21,6 +23,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, replace
 from itertools import pairwise
+from typing import Any
 
 from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
@@ -164,6 +167,7 @@ def calibrate(timelines: list[Timeline], bw_split: float = 0.5) -> Calibration:
         comm=comm,
         activation=activation,
         b_free_fraction=b_free,
+        fb_overlap=_fb_overlap(timelines, cost) if per_stage else 1.0,
     )
     return Calibration(
         costs,
@@ -176,6 +180,22 @@ def calibrate(timelines: list[Timeline], bw_split: float = 0.5) -> Calibration:
         memory is not None,
         tuple(stage_rank[s] for s in keys) if per_stage and keys == list(range(len(keys))) else (),
     )
+
+
+def _fb_overlap(timelines: list[Timeline], cost: Any) -> float:
+    """The measured `fb_overlap`: median over FB intervals of their duration / (their forward part's F
+    median + their backward part's B (+ W for a BW part) median); 1.0 without FB intervals."""
+    ratios = []
+    for tl in timelines:
+        for rt in tl.ranks:
+            for iv in rt.intervals:
+                if iv.kind != "FB" or iv.backward is None:
+                    continue
+                kind, _, stage, _ = iv.backward
+                alone = cost("F", iv.stage) + cost("B", stage) + (cost("W", stage) if kind == "BW" else 0.0)
+                if alone > 0:
+                    ratios.append((iv.end - iv.start) / alone)
+    return _median(ratios) if ratios else 1.0
 
 
 def _stage_ranks(timelines: list[Timeline]) -> dict[int, int]:

@@ -27,7 +27,15 @@ H100 = load_hardware("h100")
 )
 def test_activation_equals_korthikanti(tp, sp, recompute):
     # their GPT layer: MHA, 4h GeLU MLP, unfused softmax, dropout everywhere
-    par = Parallel(tp=tp, sequence_parallel=sp, recompute=recompute, flash_attention=False, seq_len=2048)
+    # Megatron saves each column-parallel input as its sequence piece (it re-gathers it for the weight grad)
+    par = Parallel(
+        tp=tp,
+        sequence_parallel=sp,
+        recompute=recompute,
+        flash_attention=False,
+        seq_len=2048,
+        sp_wgrad="regather",
+    )
     got = layer_memory(GPT, False, par, dropout=True).activation
     # + what their count leaves out: the two LayerNorms' fp32 mean and 1/sigma per token
     stats = 2 * 2 * 4 * 2048 / (tp if sp else 1)

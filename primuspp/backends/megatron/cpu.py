@@ -38,6 +38,8 @@ _PATCHED_MODULES = (
     "megatron.core.transformer.moe.router",
     "megatron.core.transformer.moe.token_dispatcher",
     "megatron.core.transformer.moe.moe_utils",
+    # sequence parallelism's reduce-scatter / all-gather buffers (tensor parallelism, tp.py)
+    "megatron.core.tensor_parallel.layers",
 )
 
 

@@ -149,6 +149,8 @@ class MegatronExecutor:
 
     def __init__(self, table: ScheduleTable, rank: int, device: torch.device) -> None:
         self.device = device
+        #: run an FB node's parts at once (overlap.run_fb), or None: F then B (set per call, schedule.py)
+        self.run_fb: Callable[[Callable[[], None], Callable[[], None]], None] | None = None
         pl = table.placement
         self.chunk = pl.stage_chunk
         self.call: Call | None = None

@@ -95,9 +95,14 @@ def _gpt(
     from primuspp.backends.megatron import moe
 
     experts = config.num_moe_experts
+    layer_spec = moe.layer_spec(experts) if experts else get_gpt_layer_local_spec()
+    if config.sequence_parallel:  # torch norms that accept sequence parallelism (tp.py)
+        from primuspp.backends.megatron.tp import sequence_parallel_spec
+
+        layer_spec = sequence_parallel_spec(layer_spec, config.num_layers)
     return GPTModel(
         config,
-        moe.layer_spec(experts) if experts else get_gpt_layer_local_spec(),
+        layer_spec,
         vocab_size=spec.vocab,
         max_sequence_length=spec.seq_len,
         pre_process=pre,
@@ -111,14 +116,16 @@ def _gpt(
 
 def whole_model(spec: GPTSpec, seed: int = 0) -> Any:
     """The whole model on one process, initialised under `seed` (the weights every cut starts from; an MoE
-    model holds every expert, whatever the expert parallelism of this process)."""
-    from primuspp.backends.megatron import moe
+    model holds every expert, whatever the expert parallelism of this process; a TP rank the whole,
+    unsharded model: tp.py)."""
+    from primuspp.backends.megatron import moe, tp
 
     groups = moe.whole_groups() if moe.is_moe(spec.settings) else None
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
-        model = _gpt(spec, transformer_config(spec, spec.layers), True, True, pg_collection=groups)
+        with tp.solo():
+            model = _gpt(spec, transformer_config(spec, spec.layers), True, True, pg_collection=groups)
         if moe.is_moe(spec.settings):
             moe.number_layers(model, range(spec.layers), spec.layers)
         return model
@@ -185,14 +192,16 @@ def build_stage(
     **config: Any,
 ) -> Any:
     """One stage's GPTModel, with the whole model's weights for its slice (of the MoE experts: `experts`,
-    see `stage_state`)."""
+    see `stage_state`; of a TP rank: its piece, tp.py)."""
+    from primuspp.backends.megatron import tp
+
     cfg = transformer_config(spec, len(layers), perform_initialization=False, **config)
     model = _gpt(spec, cfg, first, last, vp_stage)
     if cfg.num_moe_experts:
         from primuspp.backends.megatron import moe
 
         moe.number_layers(model, layers, spec.layers)
-    state = stage_state(whole, layers, first, last, experts)
+    state = tp.shard(model, stage_state(whole, layers, first, last, experts))
     missing, unexpected = model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("_extra_state")]
     if missing or unexpected:
@@ -274,6 +283,9 @@ def forward_step(data_iterator: Any, model: Any) -> tuple[torch.Tensor, Any]:
         positions = torch.arange(tokens.shape[1], device=device).unsqueeze(0).expand_as(tokens)
     # the sequence length: of the tokens, or of the received hidden states ([sequence, batch, hidden])
     seq = tokens.shape[1] if pre else get_attr_wrapped_model(model, "decoder").input_tensor.shape[0]
+    config = get_attr_wrapped_model(model, "config")
+    if not pre and config.sequence_parallel:  # the received piece is this TP rank's share of the sequence
+        seq *= config.tensor_model_parallel_size
     output = model(
         tokens if pre else None,
         positions if pre else None,

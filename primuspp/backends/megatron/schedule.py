@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from primuspp.algorithms.registry import build_schedule, get_algorithm, resolve_name
-from primuspp.backends.megatron import split
+from primuspp.backends.megatron import overlap, split
 from primuspp.backends.megatron.executor import Call, GradSync, MegatronExecutor, MicrobatchIterator
 from primuspp.errors import ConfigError, ScheduleError
 from primuspp.runtime.executor import TensorSpec
@@ -61,10 +61,8 @@ _ALWAYS = (
     ),
     ("fine_grained_activation_offloading", True, "its offload manager follows Megatron's schedule order"),
 )
-# ... and for tables with a B/W split (W nodes)
-_SPLIT = (
-    ("sequence_parallel", True, "the split weight grad needs the all-gathered input, which is not kept"),
-)
+# ... and for tables with a B/W split (W nodes): none since sequence parallelism splits too (split.py)
+_SPLIT: tuple[tuple[str, Any, str], ...] = ()
 
 
 def _setting(settings: Any, key: str) -> Any:
@@ -156,7 +154,8 @@ class PipelineSchedule:
     `last_step` holds what this rank measured in the last call (a `RankStep`: per-node times, activation
     bytes); `on_step(schedule, step)` is called after each training call. With `dump_dir`, every training
     call adds an iteration to `<dump_dir>/pp_rank_<r>.json` (Primus' pp_data format; written by the
-    ranks of the first data-parallel / tensor-parallel replica)."""
+    ranks of the first data-parallel / tensor-parallel replica). With `fb_overlap`, FB nodes run their
+    forward and backward at the same time (overlap.py)."""
 
     def __init__(
         self,
@@ -166,8 +165,10 @@ class PipelineSchedule:
         dump_dir: str | os.PathLike[str] | None = None,
         track_memory: bool = True,
         on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
+        fb_overlap: bool = False,
     ) -> None:
         self._tables: dict[tuple[int, int, int], ScheduleTable] = {}
+        self.fb_overlap = fb_overlap
         self._fixed = isinstance(algorithm, ScheduleTable)
         if isinstance(algorithm, ScheduleTable):  # a prebuilt table: the only one this schedule runs
             self.algorithm = algorithm.algorithm
@@ -258,6 +259,7 @@ class PipelineSchedule:
             table = self._forward_only(table)
         device = next(models[0].parameters()).device
         state = self._rank_state(table, rank, pp_group, device)
+        state.executor.run_fb = self._fb_runner(config, pg_collection)
 
         if isinstance(data_iterator, list):
             if len(data_iterator) != len(models):
@@ -333,6 +335,15 @@ class PipelineSchedule:
             if self.on_step is not None:
                 self.on_step(self, measured)
         return call.forward_data_store()
+
+    def _fb_runner(self, config: Any, pg_collection: Any) -> Callable[..., None] | None:
+        """overlap.run_fb when FB nodes overlap here: asked for, no sequence parallelism, and a twin TP
+        group for the backward's collectives when TP > 1 (overlap.py)."""
+        if not self.fb_overlap or not overlap.overlappable(config):
+            return None
+        if pg_collection.tp.size() > 1 and overlap.backward_group_of(pg_collection.tp) is None:
+            return None
+        return overlap.run_fb
 
     def _forward_only(self, table: ScheduleTable) -> ScheduleTable:
         forward = self._forward_tables.get(id(table))
@@ -446,6 +457,8 @@ def install(
     dump_pp_data: bool | str | os.PathLike[str] | None = None,
     track_memory: bool = True,
     on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
+    sp_wgrad: str = "regather",
+    fb_overlap: bool = False,
     **params: Any,
 ) -> PipelineSchedule:
     """Make megatron-core's `get_forward_backward_func()` return primuspp's schedule for `algorithm` (a
@@ -453,14 +466,22 @@ def install(
 
     `dump_pp_data`: True writes Primus pp_data to `$DUMP_PP_DIR` (default `output/pp_data`), a path writes
     there. `params` go to the algorithm (e.g. `max_mem` for v-auto). Also routes Megatron's Column/Row
-    parallel linears through the B/W split. Returns the installed function (its `last_step` holds this
-    rank's measurements). Call before `megatron.training` is imported (it binds the name at import)."""
+    parallel linears through the B/W split; `sp_wgrad` (`keep` or `regather`) is how a split
+    column-parallel linear's W gets its all-gathered input under sequence parallelism (split.py).
+    `fb_overlap`: FB nodes run their two parts at once (overlap.py; with TP > 1, call it on every rank
+    at the same point: it creates a twin TP group).
+    Returns the installed function (its `last_step` holds this rank's measurements). Call before
+    `megatron.training` is imported (it binds the name at import)."""
     from primuspp.backends.megatron import require
 
     require()  # quietly: megatron warns about every optional extension it does not find
     from megatron.core import pipeline_parallel
     from megatron.core.pipeline_parallel import schedules
 
+    if sp_wgrad not in split.SP_WGRAD_MODES:
+        raise ConfigError(
+            f"sp_wgrad {sp_wgrad!r}: expected one of {', '.join(split.SP_WGRAD_MODES)}", key="sp_wgrad"
+        )
     if dump_pp_data is True:
         dump_dir: str | os.PathLike[str] | None = os.environ.get("DUMP_PP_DIR", DEFAULT_DUMP_DIR)
     elif dump_pp_data in (None, False):
@@ -469,7 +490,12 @@ def install(
         dump_dir = dump_pp_data  # type: ignore[assignment]
     try:
         schedule = PipelineSchedule(
-            algorithm, params=params, dump_dir=dump_dir, track_memory=track_memory, on_step=on_step
+            algorithm,
+            params=params,
+            dump_dir=dump_dir,
+            track_memory=track_memory,
+            on_step=on_step,
+            fb_overlap=fb_overlap,
         )
     except ScheduleError as err:
         raise ConfigError(f"pp_algorithm: {err}", key="pp_algorithm") from None
@@ -490,6 +516,12 @@ def install(
     get_forward_backward_func.primuspp_schedule = schedule  # type: ignore[attr-defined]
     pipeline_parallel.get_forward_backward_func = get_forward_backward_func
     schedules.get_forward_backward_func = get_forward_backward_func
+    split.set_sp_wgrad(sp_wgrad)
+    if fb_overlap:
+        from megatron.core import parallel_state
+
+        if parallel_state.model_parallel_is_initialized():
+            overlap.make_twin_groups(parallel_state.get_tensor_model_parallel_world_size())
     split.install()
     return schedule
 

@@ -71,6 +71,7 @@ def check_inputs(spec: TrainSpec) -> None:
     settings = dict(spec.model.settings)
     moe.check(settings.get("num_moe_experts"), settings.get("moe_router_topk"), spec.ep)
     kernels.get(spec.kernels)  # the provider runs here: one line naming why not
+    _check_tp(spec)
     check(table, dict(spec.model.settings), shared_embeddings=False)
     try:
         _config_check(spec)
@@ -86,6 +87,24 @@ def check_inputs(spec: TrainSpec) -> None:
                 "(the total to reach): nothing to train",
                 key="steps",
             )
+
+
+def _check_tp(spec: TrainSpec) -> None:
+    """TP dividing the heads (and key/value heads), sequence parallelism only with TP > 1, no checkpoints
+    of TP runs (their files would hold pieces under whole-model names)."""
+    from primuspp.backends.megatron import tp
+
+    settings = dict(spec.model.settings)
+    if settings.get("sequence_parallel"):
+        raise ConfigError(
+            "--megatron sequence_parallel=True: use --sequence-parallel (with --tp > 1)", key="megatron"
+        )
+    if settings.get("tensor_model_parallel_size") not in (None, 1):
+        raise ConfigError("--megatron tensor_model_parallel_size: use --tp", key="megatron")
+    tp.check(spec.tp, spec.model.heads, settings.get("num_query_groups"), spec.sequence_parallel)
+    if spec.tp > 1 and (spec.save is not None or spec.load is not None):
+        flag = "--save" if spec.save is not None else "--load"
+        raise ConfigError(f"{flag}: checkpoints of --tp {spec.tp} runs are not supported yet", key=flag[2:])
 
 
 def _config_check(spec: TrainSpec) -> None:
@@ -121,6 +140,10 @@ class TrainingRun:
             "ep": spec.ep,
             "kernels": spec.kernels,
             "micro_batch_size": spec.micro_batch_size,
+            "tp": spec.tp,
+            "sequence_parallel": spec.sequence_parallel,
+            **({"sp_wgrad": spec.sp_wgrad} if spec.sequence_parallel else {}),
+            "fb_overlap": spec.fb_overlap,
             "data": spec.data or "synthetic",
         }
         model = {**spec.model.as_dict(), "stages": table.num_stages}
@@ -137,22 +160,23 @@ def run_training(
         import os
 
         world = int(os.environ["WORLD_SIZE"])
-        if world != spec.table.pp * spec.ep:
+        if world != spec.world:
             raise ConfigError(
-                f"torchrun started {world} processes; the Megatron backend runs one per pipeline rank "
-                f"and expert-parallel rank (--pp {spec.table.pp} x --ep {spec.ep})",
+                f"torchrun started {world} processes; the Megatron backend runs one per pipeline rank, "
+                f"tensor-parallel rank and expert-parallel rank (--pp {spec.table.pp} x --tp {spec.tp} x "
+                f"--ep {spec.ep})",
                 key="pp",
             )
-    world = spec.table.pp * spec.ep
-    progress = StepProgress(world, on_step) if on_step is not None and not under_torchrun() else None
-    ranks: list[list[StepRecord]] | None = launch(train_worker, world, spec, on_report=progress)
+    progress = StepProgress(spec.world, on_step) if on_step is not None and not under_torchrun() else None
+    ranks: list[list[StepRecord]] | None = launch(train_worker, spec.world, spec, on_report=progress)
     if ranks is None:
         return None
     n = len(ranks[0])
-    # each rank reported its share of the replicas' mean loss; the timelines are the first replica's
+    # each rank reported its share of the replicas' mean loss (TP ranks but the first: 0); the timelines
+    # are those of the first replica's TP rank 0 of each pipeline rank (Megatron's order: TP fastest)
     losses = [sum(records[i].loss for records in ranks) for i in range(n)]
     wall = [max(records[i].wall_ms for records in ranks) for i in range(n)]
-    per_rank = [records for records in ranks if not records or records[0].replica == 0]
+    per_rank = [records for records in ranks if not records or records[0].replica == 0][:: spec.tp]
     steps = [per_rank[0][i].step for i in range(n)]
     timelines = [
         step_timeline(

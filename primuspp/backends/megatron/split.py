@@ -21,9 +21,17 @@ accumulates their gradient: the deferred work does, the way Megatron would —
 The GEMMs (forward, dgrad, wgrad) are the active kernel provider's (`primuspp.backends.kernels`; torch by
 default). MoE experts (moe.py) use the grouped form of the same split (`kernels.grouped`).
 
-Layers whose weight grad cannot be deferred this way run unsplit: frozen weights, sequence parallelism (its
-weight grad needs the all-gathered input), Megatron's own embedding-wgrad deferral (`grad_output_buffer`).
-`schedule.conflicts` reports the settings that would make a split table wrong.
+Tensor parallelism: a column-parallel layer's input gradient is all-reduced over the TP group (async,
+overlapping the weight-grad GEMM on a BW node). Sequence parallelism: a column-parallel layer all-gathers
+its sequence-split input in F and reduce-scatters its input gradient in B; its weight gradient needs the
+all-gathered input, which W gets one of two ways (`set_sp_wgrad`, `primuspp train --sp-wgrad`):
+`keep` saves the gathered input from F until W (memory: the full-sequence input per layer and microbatch),
+`regather` saves only the local piece and all-gathers it again in W (time: one more all-gather in W). Every
+TP rank runs the same node list, so the W-time all-gathers meet in the same order on every rank.
+
+Layers whose weight grad cannot be deferred this way run unsplit: frozen weights and Megatron's own
+embedding-wgrad deferral (`grad_output_buffer`). `schedule.conflicts` reports the settings that would make
+a split table wrong.
 """
 
 from __future__ import annotations
@@ -36,12 +44,37 @@ import torch.distributed as dist
 
 from primuspp.backends.kernels import active
 from primuspp.backends.kernels.base import Kernels
+from primuspp.backends.megatron.overlap import backward_group
 from primuspp.runtime.wgrad import WeightGradStore, accumulate, recording_store
 
 #: attribute set on a DDP parameter whose readiness must be signalled after its weight grad landed
 GRAD_READY_ATTR = "_primuspp_grad_ready"
 
 _ORIGINAL: dict[type, Any] = {}
+
+#: how W of a column-parallel layer under sequence parallelism gets the all-gathered input
+SP_WGRAD_MODES = ("keep", "regather")
+_SP_WGRAD = ["regather"]
+
+
+def set_sp_wgrad(mode: str) -> None:
+    """`regather` (default) or `keep`: see the module doc."""
+    if mode not in SP_WGRAD_MODES:
+        raise ValueError(f"sp_wgrad {mode!r}: expected one of {', '.join(SP_WGRAD_MODES)}")
+    _SP_WGRAD[0] = mode
+
+
+def sp_wgrad() -> str:
+    return _SP_WGRAD[0]
+
+
+def _all_gather(x: torch.Tensor, group: Any) -> torch.Tensor:
+    """`x` gathered along dim 0 (the sequence) over `group`, into a tensor of its own (not Megatron's
+    shared buffer: a kept input must outlive the next layer's gather)."""
+    size = [x.shape[0] * group.size(), *x.shape[1:]]
+    out = torch.empty(size, dtype=x.dtype, device=x.device)
+    dist.all_gather_into_tensor(out, x.contiguous(), group=group)
+    return out
 
 
 def deposit(param: torch.Tensor, grad: torch.Tensor) -> None:
@@ -68,39 +101,69 @@ def _weight_grad(
         deposit(bias, g2.sum(dim=0))
 
 
+def _regather_weight_grad(
+    kernels: Kernels,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    x: torch.Tensor,
+    g: torch.Tensor,
+    group: Any,
+) -> None:
+    _weight_grad(kernels, weight, bias, _all_gather(x, group), g)
+
+
 class _SplitLinear(torch.autograd.Function):
-    """`y = x Wᵀ (+ b)` whose weight gradient goes through a weight-grad store."""
+    """`y = x Wᵀ (+ b)` whose weight gradient goes through a weight-grad store. With `sp` set (sequence
+    parallel, column-parallel layer): `x` is this rank's sequence piece, all-gathered before the GEMM; the
+    input gradient is reduce-scattered back; W keeps or re-gathers the gathered input (`sp`)."""
 
     @staticmethod
-    def forward(ctx, x, params, store, allreduce_dgrad, tp_group):  # type: ignore[override]
+    def forward(ctx, x, params, store, allreduce_dgrad, tp_group, sp=None):  # type: ignore[override]
         weight, bias = params
-        ctx.save_for_backward(x)
+        total = _all_gather(x, tp_group) if sp else x
+        ctx.save_for_backward(total if sp != "regather" else x)
         ctx.params = params
         ctx.store = store
         ctx.allreduce_dgrad = allreduce_dgrad
         ctx.tp_group = tp_group
+        ctx.sp = sp
         ctx.kernels = kernels = active()
-        out = kernels.gemm(x, weight)
+        out = kernels.gemm(total, weight)
         if bias is not None:
             out = out + bias
         return out
 
     @staticmethod
     def backward(ctx, g):  # type: ignore[override]
-        (x,) = ctx.saved_tensors
+        (saved,) = ctx.saved_tensors
         weight, bias = ctx.params
+        group = backward_group(ctx.tp_group)  # its twin in an overlapped FB node's backward (overlap.py)
         gx = ctx.kernels.gemm_dgrad(g, weight)
-        handle = dist.all_reduce(gx, group=ctx.tp_group, async_op=True) if ctx.allreduce_dgrad else None
+        handle = None
+        if ctx.sp:
+            piece = torch.empty(
+                [gx.shape[0] // group.size(), *gx.shape[1:]], dtype=gx.dtype, device=gx.device
+            )
+            handle = dist.reduce_scatter_tensor(piece, gx.contiguous(), group=group, async_op=True)
+            gx = piece
+        elif ctx.allreduce_dgrad:
+            handle = dist.all_reduce(gx, group=group, async_op=True)
         store: WeightGradStore = ctx.store
-        work = partial(_weight_grad, ctx.kernels, weight, bias, x, g)
-        if store.defer:
-            store.put(work, x, g)
+        if ctx.sp == "regather":
+            work = partial(_regather_weight_grad, ctx.kernels, weight, bias, saved, g, group)
         else:
+            work = partial(_weight_grad, ctx.kernels, weight, bias, saved, g)
+        if store.defer:
+            store.put(work, saved, g)
+        else:
+            if handle is not None and ctx.sp == "regather":
+                handle.wait()  # one collective at a time on the TP group: W's all-gather comes after
+                handle = None
             with torch.no_grad():
                 work()
         if handle is not None:
             handle.wait()
-        return gx, None, None, None, None
+        return gx, None, None, None, None, None
 
 
 def _split_forward_impl(
@@ -122,7 +185,6 @@ def _split_forward_impl(
         or kwargs
         or not weight.requires_grad
         or not input.requires_grad
-        or sequence_parallel
         or grad_output_buffer is not None
     ):
         return _ORIGINAL[_base(self)](
@@ -138,11 +200,12 @@ def _split_forward_impl(
             tp_group=tp_group,
             **kwargs,
         )
-    if allreduce_dgrad and tp_group is None:
+    if (allreduce_dgrad or sequence_parallel) and tp_group is None:
         from megatron.core.parallel_state import get_tensor_model_parallel_group
 
         tp_group = get_tensor_model_parallel_group()
-    return _SplitLinear.apply(input, (weight, bias), store, allreduce_dgrad, tp_group)
+    sp = sp_wgrad() if sequence_parallel else None
+    return _SplitLinear.apply(input, (weight, bias), store, allreduce_dgrad, tp_group, sp)
 
 
 def _base(layer: Any) -> type:

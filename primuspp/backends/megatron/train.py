@@ -1,7 +1,8 @@
 """Train a megatron-core GPT with any primuspp schedule: what each pipeline rank runs (`train_worker`).
 
-Each rank initialises Megatron's parallel state (tensor/data parallel 1, pipeline = the table's ranks),
-applies the CPU shims on CPU, builds its model chunks for the table's placement (model.py), wraps each in
+Each rank initialises Megatron's parallel state (tensor parallel `tp`, data parallel 1, pipeline = the
+table's ranks; world = tp x pp, TP groups are consecutive ranks), applies the CPU shims on CPU, builds its
+model chunks for the table's placement (model.py; its TP piece of them: tp.py), wraps each in
 Megatron DDP, installs the schedule, and trains with Adam on the DDP gradient buffers (`main_grad`). After
 each step it reports its share of the loss and its step span to the launcher (progress), and every
 `save_interval` steps and at the end it writes its part of an atomic checkpoint (checkpoint.py).
@@ -51,6 +52,20 @@ class TrainSpec:
     #: ("save", step): the rank `fault_rank` kills itself right after writing its file of that save (tests)
     fault: tuple[str, int] | None = None
     fault_rank: int = 0
+    tp: int = 1  # tensor-parallel ranks per pipeline rank
+    sequence_parallel: bool = False
+    fb_overlap: bool = False  # FB nodes run their forward and backward at once (overlap.py)
+    sp_wgrad: str = "regather"  # W's gathered input under sequence parallelism: regather or keep (split.py)
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.table.pp * self.ep
+
+    def stage_config(self) -> dict[str, Any]:
+        """TransformerConfig fields of the stages (not of the whole model: tp.py builds it at TP 1)."""
+        if self.tp <= 1:
+            return {}
+        return {"tensor_model_parallel_size": self.tp, "sequence_parallel": self.sequence_parallel}
 
     @property
     def tokens_per_step(self) -> int:
@@ -66,20 +81,24 @@ class StepRecord:
     replica: int = 0  # the data-parallel replica of this rank (expert parallelism folds them into EP)
 
 
-def setup_parallel(pp: int, vpp: int, device: torch.device, ep: int = 1) -> None:
-    """Megatron's parallel state for a pipeline (TP = 1; DP = world / pp, which with MoE expert parallelism
-    `ep` is folded into EP as Megatron does), CPU shims on CPU. Idempotent."""
+def setup_parallel(pp: int, vpp: int, device: torch.device, tp: int = 1, ep: int = 1) -> None:
+    """Megatron's parallel state for a pipeline of `tp`-way tensor-parallel stages (DP = world / (tp x pp),
+    which with MoE expert parallelism `ep` is folded into EP as Megatron does), CPU shims on CPU.
+    Idempotent."""
     from megatron.core import parallel_state, tensor_parallel
 
     from primuspp.backends.megatron import cpu
+    from primuspp.backends.megatron import tp as tensor_parallelism
 
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(
-            tensor_model_parallel_size=1,
+            tensor_model_parallel_size=tp,
             pipeline_model_parallel_size=pp,
             virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
             expert_model_parallel_size=ep,
         )
+        if tp > 1:
+            tensor_parallelism.make_solo_groups()
     if device.type == "cpu":
         cpu.apply()
     else:
@@ -154,7 +173,7 @@ def _restore(
 
 
 def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
-    """Run the steps on pipeline rank `ctx.rank`; report ("step", i, loss share, wall ms) after each."""
+    """Run the steps on rank `ctx.rank`; report ("step", i, loss share, wall ms) after each."""
     warnings.simplefilter("ignore")  # megatron warns about every optional extension it does not find
     from megatron.core import parallel_state
 
@@ -163,10 +182,10 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
 
     table = spec.table
     kernels.use(spec.kernels)
-    setup_parallel(table.pp, table.vpp, ctx.device, spec.ep)
+    setup_parallel(table.pp, table.vpp, ctx.device, spec.tp, spec.ep)
     replica = parallel_state.get_data_parallel_rank()
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-    chunks, ranges = rank_chunks(spec.model, table.placement, pp_rank, spec.seed)
+    chunks, ranges = rank_chunks(spec.model, table.placement, pp_rank, spec.seed, **spec.stage_config())
     for c in chunks:
         c.to(ctx.device)
     ddps = wrap_ddp(chunks, **dict(spec.ddp))
@@ -179,7 +198,9 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
         meta = checkpoint.read_meta(ckpt)
         _restore(named, opt, checkpoint.load_states(ckpt))
         start, position = int(meta["step"]), int(meta["data_position"])
-    schedule = install(table, track_memory=spec.track_memory)
+    schedule = install(
+        table, track_memory=spec.track_memory, sp_wgrad=spec.sp_wgrad, fb_overlap=spec.fb_overlap
+    )
     records = []
     m, mbs = table.num_microbatches, spec.micro_batch_size
     try:
@@ -205,6 +226,8 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
                 p.grad = None
             position += spec.ep * m * mbs
             loss = sum(float(x["lm loss"]) for x in store) / m / spec.ep  # this rank's share of the mean
+            if parallel_state.get_tensor_model_parallel_rank() != 0:
+                loss = 0.0  # every TP rank of the last stage has the loss: counted once
             wall = (time.perf_counter() - t0) * 1000
             measured = schedule.last_step
             assert measured is not None

@@ -1,0 +1,325 @@
+"""GPU check: a short megatron-core pipeline per algorithm on real ranks, gradients against one process.
+
+    python bench/gpu_check.py                  # NCCL, one GPU per rank (p x tp GPUs), a few minutes
+    python bench/gpu_check.py --cpu            # gloo on the CPU: a smoke test of the same path
+    python bench/gpu_check.py --algos zbv dualpipe-v 1f1b --p 2 --tp 2 --sequence-parallel
+
+For each algorithm (default: zbv and dualpipe-v, the V-shape split schedules, and 1f1b, the unsplit
+baseline) every rank trains the dense megatron-core GPT for `--steps` steps (SGD on Megatron DDP's grad
+buffers) with primuspp's installed schedule; rank 0 then runs the one-process reference (Megatron's
+`forward_backward_no_pipelining` on the whole model, the same data and SGD) and the check compares every
+step's loss and every gradient (TP pieces gathered). It prints per algorithm: the largest relative loss and
+gradient differences, the mean B, W, BW and FB node times, the B/W split cost ((B + W) / the unsplit
+backward BW of the baseline algorithm, per layer: stages hold different numbers of layers, when it ran)
+and the step time (median of the steps after the first).
+Exit status 1 when a difference exceeds `--tol` (default 1e-6 on the CPU; 1e-4 on GPUs, whose kernels
+may sum in another order between a stage and the whole model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from primuspp.runtime.launch import WorkerContext, launch
+
+BASELINE = "1f1b"
+
+
+@dataclass(frozen=True)
+class Check:
+    algorithms: tuple[str, ...]
+    p: int
+    tp: int
+    sequence_parallel: bool
+    layers: int
+    hidden: int
+    heads: int
+    seq_len: int
+    vocab: int
+    micro_batch_size: int
+    m: int
+    steps: int
+    lr: float = 0.05
+
+
+def _data(check: Check, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1000 * step + check.m)
+    out = []
+    for _ in range(check.m):
+        t = torch.randint(0, check.vocab, (check.micro_batch_size, check.seq_len + 1), generator=gen)
+        out.append((t[:, :-1].contiguous(), t[:, 1:].contiguous()))
+    return out
+
+
+def _spec(check: Check) -> Any:
+    from primuspp.backends.megatron.model import GPTSpec
+
+    return GPTSpec(
+        layers=check.layers, hidden=check.hidden, heads=check.heads, seq_len=check.seq_len, vocab=check.vocab
+    )
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_algorithm(ctx: WorkerContext, check: Check, algorithm: str) -> dict[str, Any]:
+    """One algorithm on this rank: losses, gathered gradients (TP rank 0), node times, step times."""
+    from megatron.core import parallel_state
+    from megatron.core.pipeline_parallel import schedules
+
+    from primuspp.algorithms.registry import get_algorithm
+    from primuspp.backends.megatron import schedule as S
+    from primuspp.backends.megatron import tp
+    from primuspp.backends.megatron.model import forward_step, rank_chunks, stage_name
+    from primuspp.backends.megatron.train import wrap_ddp
+    from primuspp.schedule.placement import make_placement
+
+    algo = get_algorithm(algorithm)
+    v = algo.vpp_default
+    parallel_state.set_virtual_pipeline_model_parallel_world_size(v if v > 1 else None)
+    placement = make_placement(algo.placement, check.p, v)
+    pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+    extra = {"tensor_model_parallel_size": check.tp, "sequence_parallel": check.sequence_parallel}
+    chunks, ranges = rank_chunks(_spec(check), placement, pp_rank, **(extra if check.tp > 1 else {}))
+    for c in chunks:
+        c.to(ctx.device)
+    ddps = wrap_ddp(chunks)
+    schedule = S.install(algorithm, track_memory=False)
+    fb = schedules.get_forward_backward_func()
+    out: dict[str, Any] = {"losses": [], "grads": [], "step_ms": [], "nodes": {}}
+    try:
+        for step in range(check.steps):
+            for d in ddps:
+                d.zero_grad_buffer()
+            iters = [iter(_data(check, step)) for _ in ddps]
+            _sync(ctx.device)
+            t0 = time.perf_counter()
+            store = fb(
+                forward_step_func=forward_step,
+                data_iterator=iters if len(ddps) > 1 else iters[0],
+                model=ddps,
+                num_microbatches=check.m,
+                seq_length=check.seq_len,
+                micro_batch_size=check.micro_batch_size,
+            )
+            _sync(ctx.device)
+            out["step_ms"].append((time.perf_counter() - t0) * 1000)
+            out["losses"].append(sum(float(x["lm loss"]) for x in store) / check.m)
+            grads: dict[str, torch.Tensor] = {}
+            for d, r in zip(ddps, ranges, strict=True):
+                mine = {n: p.main_grad.detach().clone() for n, p in d.module.named_parameters()}
+                grads.update({stage_name(n, r): g.cpu() for n, g in tp.gather(d.module, mine).items()})
+            out["grads"].append(grads)
+            if step > 0 or check.steps == 1:
+                for iv in schedule.last_step.intervals:  # type: ignore[union-attr]
+                    out["nodes"].setdefault(iv.kind, []).append(iv.end - iv.start)
+            with torch.no_grad():
+                for d in ddps:
+                    for p in d.module.parameters():
+                        p.add_(p.main_grad, alpha=-check.lr)
+    finally:
+        S.uninstall()
+    if parallel_state.get_tensor_model_parallel_rank() != 0:
+        out["losses"], out["grads"] = [], []
+    return out
+
+
+def reference(check: Check, device: torch.device) -> dict[str, Any]:
+    """One process, the whole model, Megatron's no-pipelining schedule, the same data and SGD."""
+    from megatron.core.pipeline_parallel import schedules
+
+    from primuspp.backends.megatron import tp
+    from primuspp.backends.megatron.model import forward_step, whole_model
+
+    with tp.solo():
+        model = whole_model(_spec(check)).to(device)
+        out: dict[str, Any] = {"losses": [], "grads": []}
+        for step in range(check.steps):
+            model.zero_grad()
+            store = schedules.forward_backward_no_pipelining(
+                forward_step_func=forward_step,
+                data_iterator=iter(_data(check, step)),
+                model=[model],
+                num_microbatches=check.m,
+                seq_length=check.seq_len,
+                micro_batch_size=check.micro_batch_size,
+            )
+            grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+            out["losses"].append(sum(float(x["lm loss"]) for x in store) / check.m)
+            out["grads"].append({n: g.cpu() for n, g in grads.items()})
+            with torch.no_grad():
+                for n, p in model.named_parameters():
+                    p.add_(grads[n], alpha=-check.lr)
+    return out
+
+
+def worker(ctx: WorkerContext, check: Check) -> dict[str, Any]:
+    warnings.simplefilter("ignore")
+    from primuspp.backends.megatron.train import setup_parallel
+
+    setup_parallel(check.p, 1, ctx.device, tp=check.tp)
+    results = {a: run_algorithm(ctx, check, a) for a in check.algorithms}
+    return {"results": results, "reference": reference(check, ctx.device) if ctx.rank == 0 else None}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    scale = float(b.abs().max())
+    diff = float((a.double() - b.double()).abs().max())
+    return diff / scale if scale > 0 else diff
+
+
+def compare(per_rank: list[dict[str, Any]], want: dict[str, Any]) -> tuple[float, float, int]:
+    """Largest relative loss and gradient differences against the reference, and tensors compared."""
+    steps = len(want["losses"])
+    loss = max(
+        abs(sum(r["losses"][i] for r in per_rank if r["losses"]) - want["losses"][i]) / abs(want["losses"][i])
+        for i in range(steps)
+    )
+    grad, tensors = 0.0, 0
+    for i in range(steps):
+        got: dict[str, torch.Tensor] = {}
+        for r in per_rank:
+            if r["grads"]:
+                got.update(r["grads"][i])
+        missing = set(want["grads"][i]) - set(got)
+        if missing:
+            return loss, float("inf"), tensors
+        for name, g in want["grads"][i].items():
+            grad = max(grad, _rel(got[name], g))
+            tensors += 1
+    return loss, grad, tensors
+
+
+def summarise(check: Check, gathered: list[dict[str, Any]], tol: float) -> tuple[list[dict[str, Any]], bool]:
+    from primuspp.algorithms.registry import get_algorithm
+
+    want = gathered[0]["reference"]
+    rows, ok = [], True
+    baseline_bw = None
+    for algorithm in check.algorithms:
+        per_rank = [g["results"][algorithm] for g in gathered]
+        loss, grad, tensors = compare(per_rank, want)
+        nodes: dict[str, list[float]] = {}
+        for r in per_rank:
+            for kind, times in r["nodes"].items():
+                nodes.setdefault(kind, []).extend(times)
+        mean = {k: statistics.fmean(v) for k, v in nodes.items() if v}
+        steps = [max(r["step_ms"][i] for r in per_rank) for i in range(check.steps)]
+        per_layer = check.p * get_algorithm(algorithm).vpp_default / check.layers  # 1 / layers per stage
+        if algorithm == BASELINE and "BW" in mean:
+            baseline_bw = mean["BW"] * check.p / check.layers
+        passed = loss <= tol and grad <= tol
+        ok &= passed
+        rows.append(
+            {
+                "algorithm": algorithm,
+                "loss_diff": loss,
+                "grad_diff": grad,
+                "tensors": tensors,
+                "B_ms": mean.get("B"),
+                "W_ms": mean.get("W"),
+                "BW_ms": mean.get("BW"),
+                "FB_ms": mean.get("FB"),
+                "step_ms": statistics.median(steps[1:] or steps),
+                "passed": passed,
+                "per_layer": per_layer,
+            }
+        )
+    for row in rows:
+        b, w = row["B_ms"], row["W_ms"]
+        per_layer = row.pop("per_layer")
+        split = b is not None and w is not None and baseline_bw
+        row["split_cost"] = (b + w) * per_layer / baseline_bw if split else None
+    return rows, ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu", action="store_true", help="gloo on the CPU (smoke test) instead of NCCL")
+    ap.add_argument("--algos", nargs="+", default=["zbv", "dualpipe-v", BASELINE])
+    ap.add_argument("--p", type=int, default=2, help="pipeline ranks")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per pipeline rank")
+    ap.add_argument("--sequence-parallel", action="store_true")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--hidden", type=int, default=None, help="default 1024 (GPU), 64 (CPU)")
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--seq-len", type=int, default=None, help="default 1024 (GPU), 32 (CPU)")
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--micro-batch-size", type=int, default=2)
+    ap.add_argument("--mb", type=int, default=8, help="microbatches per step")
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--tol", type=float, default=None, help="default 1e-6 (CPU), 1e-4 (GPU)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    args = ap.parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        print("error: --cpu not given and no CUDA device is available", file=sys.stderr)
+        return 2
+    world = args.p * args.tp
+    if not args.cpu and torch.cuda.device_count() < world:
+        print(
+            f"error: --p {args.p} x --tp {args.tp} = {world} ranks need {world} GPUs; "
+            f"{torch.cuda.device_count()} visible",
+            file=sys.stderr,
+        )
+        return 2
+    if args.sequence_parallel and args.tp <= 1:
+        print("error: --sequence-parallel needs --tp > 1", file=sys.stderr)
+        return 2
+    check = Check(
+        algorithms=tuple(args.algos),
+        p=args.p,
+        tp=args.tp,
+        sequence_parallel=args.sequence_parallel,
+        layers=args.layers,
+        hidden=args.hidden or (64 if args.cpu else 1024),
+        heads=args.heads,
+        seq_len=args.seq_len or (32 if args.cpu else 1024),
+        vocab=args.vocab,
+        micro_batch_size=args.micro_batch_size,
+        m=args.mb,
+        steps=args.steps,
+    )
+    tol = args.tol if args.tol is not None else (1e-6 if args.cpu else 1e-4)
+    gathered = launch(worker, world, check, backend="gloo" if args.cpu else "nccl")
+    assert gathered is not None
+    rows, ok = summarise(check, gathered, tol)
+    if args.json:
+        import json
+
+        print(json.dumps({"device": "cpu" if args.cpu else torch.cuda.get_device_name(0), "rows": rows}))
+        return 0 if ok else 1
+    device = "CPU (gloo)" if args.cpu else f"{torch.cuda.get_device_name(0)} (NCCL)"
+    print(
+        f"gpu_check on {device}: p={check.p} tp={check.tp}{' sp' if check.sequence_parallel else ''}, "
+        f"{check.layers} layers, hidden {check.hidden}, seq {check.seq_len}, m={check.m}, {check.steps} steps"
+    )
+    print(
+        f"{'algorithm':<12} {'loss diff':>10} {'grad diff':>10} {'B ms':>8} {'W ms':>8} {'BW ms':>8} "
+        f"{'FB ms':>8} {'(B+W)/BW':>9} {'step ms':>9}  check"
+    )
+
+    def f(x: float | None, spec: str = "8.3f") -> str:
+        return format(x, spec) if x is not None else "-".rjust(int(spec.split(".")[0]))
+
+    for r in rows:
+        print(
+            f"{r['algorithm']:<12} {r['loss_diff']:>10.1e} {r['grad_diff']:>10.1e} {f(r['B_ms'])} "
+            f"{f(r['W_ms'])} {f(r['BW_ms'])} {f(r['FB_ms'])} {f(r['split_cost'], '9.2f')} "
+            f"{r['step_ms']:>9.1f}  {'ok' if r['passed'] else f'FAILED (tol {tol:g})'}"
+        )
+    print(f"(B+W)/BW: a split backward against {BASELINE}'s unsplit one, per layer; tolerance {tol:g}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
