@@ -2,6 +2,7 @@
 repeats the makespan plus the optimizer step, post-validation overlaps one iteration's drain with the next
 one's fill (zbv and zb-h2 at equal costs: no bubble left)."""
 
+import json
 from itertools import pairwise
 
 import pytest
@@ -133,3 +134,45 @@ def test_bad_arguments_are_refused(kwargs, key):
     with pytest.raises(ConfigError) as err:
         simulate_iterations(build_schedule("1f1b", 2, None, 4), EQUAL, **kwargs)
     assert err.value.key == key
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    from primuspp.commands.app import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_simulate_iterations_cli(capsys, tmp_path):
+    costs = ("--fwd", "1000", "--bwd", "1000", "--wgrad", "1000")
+    base = ("simulate", "--algo", "zbv", "--pp", "8", "--mb", "32", *costs, "--out", str(tmp_path), "--json")
+    code, out, _ = _cli(capsys, *base)
+    plain = json.loads(out)["results"][0]
+    assert "iterations" not in plain
+    code, out, _ = _cli(capsys, *base, "--iterations", "3", "--post-validation")
+    assert code == 0
+    (res,) = json.loads(out)["results"]
+    assert {k: v for k, v in res.items() if k != "iterations"} == plain  # the existing keys, unchanged
+    it = res["iterations"]
+    assert it["count"] == 3 and it["mode"] == "post-validation" and it["optimizer_cost"] == [0.0] * 8
+    assert it["first_step_time"] == 99500 and it["steady_step_time"] == 96000
+    code, out, _ = _cli(capsys, *base[:-1], "--iterations", "2", "--optimizer-cost", "500")
+    assert code == 0 and "steady step" in out and "100,000" in out and "3.50%" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--post-validation",), "error: --post-validation: overlaps consecutive iterations"),
+        (("--iterations", "1", "--post-validation"), "error: --iterations 1: --post-validation"),
+        (("--iterations", "0"), "error: primuspp simulate: Invalid value for '--iterations'"),
+        (("--optimizer-cost", "nan"), "error: primuspp simulate: Invalid value for '--optimizer-cost'"),
+    ],
+)
+def test_simulate_iterations_cli_refusals(capsys, tmp_path, args, message):
+    code, out, err = _cli(
+        capsys, "simulate", "--algo", "1f1b", "--pp", "2", "--mb", "4", "-o", str(tmp_path), *args
+    )
+    assert code == 2 and out == "" and err.startswith(message) and len(err.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # refused before anything was written
