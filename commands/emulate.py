@@ -13,6 +13,7 @@ from primuspp.config.loader import emulation_costs
 from primuspp.errors import ConfigError
 from primuspp.outputs import replace_dir
 from primuspp.sim.engine import simulate
+from primuspp.sim.iterations import simulate_iterations
 
 
 def train_emulated(
@@ -28,16 +29,31 @@ def train_emulated(
     costs_from: Path | None,
     dump_pp_data: Path | None,
     json_: bool,
+    *,
+    post_validation: bool = False,
+    optimizer_ms: float | None = None,
 ) -> None:
     if steps < 1:
         raise ConfigError(f"--steps must be >= 1 (got {steps})", key="steps")
+    if post_validation and steps < 2:
+        raise ConfigError(
+            f"--steps {steps}: --post-validation overlaps consecutive steps; give --steps 2 or more",
+            key="steps",
+        )
     chosen = emulation_costs({"forward": fwd, "backward": bwd, "wgrad": wgrad}, config, costs_from)
     costs = chosen.costs
     table = run_table(algo, pp, vpp, mb, costs)
     # torch is imported here, not at CLI start-up
     from primuspp.runtime.emulate import UNIT_BYTES, EmulationSpec, dump_emulation, run_emulation
 
-    spec = EmulationSpec(table, costs, steps=steps, unit_bytes=chosen.bytes_per_unit or UNIT_BYTES)
+    spec = EmulationSpec(
+        table,
+        costs,
+        steps=steps,
+        unit_bytes=chosen.bytes_per_unit or UNIT_BYTES,
+        post_validation=post_validation,
+        optimizer_ms=optimizer_ms or 0.0,
+    )
     if chosen.comm_ignored:
         err.print(
             f"note: the costs carry a p2p latency of {chosen.comm_ignored:.3g} ms; the emulated cluster's "
@@ -64,6 +80,9 @@ def train_emulated(
         "bubble_rate": predicted.bubble_rate,
         "peak_memory": predicted.peak_memory,
         "peak_activation_bytes": [r.peak_memory * spec.unit_bytes for r in predicted.per_rank],
+        "iterations": simulate_iterations(
+            table, costs, steps, post_validation=post_validation, optimizer_cost=spec.optimizer_ms
+        ).record(),
     }
     if dump_pp_data is not None:
         key = "--dump-pp-data"
@@ -104,6 +123,7 @@ def _render(doc: dict, describe: str) -> None:
         f"{sim['peak_memory']:.4g} activation units; emulated steady step {steady:,.1f} ms ({error:+.1%})",
         highlight=False,
     )
+    print_iterations(doc["iterations"], sim["iterations"])
     if doc.get("pp_data"):
         out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/", highlight=False)
 
@@ -112,3 +132,18 @@ def _ms(value: object) -> str:
     if isinstance(value, list):
         return "/".join(f"{x:.4g}" for x in value)
     return f"{value:.4g}"
+
+
+def print_iterations(measured: dict, simulated: dict) -> None:
+    """One line: the steady step over the run's iterations (synchronous or post-validated), measured and
+    simulated (primuspp/sim/iterations.py defines both)."""
+    got, want = measured["steady_step_time"], simulated["steady_step_time"]
+    error = got / want - 1 if want else 0.0
+    opt = measured["optimizer_cost"]
+    cost = f"{opt[0]:.4g}" if len(set(opt)) == 1 else "/".join(f"{x:.4g}" for x in opt)
+    out.print(
+        f"{measured['count']} steps, {measured['mode']}, optimizer step {cost} ms: steady step "
+        f"{got:,.1f} ms (bubble {measured['steady_bubble_rate']:.1%}), simulated {want:,.1f} ms (bubble "
+        f"{simulated['steady_bubble_rate']:.1%}) ({error:+.1%})",
+        highlight=False,
+    )

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, launched, run_table, step_bar
+from primuspp.commands.options import finite_check
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_dir_target, check_writable_dir, default_pp_data_dir, replace_dir
 
@@ -153,6 +154,22 @@ def train(
         Path | None,
         typer.Option("--costs-from", help="With --emulate: costs measured from this pp_data dump."),
     ] = None,
+    post_validation: Annotated[
+        bool,
+        typer.Option(
+            "--post-validation",
+            help="Each rank runs its optimizer step as soon as its own last node is done and starts the next "
+            "step; the global norm / overflow check is validated asynchronously afterwards.",
+        ),
+    ] = False,
+    optimizer_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--optimizer-cost",
+            callback=finite_check(),
+            help="With --emulate: the optimizer step's ms on each rank, after every step (default 0).",
+        ),
+    ] = None,
 ) -> None:
     """Train with a schedule on real processes (gloo on CPU, nccl on GPU).
 
@@ -160,7 +177,14 @@ def train(
     timings go to output/pp_data (Primus' pp_data format; $DUMP_PP_DIR or --dump-pp-data DIR elsewhere,
     --no-dump nowhere), for `primuspp viz output/pp_data` and `primuspp compare`."""
     dump_pp_data = _dump_target(dump_pp_data, no_dump)
-    emulation = {"--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--config": config, "--costs-from": costs_from}
+    emulation = {
+        "--fwd": fwd,
+        "--bwd": bwd,
+        "--wgrad": wgrad,
+        "--config": config,
+        "--costs-from": costs_from,
+        "--optimizer-cost": optimizer_cost,
+    }
     if emulate:
         from primuspp.commands.emulate import train_emulated
 
@@ -169,7 +193,22 @@ def train(
             raise ConfigError(f"{flag}: the emulated cluster computes nothing", key=flag[2:])
         steps = 3 if steps is None else steps
         check_outputs(dump_pp_data)
-        train_emulated(algo, pp, vpp, mb, steps, fwd, bwd, wgrad, config, costs_from, dump_pp_data, json_)
+        train_emulated(
+            algo,
+            pp,
+            vpp,
+            mb,
+            steps,
+            fwd,
+            bwd,
+            wgrad,
+            config,
+            costs_from,
+            dump_pp_data,
+            json_,
+            post_validation=post_validation,
+            optimizer_ms=optimizer_cost,
+        )
         return
     for flag, value in emulation.items():
         if value is not None:

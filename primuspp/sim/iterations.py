@@ -80,10 +80,7 @@ class IterationRun:
 
     @property
     def steady_step_time(self) -> float:
-        ends = self.iteration_ends
-        if len(ends) == 1:
-            return ends[0]
-        return (ends[-1] - ends[0]) / (len(ends) - 1)
+        return steady_step(self.iteration_ends)
 
     @property
     def steady_bubble_rate(self) -> float:
@@ -109,6 +106,14 @@ class IterationRun:
             "steady_bubble_rate": self.steady_bubble_rate,
             "iteration_ends": self.iteration_ends,
         }
+
+
+def steady_step(iteration_ends: Sequence[float]) -> float:
+    """(end of the last iteration - end of the first) / (K - 1): a long run's time per step once the first
+    iteration's fill is paid; with one iteration, its end."""
+    if len(iteration_ends) == 1:
+        return iteration_ends[0]
+    return (iteration_ends[-1] - iteration_ends[0]) / (len(iteration_ends) - 1)
 
 
 def check_iterations(iterations: int, key: str = "--iterations") -> int:
