@@ -123,7 +123,9 @@ def _render(doc: dict, describe: str) -> None:
         f"{sim['peak_memory']:.4g} activation units; emulated steady step {steady:,.1f} ms ({error:+.1%})",
         highlight=False,
     )
-    print_iterations(doc["iterations"], sim["iterations"])
+    laps = doc["iterations"]
+    if laps["post_validation"] or any(laps["optimizer_cost"]):  # asked for by a flag
+        print_iterations(laps, sim["iterations"])
     if doc.get("pp_data"):
         out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/", highlight=False)
 
