@@ -1,7 +1,7 @@
 """Post-validation on the emulated cluster: measured vs simulated steady step time, synchronous and
 post-validated, for zbv, zb-h2 and 1f1b.
 
-    python bench/post_validation.py [--pp 4 8] [--factor 4] [--node 40] [--optimizer 0] [--steps 5]
+    python bench/post_validation.py [--pp 4 8] [--factor 4] [--node 40] [--optimizer 0] [--steps 5] [--spin S]
                                     [--algo zbv zb-h2 1f1b] [--quiet-below 1.5] [--json out.json]
 
 Each case (algorithm, p, m = factor x p) runs `--steps` iterations on the emulated cluster twice
@@ -9,7 +9,9 @@ Each case (algorithm, p, m = factor x p) runs `--steps` iterations on the emulat
 synchronous (after each step a barrier stands for the grad-norm all-reduce, then every rank waits
 `--optimizer` ms) and post-validated (each rank waits its optimizer step as soon as its own last node is
 done, posts the validation all-reduce asynchronously and starts the next step). The same iterations are laid
-out by the simulator (`primuspp.sim.iterations`). Both report the steady step time = (end of the last
+out by the simulator (`primuspp.sim.iterations`) with comm 0 (`sim`) and with the p2p latency measured in the
+emulated run itself (`sim+comm`: the median delay from a producer's end to a waiting consumer's start on
+another rank, as `--costs-from` measures it). Both report the steady step time = (end of the last
 iteration - end of the first) / (steps - 1) and the steady bubble = 1 - mean over ranks of (node +
 optimizer time per step) / steady step (docs/guide.md).
 
@@ -26,13 +28,15 @@ import argparse
 import json
 import os
 import time
+from dataclasses import replace
 
 from rich.console import Console
 from rich.table import Table
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
-from primuspp.runtime.emulate import EmulationSpec, run_emulations
+from primuspp.runtime.emulate import SPIN_S, EmulationSpec, run_emulations
 from primuspp.schedule.costs import CostModel
+from primuspp.sim.calibrate import _comm_latency
 from primuspp.sim.iterations import simulate_iterations
 
 MODES = (("synchronous", False), ("post-validation", True))
@@ -54,6 +58,7 @@ def main() -> None:
     ap.add_argument("--node", type=float, default=40.0, help="ms of every compute node (F = B = W)")
     ap.add_argument("--optimizer", type=float, default=0.0, help="ms of each rank's optimizer step")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--spin", type=float, default=SPIN_S, help="s of each wait spun rather than slept")
     ap.add_argument("--algo", nargs="+", default=["zbv", "zb-h2", "1f1b"])
     ap.add_argument("--quiet-below", type=float, default=None, help="wait for a load average below this")
     ap.add_argument("--json", default=None, help="also write the rows here")
@@ -73,7 +78,9 @@ def main() -> None:
             for mode, post in MODES:
                 cases.append((name, mode, table, costs, post))
         specs = [
-            EmulationSpec(table, costs, args.steps, post_validation=post, optimizer_ms=args.optimizer)
+            EmulationSpec(
+                table, costs, args.steps, spin=args.spin, post_validation=post, optimizer_ms=args.optimizer
+            )
             for _, _, table, costs, post in cases
         ]
         wait_for_quiet(args.quiet_below, console)
@@ -88,6 +95,14 @@ def main() -> None:
             )
             got = run.iterations
             assert got is not None
+            comm, _ = _comm_latency(run.timelines)
+            with_comm = simulate_iterations(
+                table,
+                replace(costs, comm=comm),
+                args.steps,
+                post_validation=post,
+                optimizer_cost=args.optimizer,
+            )
             rows.append(
                 {
                     "algorithm": name,
@@ -100,6 +115,9 @@ def main() -> None:
                     "error": got["steady_step_time"] / sim.steady_step_time - 1,
                     "sim_bubble": sim.steady_bubble_rate,
                     "emulated_bubble": got["steady_bubble_rate"],
+                    "comm_ms": comm,
+                    "sim_comm_steady_ms": with_comm.steady_step_time,
+                    "error_comm": got["steady_step_time"] / with_comm.steady_step_time - 1,
                     "sim_first_ms": sim.first_step_time,
                     "emulated_first_ms": got["first_step_time"],
                     "emulated_iteration_ends_ms": got["iteration_ends"],
@@ -112,6 +130,7 @@ def main() -> None:
         title_justify="left",
     )
     cols = ("algorithm", "p", "v", "m", "mode", "sim ms", "emulated ms", "error", "sim bubble", "emu bubble")
+    cols += ("p2p ms", "sim+comm ms", "error")
     for col in cols:
         t.add_column(col, justify="left" if col in ("algorithm", "mode") else "right")
     for r in rows:
@@ -126,6 +145,9 @@ def main() -> None:
             f"{r['error']:+.2%}",
             f"{r['sim_bubble']:.2%}",
             f"{r['emulated_bubble']:.2%}",
+            f"{r['comm_ms']:.2f}",
+            f"{r['sim_comm_steady_ms']:,.1f}",
+            f"{r['error_comm']:+.2%}",
         )
     console.print(t)
     post = [r for r in rows if r["mode"] == "post-validation"]
