@@ -84,3 +84,27 @@ def test_measured_figures_are_the_simulators_kind(ranks):
         assert all(a < b for a, b in pairwise(ends)) and ends[0] == got["first_step_time"]
         assert got["first_step_time"] >= want["first_step_time"]  # every wait lasts at least its cost
         assert 0.0 <= got["steady_bubble_rate"] < 1.0
+
+
+def test_measured_figures_arithmetic():
+    """Two ranks, two steps, times made up (ns on one clock): iteration ends are the last optimizer end
+    from the earliest start; the steady bubble counts node and optimizer time of the steps after the first."""
+    from primuspp.runtime.emulate import RankIterations
+    from primuspp.runtime.runner import RankStep
+    from primuspp.trace.timeline import Interval
+
+    def step(rank: int, origin_ms: float, busy: list[tuple[float, float]]) -> RankStep:
+        ivs = [Interval("F", 0, rank, 0, a, b) for a, b in busy]
+        return RankStep(rank, ivs, [], 0, origin_ns=int(origin_ms * 1e6))
+
+    ms = 1_000_000
+    per_rank = [
+        RankIterations([step(0, 0, [(0, 6)]), step(0, 8, [(0, 6)])], [(6 * ms, 8 * ms), (14 * ms, 16 * ms)]),
+        RankIterations([step(1, 1, [(1, 4)]), step(1, 9, [(0, 5)])], [(5 * ms, 9 * ms), (14 * ms, 19 * ms)]),
+    ]
+    spec = EmulationSpec(build_schedule("1f1b", 2, None, 1), COSTS, 2, post_validation=True, optimizer_ms=OPT)
+    got = figures(spec, per_rank)
+    assert got["iteration_ends"] == [9.0, 19.0] and got["first_step_time"] == 9.0
+    assert got["steady_step_time"] == 10.0
+    # step 2: rank 0 works 6 + 2, rank 1 works 5 + 5: mean 9 of 10
+    assert got["steady_bubble_rate"] == pytest.approx(0.1)
