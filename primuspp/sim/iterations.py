@@ -41,6 +41,8 @@ from primuspp.schedule.table import ScheduleTable
 DEFAULT_OPTIMIZER_COST = 0.0
 #: the most iterations one run lays out (each is one pass over the table)
 MAX_ITERATIONS = 10_000
+#: the most node times one run keeps (iterations x nodes; ~2.5 us and ~70 bytes each)
+MAX_LAID_OUT = 2_000_000
 
 OptimizerCost = float | Sequence[float]
 
@@ -223,6 +225,14 @@ def simulate_iterations(
     pp = table.pp
     opt = optimizer_per_rank(optimizer_cost, pp)
     compiled = _Compiled(table, costs.for_placement(table.placement))
+    nodes = sum(len(r) for r in compiled.ranks)
+    if iterations * nodes > MAX_LAID_OUT:
+        raise ConfigError(
+            f"--iterations {iterations}: {iterations} x {nodes:,} nodes is more than {MAX_LAID_OUT:,} node "
+            f"times to lay out; give at most {max(1, MAX_LAID_OUT // max(nodes, 1)):,} (the steady step is "
+            "reached after a few iterations)",
+            key="iterations",
+        )
     release = [0.0] * pp
     laid_out = []
     for _ in range(iterations):

@@ -3,6 +3,7 @@ repeats the makespan plus the optimizer step, post-validation overlaps one itera
 one's fill (zbv and zb-h2 at equal costs: no bubble left)."""
 
 import json
+from dataclasses import replace
 from itertools import pairwise
 
 import pytest
@@ -28,17 +29,18 @@ def _table(name: str, pp: int, m: int):
         return None
 
 
+@pytest.mark.parametrize("costs", [UNEVEN, replace(UNEVEN, fb_overlap=0.6)], ids=["uneven", "fb-overlap"])
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
-def test_one_iteration_is_the_simulators(name):
+def test_one_iteration_is_the_simulators(name, costs):
     table = _table(name, 4, 8)
     assert table is not None
-    run = simulate_iterations(table, UNEVEN, 1)
+    run = simulate_iterations(table, costs, 1)
     timing = node_times(
-        table.placement, table.num_microbatches, table.compute_order(), UNEVEN.for_placement(table.placement)
+        table.placement, table.num_microbatches, table.compute_order(), costs.for_placement(table.placement)
     )
     assert run.iterations[0].starts == timing.starts
     assert run.iterations[0].ends == timing.ends
-    metrics = simulate(table, UNEVEN).metrics
+    metrics = simulate(table, costs).metrics
     assert run.first_step_time == pytest.approx(metrics.step_time)
     assert run.steady_step_time == pytest.approx(metrics.step_time)
     assert run.steady_bubble_rate == pytest.approx(metrics.bubble_rate)
@@ -176,3 +178,9 @@ def test_simulate_iterations_cli_refusals(capsys, tmp_path, args, message):
     )
     assert code == 2 and out == "" and err.startswith(message) and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def test_too_many_node_times_are_refused():
+    table = build_schedule("zbv", 8, 2, 32)  # 1,536 compute nodes
+    with pytest.raises(ConfigError, match=r"--iterations 2000: 2000 x 1,536 nodes .* give at most 1,302"):
+        simulate_iterations(table, EQUAL, 2000)
