@@ -5,6 +5,7 @@ close the times come: bench/post_validation.py)."""
 
 from __future__ import annotations
 
+import json
 from itertools import pairwise
 
 import pytest
@@ -108,3 +109,34 @@ def test_measured_figures_arithmetic():
     assert got["steady_step_time"] == 10.0
     # step 2: rank 0 works 6 + 2, rank 1 works 5 + 5: mean 9 of 10
     assert got["steady_bubble_rate"] == pytest.approx(0.1)
+
+
+def test_train_emulate_post_validation_cli(capsys):
+    from primuspp.commands.app import main
+
+    args = ["train", "--emulate", "--algo", "1f1b", "--pp", "2", "--mb", "2", "--fwd", "2", "--bwd", "1"]
+    args += ["--wgrad", "1", "--no-dump", "--steps", "2", "--post-validation", "--optimizer-cost", "1.5"]
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    measured, simulated = doc["iterations"], doc["simulated"]["iterations"]
+    assert set(measured) == set(simulated) and measured["mode"] == simulated["mode"] == "post-validation"
+    assert measured["optimizer_cost"] == simulated["optimizer_cost"] == [1.5, 1.5]
+    assert measured["count"] == 2 and len(measured["iteration_ends"]) == 2
+    assert simulated["first_step_time"] == 2 * (2 + 2) + 2 * 2 + 1.5  # 1f1b p=2 m=2, F=2, BW=2
+    assert len(doc["steps"]) == 2 and "steady_step_time_ms" in doc  # the existing keys stay
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--emulate", "--steps", "1", "--post-validation"], "error: --steps 1: --post-validation overlaps"),
+        (["--optimizer-cost", "2"], "error: --optimizer-cost needs --emulate"),
+        (["--emulate", "--optimizer-cost", "-1"], "error: primuspp train: Invalid value for '--optimizer"),
+    ],
+)
+def test_train_emulate_iteration_flags_refused(capsys, args, message):
+    from primuspp.commands.app import main
+
+    assert main(["train", "--algo", "1f1b", "--pp", "2", "--mb", "2", "--no-dump", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(message) and len(captured.err.strip().splitlines()) == 1
