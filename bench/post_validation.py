@@ -11,8 +11,9 @@ synchronous (after each step a barrier stands for the grad-norm all-reduce, then
 done, posts the validation all-reduce asynchronously and starts the next step). The same iterations are laid
 out by the simulator (`primuspp.sim.iterations`) with comm 0 (`sim`) and with the p2p latency measured in the
 emulated run itself (`sim+comm`: the median delay from a producer's end to a waiting consumer's start on
-another rank, as `--costs-from` measures it). Both report the steady step time = (end of the last
-iteration - end of the first) / (steps - 1) and the steady bubble = 1 - mean over ranks of (node +
+another rank, as `--costs-from` measures it). Both report the steady step time (simulated: (end of the
+last iteration - end of the first) / (steps - 1); measured: the median time from one iteration's end to the
+next, which one stalled step does not move) and the steady bubble = 1 - mean over ranks of (node +
 optimizer time per step) / steady step (docs/guide.md).
 
 Every compute node lasts `--node` ms (an algorithm with v chunks per rank gets F = B = W = v x node, a rank's

@@ -33,6 +33,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from primuspp.runtime.trace import step_timeline
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.table import ScheduleTable
-from primuspp.sim.iterations import optimizer_per_rank, steady_step
+from primuspp.sim.iterations import optimizer_per_rank
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -258,7 +259,11 @@ def measured_iterations(spec: EmulationSpec, per_rank: list[RankIterations]) -> 
     """The run's iterations as `sim.iterations.IterationRun.record` reports simulated ones, measured (ms from
     the earliest rank's first step start): the iteration ends (the last rank's optimizer step done), the
     steady step time and the steady bubble = 1 - mean over ranks of (node time + optimizer time per step,
-    over the steps after the first) / steady step time."""
+    over the steps after the first) / steady step time.
+
+    The steady step is the median of the times from one iteration's end to the next (the simulator's
+    (end K - end 1) / (K - 1) is their mean; they agree once iterations repeat, and the median is not moved
+    by one step that a busy machine stalled)."""
     origins = [r.steps[0].origin_ns for r in per_rank]
     if any(o is None for o in origins):  # a device clock: take each rank's first optimizer start as is
         origins = [r.optimizer[0][0] for r in per_rank]
@@ -266,7 +271,8 @@ def measured_iterations(spec: EmulationSpec, per_rank: list[RankIterations]) -> 
     k = spec.steps
     ends = [max(r.optimizer[i][1] for r in per_rank) for i in range(k)]
     ends_ms = [(e - t0) / 1e6 for e in ends]  # type: ignore[operator]
-    steady = steady_step(ends_ms)
+    gaps = [b - a for a, b in pairwise(ends_ms)]
+    steady = statistics.median(gaps) if gaps else ends_ms[0]
     steady_steps = range(1, k) if k > 1 else range(k)
     work = []
     for r in per_rank:
