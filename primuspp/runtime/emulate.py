@@ -259,7 +259,7 @@ def measured_iterations(spec: EmulationSpec, per_rank: list[RankIterations]) -> 
     """The run's iterations as `sim.iterations.IterationRun.record` reports simulated ones, measured (ms from
     the earliest rank's first step start): the iteration ends (the last rank's optimizer step done), the
     steady step time and the steady bubble = 1 - mean over ranks of (node time + optimizer time per step,
-    over the steps after the first) / steady step time.
+    its median over the steps after the first) / steady step time.
 
     The steady step is the median of the times from one iteration's end to the next (the simulator's
     (end K - end 1) / (K - 1) is their mean; they agree once iterations repeat, and the median is not moved
@@ -276,9 +276,10 @@ def measured_iterations(spec: EmulationSpec, per_rank: list[RankIterations]) -> 
     steady_steps = range(1, k) if k > 1 else range(k)
     work = []
     for r in per_rank:
-        busy = sum(sum(iv.end - iv.start for iv in r.steps[i].intervals) for i in steady_steps)
-        opt = sum((r.optimizer[i][1] - r.optimizer[i][0]) / 1e6 for i in steady_steps)
-        work.append((busy + opt) / len(steady_steps))
+        nodes = [sum(iv.end - iv.start for iv in r.steps[i].intervals) for i in steady_steps]
+        opt = [(r.optimizer[i][1] - r.optimizer[i][0]) / 1e6 for i in steady_steps]
+        per_step = [a + b for a, b in zip(nodes, opt, strict=True)]
+        work.append(statistics.median(per_step))
     return {
         "count": k,
         "mode": "post-validation" if spec.post_validation else "synchronous",
