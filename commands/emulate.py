@@ -13,6 +13,7 @@ from primuspp.config.loader import emulation_costs
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
 from primuspp.sim.engine import simulate
+from primuspp.sim.iterations import simulate_iterations
 
 
 class EmulateBackend:
@@ -33,6 +34,11 @@ class EmulateBackend:
         check_outputs(opts.dump_pp_data)
         if steps < 1:
             raise ConfigError(f"--steps must be >= 1 (got {steps})", key="steps")
+        if opts.post_validation and steps < 2:
+            raise ConfigError(
+                f"--steps {steps}: --post-validation overlaps consecutive steps; give --steps 2 or more",
+                key="steps",
+            )
         given = {"forward": opts.fwd, "backward": opts.bwd, "wgrad": opts.wgrad}
         self.chosen = chosen = emulation_costs(given, opts.config, opts.costs_from)
         table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb, chosen.costs)
@@ -40,7 +46,14 @@ class EmulateBackend:
         from primuspp.runtime.emulate import UNIT_BYTES, EmulationSpec
 
         self.describe = table.describe()
-        return EmulationSpec(table, chosen.costs, steps=steps, unit_bytes=chosen.bytes_per_unit or UNIT_BYTES)
+        return EmulationSpec(
+            table,
+            chosen.costs,
+            steps=steps,
+            unit_bytes=chosen.bytes_per_unit or UNIT_BYTES,
+            post_validation=opts.post_validation,
+            optimizer_ms=opts.optimizer_cost or 0.0,
+        )
 
     def launch(self, spec: Any) -> Any:
         from primuspp.runtime.emulate import run_emulation
@@ -74,6 +87,13 @@ class EmulateBackend:
             "bubble_rate": predicted.bubble_rate,
             "peak_memory": predicted.peak_memory,
             "peak_activation_bytes": [r.peak_memory * spec.unit_bytes for r in predicted.per_rank],
+            "iterations": simulate_iterations(
+                spec.table,
+                spec.costs,
+                spec.steps,
+                post_validation=spec.post_validation,
+                optimizer_cost=spec.optimizer_ms,
+            ).record(),
         }
         return summary
 
@@ -117,6 +137,9 @@ def _render(doc: dict, describe: str) -> None:
         f"({error:+.1%})",
         highlight=False,
     )
+    laps = doc["iterations"]
+    if laps["post_validation"] or any(laps["optimizer_cost"]):  # asked for by a flag
+        print_iterations(laps, sim["iterations"])
     if doc.get("pp_data"):
         out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/", highlight=False)
 
@@ -125,3 +148,18 @@ def _ms(value: object) -> str:
     if isinstance(value, list):
         return "/".join(f"{x:.4g}" for x in value)
     return f"{value:.4g}"
+
+
+def print_iterations(measured: dict, simulated: dict) -> None:
+    """One line: the steady step over the run's iterations (synchronous or post-validated), measured and
+    simulated (primuspp/sim/iterations.py defines both)."""
+    got, want = measured["steady_step_time"], simulated["steady_step_time"]
+    error = got / want - 1 if want else 0.0
+    opt = measured["optimizer_cost"]
+    cost = f"{opt[0]:.4g}" if len(set(opt)) == 1 else "/".join(f"{x:.4g}" for x in opt)
+    out.print(
+        f"{measured['count']} steps, {measured['mode']}, optimizer step {cost} ms: steady step "
+        f"{got:,.1f} ms (bubble {measured['steady_bubble_rate']:.1%}), simulated {want:,.1f} ms (bubble "
+        f"{simulated['steady_bubble_rate']:.1%}) ({error:+.1%})",
+        highlight=False,
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -14,6 +14,38 @@ from primuspp.commands.render import print_refused, results_table
 
 if TYPE_CHECKING:
     from primuspp.commands.model_mode import ModelFlags
+    from primuspp.sim.engine import SimResult
+
+#: the most iterations `--iterations` lays out (primuspp.sim.iterations.MAX_ITERATIONS; not imported here:
+#: `simulate --help` loads no simulator code)
+MAX_ITERATIONS = 10_000
+
+IterationsOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--iterations",
+        callback=o.int_check(1, MAX_ITERATIONS),
+        help="Lay out K consecutive iterations with the optimizer step between them and report the steady "
+        "step time (end of iteration K - end of iteration 1) / (K - 1) and the steady bubble.",
+    ),
+]
+PostValidationOpt = Annotated[
+    bool,
+    typer.Option(
+        "--post-validation",
+        help="With --iterations: each rank runs its optimizer step as soon as its own last node is done and "
+        "starts the next iteration after it (the global norm check is validated afterwards), instead of "
+        "every rank waiting for the slowest.",
+    ),
+]
+OptimizerCostOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--optimizer-cost",
+        callback=o.finite_check(),
+        help="With --iterations: the optimizer step's time on each rank, in the cost unit (default 0).",
+    ),
+]
 
 
 def simulate(
@@ -29,6 +61,9 @@ def simulate(
     mem_limit: o.MemLimitOpt = None,
     costs_from: o.CostsFromOpt = None,
     max_nodes: o.MaxNodesOpt = o.DEFAULT_MAX_NODES,
+    iterations: IterationsOpt = None,
+    post_validation: PostValidationOpt = False,
+    optimizer_cost: OptimizerCostOpt = None,
     out_dir: Annotated[
         Path | None, typer.Option("--out", "-o", help="Results directory (default: the config's output_dir).")
     ] = None,
@@ -61,13 +96,17 @@ def simulate(
 
     With --model (a preset or a config.json) on --gpu (a GPU profile), the costs come from the model: step
     time in ms, tokens/s, TFLOP/s and MFU per GPU, bubble, and each rank's peak memory in bytes against HBM
-    (see docs/plan.md); --costs-from then calibrates the profile's efficiencies on the measured run."""
+    (see docs/plan.md); --costs-from then calibrates the profile's efficiencies on the measured run.
+
+    With --iterations K, each run is also laid out over K iterations (synchronous, or --post-validation)
+    and its steady step time and bubble are shown (docs/guide.md)."""
+    laps = _iterations_request(iterations, post_validation, optimizer_cost)
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
     from primuspp.commands.model_mode import ModelFlags  # here: --help needs no model code
 
     flags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
     if model is not None:
-        _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show)
+        _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show, laps)
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
     from primuspp.config.loader import load_config, run_specs
@@ -88,10 +127,14 @@ def simulate(
         for result in results:
             write_result(result, target)
     summaries = [summary(r) for r in results]
+    if laps is not None:
+        _add_iterations(summaries, results, laps)
     if json_:
         print(json.dumps({"results": summaries, "refused": refused}))
     else:
         out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))
+        if laps is not None:
+            out.print(_iterations_table(summaries, laps))
         print_refused(refused)
     if show:  # with --json, stdout holds the JSON document alone: the drawings go to stderr
         console = err if json_ else out
@@ -110,6 +153,7 @@ def _simulate_model(
     out_dir: Path | None,
     json_: bool,
     show: bool,
+    laps: dict[str, Any] | None = None,
 ) -> None:
     from primuspp.commands import model_mode as mm
     from primuspp.config.loader import load_config
@@ -124,6 +168,8 @@ def _simulate_model(
         for r in runs:
             write_result(r.result, target)
     records = [r.record() for r in runs]
+    if laps is not None:
+        _add_iterations(records, [r.result for r in runs], laps)
     if json_:
         print(json.dumps({**setup.header(), "results": records, "refused": setup.refused}))
     else:
@@ -131,8 +177,87 @@ def _simulate_model(
             out.print(f"[dim]{setup.note}[/dim]", highlight=False, soft_wrap=True)
         out.print(mm.model_table(records, mm.title(setup, f"Projected (results in {target}/)")))
         mm.print_breakdown(records)
+        if laps is not None:
+            out.print(_iterations_table(records, laps, unit=" ms"))
         print_refused(setup.refused)
     if show:
         console = err if json_ else out
         for r in runs:
             console.print(render_timeline(r.result.timeline, console.width))
+
+
+def _iterations_request(
+    iterations: int | None, post_validation: bool, optimizer_cost: float | None
+) -> dict[str, Any] | None:
+    """The --iterations request, or None when none of its flags is given; refused before anything runs."""
+    from primuspp.errors import ConfigError
+
+    if iterations is None:
+        if post_validation:
+            raise ConfigError(
+                "--post-validation: overlaps consecutive iterations; give --iterations K with K >= 2",
+                key="post-validation",
+            )
+        if optimizer_cost is None:
+            return None
+        iterations = 1
+    elif post_validation and iterations < 2:
+        raise ConfigError(
+            f"--iterations {iterations}: --post-validation overlaps consecutive iterations; give K >= 2",
+            key="iterations",
+        )
+    # None: the default (0; with --model the projection's DP sync + optimizer step)
+    return {"iterations": iterations, "post_validation": post_validation, "optimizer_cost": optimizer_cost}
+
+
+def _add_iterations(records: list[dict[str, Any]], results: list[SimResult], laps: dict[str, Any]) -> None:
+    """Each record gains `iterations` (primuspp.sim.iterations.IterationRun.record). Without
+    --optimizer-cost the optimizer step costs 0, or with --model what the projection adds to the pipeline
+    (DP gradient sync + optimizer step), so that one iteration's step time is the projection's."""
+    from primuspp.sim.iterations import DEFAULT_OPTIMIZER_COST, simulate_iterations
+
+    for record, result in zip(records, results, strict=True):
+        cost = laps["optimizer_cost"]
+        if cost is None:
+            cost = record.get("dp_sync_ms", 0.0) + record.get("optimizer_ms", DEFAULT_OPTIMIZER_COST)
+        run = simulate_iterations(
+            result.table,
+            result.costs,
+            laps["iterations"],
+            post_validation=laps["post_validation"],
+            optimizer_cost=cost,
+        )
+        record["iterations"] = run.record()
+
+
+def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any], unit: str = ""):
+    from rich.table import Table
+
+    mode = (
+        "post-validation (each rank steps after its own last node)"
+        if laps["post_validation"]
+        else "synchronous (every rank waits for the slowest, then steps)"
+    )
+    k = laps["iterations"]
+    costs = {r["iterations"]["optimizer_cost"][0] for r in records}
+    cost = f"{costs.pop():.4g}{unit} per rank" if len(costs) == 1 else "per run: its DP sync + optimizer"
+    title = f"{k} iteration{'s' if k != 1 else ''}, {mode}, optimizer step {cost}"
+    table = Table(title=title, title_justify="left")
+    table.add_column("name", no_wrap=True)
+    for col in ("first step", "steady step", "steady bubble", "vs first"):
+        table.add_column(col, justify="right", no_wrap=True)
+    for r in records:
+        it = r["iterations"]
+        first, steady = it["first_step_time"], it["steady_step_time"]
+        table.add_row(
+            r["name"],
+            _num(first),
+            _num(steady),
+            f"{it['steady_bubble_rate']:.2%}",
+            f"{steady / first - 1:+.2%}" if first else "n/a",
+        )
+    return table
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"

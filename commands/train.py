@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from primuspp.commands.launching import launched
+from primuspp.commands.options import finite_check
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_dir_target, check_writable_dir, default_pp_data_dir, replace_dir
 from primuspp.runtime.backend import TrainBackend, TrainOptions
@@ -210,6 +211,22 @@ def train(
         Path | None,
         typer.Option("--costs-from", help="With --emulate: costs measured from this pp_data dump."),
     ] = None,
+    post_validation: Annotated[
+        bool,
+        typer.Option(
+            "--post-validation",
+            help="Each rank runs its optimizer step as soon as its own last node is done and starts the next "
+            "step; the global norm / overflow check is validated asynchronously afterwards.",
+        ),
+    ] = False,
+    optimizer_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--optimizer-cost",
+            callback=finite_check(),
+            help="With --emulate: the optimizer step's ms on each rank, after every step (default 0).",
+        ),
+    ] = None,
 ) -> None:
     """Train with a schedule on real processes (gloo on CPU, nccl on GPU).
 
@@ -290,7 +307,7 @@ def at_least(values: dict[str, int | None], low: int = 1) -> None:
 
 
 #: flags only the emulated cluster reads
-EMULATION_FLAGS = ("fwd", "bwd", "wgrad", "config", "costs_from")
+EMULATION_FLAGS = ("fwd", "bwd", "wgrad", "config", "costs_from", "optimizer_cost")
 
 
 def refuse_megatron_only(opts: TrainOptions, where: str) -> None:

@@ -14,6 +14,14 @@ is negative, leaves more behind in the weight-grad store, as split layers do); W
 OFFLOAD/RELOAD move it like real activations. A dump then carries a memory curve in bytes.
 
 `run_emulation(spec)` launches one process per rank and returns one measured Timeline per step.
+
+Between two steps each rank runs its optimizer step (a wait of `optimizer_ms`, 0 by default) as the
+simulator lays out iterations (primuspp/sim/iterations.py): synchronously (a barrier stands for the global
+grad-norm all-reduce, every rank waits for the slowest, then steps) or, with `post_validation`, as soon as
+its own last node is done: it posts the validation all-reduce asynchronously (on a process group of its own,
+checked before its next optimizer step; clipping and overflow never trigger here, so nothing is rolled back)
+and starts the next step at once. `EmulatedRun.iterations` then holds the measured iteration ends, steady
+step time and steady bubble, defined as the simulator defines them.
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 
 from primuspp.runtime.executor import Cell, TensorSpec
 from primuspp.runtime.launch import WorkerContext, launch
@@ -39,6 +49,7 @@ from primuspp.runtime.trace import step_timeline
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.table import ScheduleTable
+from primuspp.sim.iterations import optimizer_per_rank
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -172,13 +183,16 @@ def _noop() -> None:
 
 @dataclass(frozen=True)
 class EmulationSpec:
-    """An emulated run: the table, the cost model (ms, activation units), the steps."""
+    """An emulated run: the table, the cost model (ms, activation units), the steps, and between steps the
+    optimizer step (ms: one value, or one per rank), synchronous or post-validated (see the module doc)."""
 
     table: ScheduleTable
     costs: CostModel
     steps: int = 3
     unit_bytes: int = UNIT_BYTES
     spin: float = SPIN_S
+    post_validation: bool = False
+    optimizer_ms: float | tuple[float, ...] = 0.0
 
 
 def _precise_timers() -> None:
@@ -188,25 +202,97 @@ def _precise_timers() -> None:
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(29, 1)  # PR_SET_TIMERSLACK
 
 
-def emulate_worker(ctx: WorkerContext, spec: EmulationSpec) -> list[RankStep]:
-    """Run `spec.steps` emulated steps on rank `ctx.rank`; report ("step", i, 0.0, ms) after each."""
+@dataclass
+class RankIterations:
+    """One rank's run: its steps, and after each its optimizer step (start, end: perf_counter ns, the
+    host's monotonic clock, which every process on the host shares)."""
+
+    steps: list[RankStep]
+    optimizer: list[tuple[int, int]]
+
+
+def emulate_iterations_worker(ctx: WorkerContext, spec: EmulationSpec) -> RankIterations:
+    """Run `spec.steps` emulated steps on rank `ctx.rank`, each followed by the optimizer step (see the
+    module doc); report ("step", i, 0.0, ms) after each step."""
     _precise_timers()
+    table = spec.table
     ex = EmulatedExecutor(
-        spec.table, ctx.rank, spec.costs, unit_bytes=spec.unit_bytes, spin=spec.spin, device=ctx.device
+        table, ctx.rank, spec.costs, unit_bytes=spec.unit_bytes, spin=spec.spin, device=ctx.device
     )
-    p2p = P2P() if spec.table.pp > 1 else None
-    runner = ScheduleRunner(spec.table, ctx.rank, ex, p2p=p2p, meter=ActivationMeter(), check=False)
-    steps = []
+    p2p = P2P() if table.pp > 1 else None
+    runner = ScheduleRunner(table, ctx.rank, ex, p2p=p2p, meter=ActivationMeter(), check=False)
+    optimizer_s = optimizer_per_rank(spec.optimizer_ms, table.pp, "optimizer_ms")[ctx.rank] / 1000.0
+    # the validation all-reduce gets a group of its own: it runs while the next step's p2p does
+    validation = dist.new_group(backend="gloo") if spec.post_validation and p2p is not None else None
+    pending = None
+    steps, windows = [], []
     for i in range(spec.steps):
-        measured = runner.step()
+        measured = runner.step(sync_start=i == 0)  # later steps start when the optimizer step is done
         steps.append(measured)
         ctx.report(("step", i, 0.0, max((iv.end for iv in measured.intervals), default=0.0)))
-    return steps
+        if spec.post_validation:
+            if pending is not None:  # the previous step's validation is in before this rank steps again
+                pending.wait()
+            start = time.perf_counter_ns()
+            if validation is not None:  # this rank's partial grad-norm^2 and overflow flag, summed
+                pending = dist.all_reduce(torch.zeros(2), group=validation, async_op=True)
+        else:
+            if p2p is not None:  # the global grad-norm all-reduce: every rank waits for the slowest
+                p2p.barrier()
+            start = time.perf_counter_ns()
+        if optimizer_s > 0:
+            wait_until(start / 1e9 + optimizer_s, spec.spin)
+        windows.append((start, time.perf_counter_ns()))
+    if pending is not None:
+        pending.wait()
+    return RankIterations(steps, windows)
 
 
-def emulate_many_worker(ctx: WorkerContext, specs: list[EmulationSpec]) -> list[list[RankStep]]:
+def emulate_worker(ctx: WorkerContext, spec: EmulationSpec) -> list[RankStep]:
+    """Run `spec.steps` emulated steps on rank `ctx.rank`; report ("step", i, 0.0, ms) after each."""
+    return emulate_iterations_worker(ctx, spec).steps
+
+
+def emulate_many_worker(ctx: WorkerContext, specs: list[EmulationSpec]) -> list[RankIterations]:
     """Several emulated runs one after the other in one process group (saves the start-up per run)."""
-    return [emulate_worker(ctx, spec) for spec in specs]
+    return [emulate_iterations_worker(ctx, spec) for spec in specs]
+
+
+def measured_iterations(spec: EmulationSpec, per_rank: list[RankIterations]) -> dict[str, Any]:
+    """The run's iterations as `sim.iterations.IterationRun.record` reports simulated ones, measured (ms from
+    the earliest rank's first step start): the iteration ends (the last rank's optimizer step done), the
+    steady step time and the steady bubble = 1 - mean over ranks of (node time + optimizer time per step,
+    its median over the steps after the first) / steady step time.
+
+    The steady step is the median of the times from one iteration's end to the next (the simulator's
+    (end K - end 1) / (K - 1) is their mean; they agree once iterations repeat, and the median is not moved
+    by one step that a busy machine stalled)."""
+    origins = [r.steps[0].origin_ns for r in per_rank]
+    if any(o is None for o in origins):  # a device clock: take each rank's first optimizer start as is
+        origins = [r.optimizer[0][0] for r in per_rank]
+    t0 = min(origins)  # type: ignore[type-var]
+    k = spec.steps
+    ends = [max(r.optimizer[i][1] for r in per_rank) for i in range(k)]
+    ends_ms = [(e - t0) / 1e6 for e in ends]  # type: ignore[operator]
+    gaps = [b - a for a, b in pairwise(ends_ms)]
+    steady = statistics.median(gaps) if gaps else ends_ms[0]
+    steady_steps = range(1, k) if k > 1 else range(k)
+    work = []
+    for r in per_rank:
+        nodes = [sum(iv.end - iv.start for iv in r.steps[i].intervals) for i in steady_steps]
+        opt = [(r.optimizer[i][1] - r.optimizer[i][0]) / 1e6 for i in steady_steps]
+        per_step = [a + b for a, b in zip(nodes, opt, strict=True)]
+        work.append(statistics.median(per_step))
+    return {
+        "count": k,
+        "mode": "post-validation" if spec.post_validation else "synchronous",
+        "post_validation": spec.post_validation,
+        "optimizer_cost": list(optimizer_per_rank(spec.optimizer_ms, spec.table.pp, "optimizer_ms")),
+        "first_step_time": ends_ms[0],
+        "steady_step_time": steady,
+        "steady_bubble_rate": 1.0 - sum(work) / len(work) / steady if steady > 0 else 0.0,
+        "iteration_ends": ends_ms,
+    }
 
 
 @dataclass
@@ -215,6 +301,8 @@ class EmulatedRun:
     timelines: list[Timeline]
     #: per step: the slowest rank's runner step (RankStep.wall_ms)
     wall_ms: list[float] = field(default_factory=list)
+    #: `measured_iterations` (None when the run was assembled from steps alone)
+    iterations: dict[str, Any] | None = None
 
     def step_times(self) -> list[float]:
         from primuspp.trace.metrics import timeline_metrics
@@ -234,7 +322,9 @@ class EmulatedRun:
         steps = [
             StepSummary.measure(i, tl, w) for i, (tl, w) in enumerate(zip(self.timelines, walls, strict=True))
         ]
-        extra = {"costs": costs_record(self.spec.costs), "unit_bytes": self.spec.unit_bytes}
+        extra: dict[str, Any] = {"costs": costs_record(self.spec.costs), "unit_bytes": self.spec.unit_bytes}
+        if self.iterations is not None:
+            extra["iterations"] = self.iterations
         return RunSummary("emulate", self.spec.table.record(), steps, extra=extra)
 
 
@@ -258,11 +348,16 @@ def run_emulation(
     name: str | None = None,
 ) -> EmulatedRun | None:
     """Emulate `spec` on `table.pp` spawned ranks (under torchrun: this rank; only rank 0 gets the run)."""
-    per_rank = launch(emulate_worker, spec.table.pp, spec, on_report=on_report)
+    per_rank = launch(emulate_iterations_worker, spec.table.pp, spec, on_report=on_report)
     if per_rank is None:  # a non-zero rank under torchrun
         return None
+    return _emulated_run(spec, per_rank, name or spec.table.algorithm)
+
+
+def _emulated_run(spec: EmulationSpec, per_rank: list[RankIterations], name: str) -> EmulatedRun:
+    steps = [r.steps for r in per_rank]
     return EmulatedRun(
-        spec, emulated_timelines(spec, per_rank, name or spec.table.algorithm), _walls(per_rank)
+        spec, emulated_timelines(spec, steps, name), _walls(steps), measured_iterations(spec, per_rank)
     )
 
 
@@ -278,9 +373,7 @@ def run_emulations(specs: list[EmulationSpec], names: list[str] | None = None) -
         return None
     names = names or [spec.table.algorithm for spec in specs]
     return [
-        EmulatedRun(spec, emulated_timelines(spec, runs, names[i]), _walls(runs))
-        for i, spec in enumerate(specs)
-        for runs in ([per_rank[i] for per_rank in results],)
+        _emulated_run(spec, [per_rank[i] for per_rank in results], names[i]) for i, spec in enumerate(specs)
     ]
 
 
