@@ -116,6 +116,18 @@ def train(
             "e.g. --megatron overlap_grad_reduce=true.",
         ),
     ] = None,
+    clip_grad: Annotated[
+        float | None,
+        typer.Option("--clip-grad", help="Clip the global gradient norm to this (default: no clipping)."),
+    ] = None,
+    post_validation: Annotated[
+        bool,
+        typer.Option(
+            "--post-validation",
+            help="Step each rank's optimizer as soon as its last W is done; check the global norm and "
+            "overflow afterwards, rolling the step back where clipping or a skip applies.",
+        ),
+    ] = False,
     json_: Annotated[
         bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
     ] = False,
@@ -164,8 +176,10 @@ def train(
     if emulate:
         from primuspp.commands.emulate import train_emulated
 
-        if verify or inject_fault:
-            flag = "--verify" if verify else "--inject-fault"
+        given = {"--verify": verify, "--inject-fault": inject_fault, "--post-validation": post_validation}
+        given["--clip-grad"] = clip_grad is not None
+        flag = next((f for f, on in given.items() if on), None)
+        if flag is not None:
             raise ConfigError(f"{flag}: the emulated cluster computes nothing", key=flag[2:])
         steps = 3 if steps is None else steps
         check_outputs(dump_pp_data)
@@ -198,6 +212,8 @@ def train(
             dump_pp_data=dump_pp_data,
             json_=json_,
             fault=_parse_save_fault(inject_fault) if inject_fault else None,
+            clip_grad=clip_grad,
+            post_validation=post_validation,
         )
         return
     for key, value in (
@@ -252,6 +268,8 @@ def train(
         lr=lr,
         seed=seed,
         fault=fault,
+        clip_grad=clip_grad,
+        post_validation=post_validation,
     )
     with step_bar(f"training {table.describe()}", steps) as update:
 
@@ -366,6 +384,8 @@ def _train_megatron(
     dump_pp_data: Path | None,
     json_: bool,
     fault: tuple[int, int] | None,
+    clip_grad: float | None = None,
+    post_validation: bool = False,
 ) -> None:
     for key, value, low in (
         ("steps", steps, 1),
@@ -382,6 +402,8 @@ def _train_megatron(
         raise ConfigError("--save-interval needs --save DIR", key="save-interval")
     if not 0 < lr < float("inf"):
         raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
+    if clip_grad is not None and not 0 < clip_grad < float("inf"):
+        raise ConfigError(f"--clip-grad {clip_grad}: expected a finite number > 0", key="clip-grad")
     check_outputs(dump_pp_data, save)
 
     from primuspp.backends.megatron import require
@@ -410,6 +432,8 @@ def _train_megatron(
         ddp=ddp_settings,
         fault=("save", fault[1]) if fault else None,
         fault_rank=fault[0] if fault else 0,
+        clip_grad=clip_grad,
+        post_validation=post_validation,
     )
     label = f"training {table.algorithm} (p={table.pp}, v={table.vpp}, m={table.num_microbatches})"
     with step_bar(label, steps) as update:

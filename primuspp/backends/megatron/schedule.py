@@ -166,7 +166,10 @@ class PipelineSchedule:
         dump_dir: str | os.PathLike[str] | None = None,
         track_memory: bool = True,
         on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
+        post_validation: bool = False,
     ) -> None:
+        #: post-validated optimizer steps (runtime/post_validation): no barrier before a step
+        self.sync_start = not post_validation
         self._tables: dict[tuple[int, int, int], ScheduleTable] = {}
         self._fixed = isinstance(algorithm, ScheduleTable)
         if isinstance(algorithm, ScheduleTable):  # a prebuilt table: the only one this schedule runs
@@ -304,7 +307,7 @@ class PipelineSchedule:
             config.timers("forward-backward", log_level=1).start(barrier=config.barrier_with_L1_time)
         sync.disable()
         try:
-            measured = state.runner.step()
+            measured = state.runner.step(sync_start=self.sync_start)
         finally:
             sync.enable()
             state.executor.call = None
@@ -446,6 +449,7 @@ def install(
     dump_pp_data: bool | str | os.PathLike[str] | None = None,
     track_memory: bool = True,
     on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
+    post_validation: bool = False,
     **params: Any,
 ) -> PipelineSchedule:
     """Make megatron-core's `get_forward_backward_func()` return primuspp's schedule for `algorithm` (a
@@ -469,7 +473,12 @@ def install(
         dump_dir = dump_pp_data  # type: ignore[assignment]
     try:
         schedule = PipelineSchedule(
-            algorithm, params=params, dump_dir=dump_dir, track_memory=track_memory, on_step=on_step
+            algorithm,
+            params=params,
+            dump_dir=dump_dir,
+            track_memory=track_memory,
+            on_step=on_step,
+            post_validation=post_validation,
         )
     except ScheduleError as err:
         raise ConfigError(f"pp_algorithm: {err}", key="pp_algorithm") from None

@@ -23,6 +23,7 @@ from primuspp.backends.megatron import checkpoint
 from primuspp.backends.megatron.data import StepData, make_stream
 from primuspp.backends.megatron.model import GPTSpec, forward_step, rank_chunks, stage_name
 from primuspp.runtime.launch import WorkerContext
+from primuspp.runtime.post_validation import StepValidator
 from primuspp.runtime.runner import RankStep
 from primuspp.schedule.table import ScheduleTable
 
@@ -47,6 +48,12 @@ class TrainSpec:
     #: ("save", step): the rank `fault_rank` kills itself right after writing its file of that save (tests)
     fault: tuple[str, int] | None = None
     fault_rank: int = 0
+    #: clip the global gradient norm to this (None: no clipping)
+    clip_grad: float | None = None
+    #: step each rank as soon as its last W is done, check norm and overflow after (runtime/post_validation)
+    post_validation: bool = False
+    #: (rank, step) where one gradient entry becomes inf before the optimizer step (overflow tests)
+    inject_inf: tuple[int, int] | None = None
 
     @property
     def tokens_per_step(self) -> int:
@@ -59,6 +66,8 @@ class StepRecord:
     loss: float  # this rank's share of the step loss (mean over microbatches; 0 where no loss is computed)
     measured: RankStep
     wall_ms: float  # the whole step on this rank: schedule, grad finalisation, optimizer
+    #: what the optimizer step did (runtime/post_validation's outcomes); None without clipping/validation
+    outcome: str | None = None
 
 
 def setup_parallel(pp: int, vpp: int, device: torch.device) -> None:
@@ -164,12 +173,23 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
         meta = checkpoint.read_meta(ckpt)
         _restore(named, opt, checkpoint.load_states(ckpt))
         start, position = int(meta["step"]), int(meta["data_position"])
-    schedule = install(table, track_memory=spec.track_memory)
-    records = []
+    schedule = install(table, track_memory=spec.track_memory, post_validation=spec.post_validation)
+    validator = None
+    if spec.post_validation or spec.clip_grad is not None:
+        validator = StepValidator(
+            [p for _, p in named],
+            opt.step,
+            optimizer=opt,
+            clip_grad=spec.clip_grad,
+            post=spec.post_validation,
+        )
+    records: list[StepRecord] = []
     m, mbs = table.num_microbatches, spec.micro_batch_size
     try:
         for step in range(start, spec.steps):
             t0 = time.perf_counter()
+            if validator is not None:
+                validator.finish()  # post-validated: the last step's check, before its gradients are zeroed
             for d in ddps:
                 d.zero_grad_buffer()
             data = StepData(stream, position, m, mbs)
@@ -184,9 +204,14 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             )
             for _, p in named:
                 p.grad = p.main_grad
-            opt.step()
-            for _, p in named:
-                p.grad = None
+            if spec.inject_inf == (ctx.rank, step):
+                named[0][1].grad.view(-1)[0] = float("inf")
+            if validator is None:
+                opt.step()
+                for _, p in named:
+                    p.grad = None
+            else:
+                validator.step()
             position = data.end
             loss = sum(float(x["lm loss"]) for x in store) / m
             wall = (time.perf_counter() - t0) * 1000
@@ -198,7 +223,13 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             if spec.save is not None and (
                 done == spec.steps or (spec.save_interval and done % spec.save_interval == 0)
             ):
+                if validator is not None:  # a checkpoint holds validated weights only
+                    validator.finish()
                 _save(ctx, spec, done, position, named, opt)
+        if validator is not None:
+            validator.finish()
+            for record, outcome in zip(records, validator.outcomes, strict=True):
+                record.outcome = outcome
     finally:
         uninstall()
     return records

@@ -11,6 +11,7 @@ from typing import Any
 from primuspp.backends.torch.train import StepRecord, TrainSpec, reference_run, train_worker
 from primuspp.backends.torch.verify import VerifyReport, compare, step_losses
 from primuspp.runtime.launch import StepProgress, launch, under_torchrun
+from primuspp.runtime.post_validation import POST_OUTCOMES
 from primuspp.runtime.trace import step_timeline
 from primuspp.trace.metrics import step_record
 from primuspp.trace.pp_data import write_pp_data
@@ -23,6 +24,8 @@ class TrainingRun:
     losses: list[float]
     timelines: list[Timeline]
     verify: VerifyReport | None = None
+    #: each step's optimizer outcome (runtime/post_validation), the same on every rank; None: plain SGD
+    outcomes: list[str | None] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The `--json` document (without the verify part, which the caller adds)."""
@@ -46,7 +49,13 @@ class TrainingRun:
             },
             "steps": steps,
             "verify": self.verify.to_dict() if self.verify is not None else None,
+            **self._post_validation(),
         }
+
+    def _post_validation(self) -> dict[str, Any]:
+        if not self.spec.post_validation or self.outcomes is None:
+            return {}
+        return {"post_validation": {k: self.outcomes.count(k) for k in POST_OUTCOMES}}
 
 
 def run_training(
@@ -72,7 +81,8 @@ def run_training(
         for i in range(spec.steps)
     ]
     report = compare(per_rank, reference_run(spec)) if verify else None
-    return TrainingRun(spec, step_losses(per_rank), timelines, report)
+    outcomes = [r.outcome for r in per_rank[0]]
+    return TrainingRun(spec, step_losses(per_rank), timelines, report, outcomes)
 
 
 def dump_pp_data(run: TrainingRun, directory: Path) -> None:
