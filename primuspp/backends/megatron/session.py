@@ -17,6 +17,7 @@ from primuspp.backends.megatron.model import split_layers
 from primuspp.backends.megatron.train import StepRecord, TrainSpec, train_worker
 from primuspp.errors import ConfigError
 from primuspp.runtime.launch import StepProgress, launch, under_torchrun
+from primuspp.runtime.post_validation import POST_OUTCOMES
 from primuspp.runtime.trace import step_timeline
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.pp_data import write_pp_data
@@ -102,6 +103,8 @@ class TrainingRun:
     losses: list[float]
     wall_ms: list[float]  # per step: the slowest rank's whole step (schedule, grad sync, optimizer)
     timelines: list[Timeline]
+    #: each step's optimizer outcome (runtime/post_validation), the same on every rank; None: plain Adam
+    outcomes: list[str | None] | None = None
 
     def summary(self) -> dict[str, Any]:
         """The `--json` document."""
@@ -137,7 +140,13 @@ class TrainingRun:
             "bubble_rate": sum(r["bubble_rate"] for r in steady) / len(steady),
             "peak_activation_bytes": peaks,
             "steps": rows,
+            **self._post_validation(),
         }
+
+    def _post_validation(self) -> dict[str, Any]:
+        if not self.spec.post_validation or self.outcomes is None:
+            return {}
+        return {"post_validation": {k: self.outcomes.count(k) for k in POST_OUTCOMES}}
 
 
 def run_training(
@@ -170,7 +179,8 @@ def run_training(
         )
         for i, s in enumerate(steps)
     ]
-    return TrainingRun(spec, steps, losses, wall, timelines)
+    outcomes = [records.outcome for records in per_rank[0]]
+    return TrainingRun(spec, steps, losses, wall, timelines, outcomes)
 
 
 def dump_pp_data(run: TrainingRun, directory: Path) -> None:
