@@ -355,8 +355,18 @@ def _render(doc: dict, describe: str) -> None:
             f"({v['steps']} steps, {v['tensors']} gradient tensors"
             + (f"; largest: {v['worst_tensor']})" if v["max_rel_grad_diff"] > 0 else ")")
         )
+    _render_post_validation(doc)
     if doc.get("pp_data"):
         out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
+
+
+def _render_post_validation(doc: dict) -> None:
+    pv = doc.get("post_validation")
+    if pv is not None:
+        out.print(
+            f"post-validation: {pv['validated']} validated, {pv['rolled_back']} rolled back and redone "
+            f"with clipping, {pv['skipped']} skipped (overflow)"
+        )
 
 
 # -- backend megatron ------------------------------------------------------------------------------------
@@ -485,6 +495,7 @@ def _render_megatron(doc: dict, describe: str) -> None:
         f"{doc['tokens_per_s']:,.0f} tokens/s"
     )
     out.print("peak activation per rank (MiB): " + " ".join(_mb(b) for b in doc["peak_activation_bytes"]))
+    _render_post_validation(doc)
     if doc.get("pp_data"):
         out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
     if doc.get("checkpoint"):
