@@ -103,8 +103,10 @@ class StepValidator:
     `params` are what the update changes (in the optimizer's order); `update()` applies the optimizer to
     their `.grad` (e.g. `optimizer.step`); `optimizer` (optional) is the one whose state a rollback restores.
     `counted[i]` says whether params[i]'s gradient counts in the norm (False for a replica holding a copy
-    another stage counts). Every rank of `group` (default: a new gloo group of the whole world, created
-    here, collectively) must build its validator at the same point and call `step()` once per iteration.
+    another stage counts). `clone_grads`: keep copies of the gradients for a redo, for callers that reuse
+    their gradient buffers before `finish()` (Megatron-LM zeroes DDP's buffers before the next forward).
+    Every rank of `group` (default: a new gloo group of the whole world, created here, collectively) must
+    build its validator at the same point and call `step()` once per iteration.
 
     Per iteration: `step()` once the rank's gradients are final (each param's `.grad` set); then, before
     the next iteration touches the parameters, `finish()` (a no-op in synchronous mode, where `step()`
@@ -121,6 +123,7 @@ class StepValidator:
         counted: Sequence[bool] | None = None,
         scaler: Any = None,
         group: Any = None,
+        clone_grads: bool = False,
     ) -> None:
         self.params = list(params)
         self.update = update
@@ -131,6 +134,7 @@ class StepValidator:
         if len(self.counted) != len(self.params):
             raise ValueError(f"counted has {len(self.counted)} entries for {len(self.params)} params")
         self.scaler = scaler
+        self.clone_grads = clone_grads
         self.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if group is None and self.distributed:
             group = dist.new_group(backend="gloo")
@@ -171,6 +175,8 @@ class StepValidator:
             pending.params = [p.detach().clone() for p in self.params]
             pending.state = self._save_state()
             self._unscale(grads, inv_scale)
+            if self.clone_grads:  # the caller zeroes its gradient buffers before finish()
+                pending.grads = [g.detach().clone() if g is not None else None for g in grads]
             self.update()
         self._clear_grads()
         self._pending = pending

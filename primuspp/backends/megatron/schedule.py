@@ -168,8 +168,10 @@ class PipelineSchedule:
         on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
         post_validation: bool = False,
     ) -> None:
-        #: post-validated optimizer steps (runtime/post_validation): no barrier before a step
+        #: post-validated optimizer steps (runtime/post_validation): no barrier before a step, and each
+        #: registered `StepValidator` finishes its pending check before a call touches the parameters
         self.sync_start = not post_validation
+        self.validators: list[Any] = []
         self._tables: dict[tuple[int, int, int], ScheduleTable] = {}
         self._fixed = isinstance(algorithm, ScheduleTable)
         if isinstance(algorithm, ScheduleTable):  # a prebuilt table: the only one this schedule runs
@@ -242,6 +244,8 @@ class PipelineSchedule:
         from megatron.core import parallel_state
         from megatron.core.utils import get_model_config
 
+        for validator in self.validators:  # the last optimizer step is final before the weights are read
+            validator.finish()
         models = list(model) if isinstance(model, list | tuple) else [model]
         if adjust_tensor_shapes_fn is not None:
             raise ConfigError("adjust_tensor_shapes_fn is not supported by primuspp's schedule")
@@ -458,7 +462,11 @@ def install(
     `dump_pp_data`: True writes Primus pp_data to `$DUMP_PP_DIR` (default `output/pp_data`), a path writes
     there. `params` go to the algorithm (e.g. `max_mem` for v-auto). Also routes Megatron's Column/Row
     parallel linears through the B/W split. Returns the installed function (its `last_step` holds this
-    rank's measurements). Call before `megatron.training` is imported (it binds the name at import)."""
+    rank's measurements). `post_validation=True`: steps start without a barrier, and each call first
+    finishes the pending check of the post-validated optimizer steps registered in its `validators`
+    (`runtime.post_validation.StepValidator`, built with `clone_grads=True` since Megatron-LM zeroes the
+    gradient buffers before the call). Call before `megatron.training` is imported (it binds the name at
+    import)."""
     from primuspp.backends.megatron import require
 
     require()  # quietly: megatron warns about every optional extension it does not find

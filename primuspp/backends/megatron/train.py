@@ -182,14 +182,14 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             optimizer=opt,
             clip_grad=spec.clip_grad,
             post=spec.post_validation,
+            clone_grads=True,  # the schedule finishes it after zero_grad_buffer, as in Megatron-LM
         )
+        schedule.validators.append(validator)
     records: list[StepRecord] = []
     m, mbs = table.num_microbatches, spec.micro_batch_size
     try:
         for step in range(start, spec.steps):
             t0 = time.perf_counter()
-            if validator is not None:
-                validator.finish()  # post-validated: the last step's check, before its gradients are zeroed
             for d in ddps:
                 d.zero_grad_buffer()
             data = StepData(stream, position, m, mbs)
