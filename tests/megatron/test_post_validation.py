@@ -85,3 +85,67 @@ def test_cli_reports_post_validation(capsys):
     assert code == 0, captured.err
     doc = json.loads(captured.out)
     assert doc["post_validation"] == {"validated": 0, "rolled_back": 3, "skipped": 0}
+
+
+SCALE_STEPS = 5
+
+
+def scaler_worker(ctx, job: tuple[bool, float, tuple[int, int] | None]) -> tuple:
+    """Adam on one Linear per rank, gradients of a scaled loss (times the scaler's scale, an inf where
+    asked), Megatron's DynamicGradScaler: (parameters, scale after each step, outcomes, norms, squared
+    true norms, final scale)."""
+    import torch
+    from megatron.core.optimizer import grad_scaler
+
+    from primuspp.backends.megatron import cpu
+    from primuspp.runtime.post_validation import StepValidator
+
+    post, clip, inf_at = job
+    grad_scaler.torch = cpu._TORCH_ON_CPU  # its scale tensors on the CPU, as the CPU backend does for DDP
+    scaler = grad_scaler.DynamicGradScaler(2.0**12, 1.0, 2.0, 0.5, growth_interval=2, hysteresis=1)
+    torch.manual_seed(ctx.rank)
+    layer = torch.nn.Linear(4, 3)
+    params = list(layer.parameters())
+    opt = torch.optim.Adam(params, lr=0.1)
+    validator = StepValidator(params, opt.step, optimizer=opt, clip_grad=clip, post=post, scaler=scaler)
+    scales, true_sumsq = [], []
+    for step in range(SCALE_STEPS):
+        validator.finish()
+        gen = torch.Generator().manual_seed(100 * step + ctx.rank)
+        grads = [torch.randn(p.shape, generator=gen) for p in params]
+        true_sumsq.append(sum(float(g.double().square().sum()) for g in grads))
+        scale = float(scaler.scale.item())
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g * scale
+        if inf_at == (ctx.rank, step):
+            params[0].grad.view(-1)[0] = float("inf")
+        validator.step()
+        scales.append(float(scaler.scale.item()))  # synchronous: updated by this step (post: at finish())
+    validator.finish()
+    final = [p.detach().clone() for p in params]
+    return final, scales, validator.outcomes, validator.norms, true_sumsq, float(scaler.scale.item())
+
+
+def test_loss_scaling_and_overflow_with_megatron_grad_scaler():
+    jobs = [(post, clip, inf) for inf in (None, (1, 2)) for clip in (None, 1.0) for post in (False, True)]
+    results = launch(run_jobs, 2, [(scaler_worker, job) for job in jobs])
+    by_job = {job: [per_rank[i] for per_rank in results] for i, job in enumerate(jobs)}
+    for (post, clip, inf), per_rank in by_job.items():
+        if not post:
+            continue
+        sync = by_job[False, clip, inf]
+        for rank, (got, want) in enumerate(zip(per_rank, sync, strict=True)):
+            assert all(a.equal(b) for a, b in zip(got[0], want[0], strict=True)), (clip, inf, rank)
+            assert got[5] == want[5]  # the same final loss scale
+        outcomes = per_rank[0][2]
+        assert all(r[2] == outcomes for r in per_rank)
+        # the norm decided on is the unscaled gradients' (both ranks' partials summed)
+        totals = [sum(r[4][s] for r in per_rank) for s in range(SCALE_STEPS)]
+        for s, norm in enumerate(per_rank[0][3]):
+            if outcomes[s] != "skipped":
+                assert abs(norm - totals[s] ** 0.5) <= 1e-9 * norm
+        if inf is not None:
+            assert outcomes[inf[1]] == "skipped"
+            assert sync[0][1][inf[1]] == sync[0][1][inf[1] - 1] / 2  # the scale backed off at the overflow
+        if clip is not None:
+            assert "rolled_back" in outcomes
