@@ -49,16 +49,18 @@ def local_partials(grads: Sequence[torch.Tensor | None], inv_scale: float | None
 
     `inv_scale` multiplies the gradients first (a loss scaler's 1/scale); the flag is 1 when the sum is
     inf or NaN, which is the case exactly when some entry is."""
-    total = torch.zeros((), dtype=torch.float64)
-    for g in grads:
+    total: torch.Tensor | None = None
+    for g in grads:  # summed where the gradients live: one transfer to the CPU at the end
         if g is None:
             continue
-        norm = torch.linalg.vector_norm(g.detach(), 2, dtype=torch.float64).cpu()
+        norm = torch.linalg.vector_norm(g.detach(), 2, dtype=torch.float64)
         if inv_scale is not None:
             norm = norm * inv_scale
-        total += norm * norm
-    flag = 0.0 if math.isfinite(float(total)) else 1.0
-    return torch.tensor([float(total), flag], dtype=torch.float64)
+        square = norm * norm
+        total = square if total is None else total + square.to(total.device)
+    value = 0.0 if total is None else float(total)
+    flag = 0.0 if math.isfinite(value) else 1.0
+    return torch.tensor([value, flag], dtype=torch.float64)
 
 
 @dataclass(frozen=True)
