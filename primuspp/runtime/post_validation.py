@@ -27,6 +27,7 @@ updated once per step with the global overflow flag.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -97,6 +98,7 @@ class _Pending:
     stepped: bool
     params: list[torch.Tensor] = field(default_factory=list)
     state: dict[int, dict[str, Any]] = field(default_factory=dict)
+    scaler_state: dict[str, Any] | None = None
 
 
 class StepValidator:
@@ -181,7 +183,15 @@ class StepValidator:
                 pending.grads = [g.detach().clone() if g is not None else None for g in grads]
             self.update()
         self._clear_grads()
+        if self.scaler is not None:  # optimistic too: the next step's loss scale is the no-overflow one
+            pending.scaler_state = copy.deepcopy(self.scaler.__dict__)
+            self.scaler.update(local_overflow)
         self._pending = pending
+
+    @property
+    def pending(self) -> bool:
+        """A step was taken optimistically and its check is not finished."""
+        return self._pending is not None
 
     def finish(self) -> str | None:
         """Wait for the pending step's global partials and correct the step if they say so; the outcome."""
@@ -198,16 +208,20 @@ class StepValidator:
             outcome = SKIPPED
         elif decision.coeff < 1.0:
             self._restore(pending)
+            current = [p.grad for p in self.params]  # the next step's, when it already ran: left alone
             for p, g in zip(self.params, pending.grads, strict=True):
                 if g is not None:
                     g.mul_(decision.coeff)
                 p.grad = g
             self.update()
+            for p, g in zip(self.params, current, strict=True):
+                p.grad = g
             outcome = ROLLED_BACK
         else:
             outcome = VALIDATED
-        self._clear_grads()
-        self._update_scaler(decision.skip)
+        if self.scaler is not None and pending.scaler_state is not None:
+            self.scaler.__dict__.update(pending.scaler_state)  # redo its update with the global flag
+            self.scaler.update(decision.skip)
         self.outcomes.append(outcome)
         return outcome
 

@@ -1,7 +1,9 @@
 """Optimizer post-validation with the Megatron backend (megatron-core GPT, DDP gradient buffers, Adam) at
 p=2: for a few algorithms, the post-validated run equals the synchronous one exactly, step by step, with
 clipping never triggered, with clipping on every step (each step rolled back and redone, Adam's state
-restored), and with an inf injected into one rank's gradient (that step skipped on every rank). The CLI's
+restored, the next step run again), the same through install()'s path (each step waits for the last one's
+check), and with an inf injected into one rank's gradient (that step skipped on every rank). Also loss
+scaling with Megatron's grad scaler. The CLI's
 `--post-validation --json` reports the outcome counts."""
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ KINDS = {
     "never": {"clip_grad": NEVER},
     "clip": {"clip_grad": 1e-3},
     "inf": {"clip_grad": NEVER, "inject_inf": (1, INF_STEP)},
+    # install()'s path: each step waits for the last one's check (no replay)
+    "clip-install": {"clip_grad": 1e-3, "validate_before_step": True},
 }
 
 
@@ -66,6 +70,7 @@ def test_post_validated_equals_synchronous(runs, name):
     assert _outcomes(runs[name, "never", "sync"]) == ["stepped"] * STEPS
     assert _outcomes(runs[name, "clip", "post"]) == ["rolled_back"] * STEPS
     assert _outcomes(runs[name, "clip", "sync"]) == ["clipped"] * STEPS
+    assert _outcomes(runs[name, "clip-install", "post"]) == ["rolled_back"] * STEPS
     skipped = ["validated"] * STEPS
     skipped[INF_STEP] = "skipped"
     assert _outcomes(runs[name, "inf", "post"]) == skipped

@@ -19,7 +19,14 @@ import torch.distributed as dist
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.backends.torch.gpt import GPTConfig, gpt_loss
 from primuspp.backends.torch.pipeline import TorchPipeline
-from primuspp.backends.torch.train import TrainSpec, _inject_inf, _validator, rank_stages, step_data
+from primuspp.backends.torch.train import (
+    TrainSpec,
+    _drop_grads,
+    _inject_inf,
+    _validator,
+    rank_stages,
+    step_data,
+)
 from primuspp.commands.app import main
 from primuspp.runtime.launch import WorkerContext, launch
 from primuspp.runtime.post_validation import StepValidator, decide, local_partials
@@ -53,7 +60,9 @@ def _group():
 
 
 def case_worker(ctx: WorkerContext, case: Case) -> tuple[list[float], list[str], dict]:
-    """The torch backend's training loop with a per-step clip threshold: (losses, outcomes, parameters)."""
+    """The torch backend's training loop (train_worker's) with a per-step clip threshold: (losses,
+    outcomes, parameters, replays: steps run again because the step before them was rolled back or
+    skipped after they had started on its optimistic weights)."""
     spec = case.spec
     stages = rank_stages(spec, ctx.rank)
     pipe = TorchPipeline(
@@ -71,18 +80,22 @@ def case_worker(ctx: WorkerContext, case: Case) -> tuple[list[float], list[str],
             counted=validator.counted,
             group=_group(),
         )
-    losses = []
+    losses, replays = [], 0
     for step in range(spec.steps):
-        validator.finish()
+        data = step_data(spec, step)
+        result = pipe.step(data, sync_start=not spec.post_validation)  # on the optimistic weights
+        if validator.pending and validator.finish() != "validated":
+            _drop_grads(stages)
+            result = pipe.step(data, sync_start=False)
+            replays += 1
         validator.clip_grad = case.clips[step]
-        result = pipe.step(step_data(spec, step), sync_start=not spec.post_validation)
         if case.inf_at == (ctx.rank, step):
             _inject_inf(stages, validator)
         validator.step()
         losses.append(result.loss)
     validator.finish()
     params = {(s, n): p.detach().clone() for s, m in stages.items() for n, p in m.named_parameters()}
-    return losses, validator.outcomes, params
+    return losses, validator.outcomes, params, replays
 
 
 def cases(p: int) -> dict[str, Case]:
@@ -126,7 +139,7 @@ def _names(kind: str) -> list[str]:
 
 
 def _same(sync: list, post: list) -> None:
-    for rank, ((l_s, _, p_s), (l_p, _, p_p)) in enumerate(zip(sync, post, strict=True)):
+    for rank, ((l_s, _, p_s, _), (l_p, _, p_p, _)) in enumerate(zip(sync, post, strict=True)):
         assert l_s == l_p, f"rank {rank}: losses {l_s} != {l_p}"
         assert p_s.keys() == p_p.keys()
         for key in p_s:
@@ -134,12 +147,15 @@ def _same(sync: list, post: list) -> None:
 
 
 def _step_loss(per_rank: list, step: int) -> float:
-    return sum(losses[step] for losses, _, _ in per_rank)
+    return sum(losses[step] for losses, _, _, _ in per_rank)
 
 
-def _outcomes(per_rank: list) -> list[str]:
+def _outcomes(per_rank: list, post: bool) -> list[str]:
     first = per_rank[0][1]
-    assert all(outcomes == first for _, outcomes, _ in per_rank), "the ranks decided differently"
+    assert all(outcomes == first for _, outcomes, _, _ in per_rank), "the ranks decided differently"
+    # each step rolled back or skipped (but the last) made every rank run the next step again
+    replays = sum(1 for outcome in first[:-1] if outcome in ("rolled_back", "skipped")) if post else 0
+    assert all(r == replays for _, _, _, r in per_rank)
     return first
 
 
@@ -147,8 +163,8 @@ def _outcomes(per_rank: list) -> list[str]:
 def test_never_clipped_equals_synchronous(runs, name):
     sync, post = runs[f"{name}-sync"], runs[f"{name}-post"]
     _same(sync, post)
-    assert _outcomes(sync) == ["stepped"] * STEPS
-    assert _outcomes(post) == ["validated"] * STEPS
+    assert _outcomes(sync, post=False) == ["stepped"] * STEPS
+    assert _outcomes(post, post=True) == ["validated"] * STEPS
 
 
 @pytest.mark.parametrize("name", _names("forced") + _names("adam-forced"))
@@ -157,8 +173,8 @@ def test_forced_clip_rolls_back_to_the_synchronous_result(runs, name):
     _same(sync, post)
     want = ["validated"] * STEPS
     want[FORCED_STEP] = "rolled_back"
-    assert _outcomes(post) == want
-    assert _outcomes(sync)[FORCED_STEP] == "clipped"
+    assert _outcomes(post, post=True) == want
+    assert _outcomes(sync, post=False)[FORCED_STEP] == "clipped"
     if "adam" not in name:  # the clip changed the trajectory: the redone step is not the optimistic one
         never = runs[name.replace("forced", "never") + "-sync"]
         assert _step_loss(never, FORCED_STEP + 1) != _step_loss(post, FORCED_STEP + 1)
@@ -170,8 +186,8 @@ def test_overflow_skips_the_step_everywhere(runs, name):
     _same(sync, post)
     want = ["validated"] * STEPS
     want[INF_STEP] = "skipped"
-    assert _outcomes(post) == want
-    assert _outcomes(sync)[INF_STEP] == "skipped"
+    assert _outcomes(post, post=True) == want
+    assert _outcomes(sync, post=False)[INF_STEP] == "skipped"
     never = runs[name.replace("overflow", "never") + "-sync"]
     # the same run up to the overflow, which then changed nothing: the next loss is not the stepped run's
     assert _step_loss(never, INF_STEP) == _step_loss(post, INF_STEP)
@@ -184,7 +200,7 @@ def test_skip_leaves_the_parameters_untouched():
     spec = TrainSpec(table, GPTConfig(layers=4, **GPT), steps=1, track_memory=False, post_validation=True)
     per_rank = launch(run_jobs, 2, [(case_worker, Case(spec, (NEVER,), inf_at=(1, 0)))])
     for rank, (results,) in enumerate(per_rank):
-        _, outcomes, params = results
+        _, outcomes, params, _ = results
         assert outcomes == ["skipped"]
         initial = rank_stages(spec, rank)
         for (s, n), value in params.items():

@@ -23,7 +23,7 @@ from primuspp.backends.megatron import checkpoint
 from primuspp.backends.megatron.data import StepData, make_stream
 from primuspp.backends.megatron.model import GPTSpec, forward_step, rank_chunks, stage_name
 from primuspp.runtime.launch import WorkerContext
-from primuspp.runtime.post_validation import StepValidator
+from primuspp.runtime.post_validation import VALIDATED, StepValidator
 from primuspp.runtime.runner import RankStep
 from primuspp.schedule.table import ScheduleTable
 
@@ -54,6 +54,9 @@ class TrainSpec:
     post_validation: bool = False
     #: (rank, step) where one gradient entry becomes inf before the optimizer step (overflow tests)
     inject_inf: tuple[int, int] | None = None
+    #: post-validated: wait for the last step's check before each step (install()'s path, for loops that
+    #: cannot replay their data) instead of running it on the optimistic weights and replaying it if needed
+    validate_before_step: bool = False
 
     @property
     def tokens_per_step(self) -> int:
@@ -182,26 +185,33 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             optimizer=opt,
             clip_grad=spec.clip_grad,
             post=spec.post_validation,
-            clone_grads=True,  # the schedule finishes it after zero_grad_buffer, as in Megatron-LM
+            clone_grads=True,  # it finishes after the next zero_grad_buffer
         )
-        schedule.validators.append(validator)
+        if spec.validate_before_step:
+            schedule.validators.append(validator)
     records: list[StepRecord] = []
     m, mbs = table.num_microbatches, spec.micro_batch_size
+
+    def run(data: StepData) -> list[Any]:
+        for d in ddps:
+            d.zero_grad_buffer()
+        iterators = [data.iterator() for _ in ddps]
+        return schedule(
+            forward_step_func=forward_step,
+            data_iterator=iterators if len(ddps) > 1 else iterators[0],
+            model=ddps,
+            num_microbatches=m,
+            seq_length=spec.model.seq_len,
+            micro_batch_size=mbs,
+        )
+
     try:
         for step in range(start, spec.steps):
             t0 = time.perf_counter()
-            for d in ddps:
-                d.zero_grad_buffer()
             data = StepData(stream, position, m, mbs)
-            iterators = [data.iterator() for _ in ddps]
-            store = schedule(
-                forward_step_func=forward_step,
-                data_iterator=iterators if len(ddps) > 1 else iterators[0],
-                model=ddps,
-                num_microbatches=m,
-                seq_length=spec.model.seq_len,
-                micro_batch_size=mbs,
-            )
+            store = run(data)  # post-validated: on the last step's optimistic weights
+            if validator is not None and validator.pending and validator.finish() != VALIDATED:
+                store = run(data)  # the last step was rolled back or skipped: this one again
             for _, p in named:
                 p.grad = p.main_grad
             if spec.inject_inf == (ctx.rank, step):

@@ -18,7 +18,7 @@ from primuspp.backends.torch.gpt import GPTConfig, gpt_loss, gpt_microbatches, g
 from primuspp.backends.torch.pipeline import TorchPipeline, reference_step
 from primuspp.errors import ConfigError
 from primuspp.runtime.launch import WorkerContext
-from primuspp.runtime.post_validation import StepValidator, decide, local_partials
+from primuspp.runtime.post_validation import VALIDATED, StepValidator, decide, local_partials
 from primuspp.runtime.runner import RankStep
 from primuspp.schedule.nodes import parse_node
 from primuspp.schedule.table import ScheduleTable
@@ -139,10 +139,13 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
     validator = _validator(spec, stages) if spec.post_validation or spec.clip_grad is not None else None
     records: list[StepRecord] = []
     for step in range(spec.steps):
-        if validator is not None:
-            validator.finish()  # post-validated: the last step's check, before this step reads the weights
-        # post-validated: no barrier, each rank starts as soon as its own last step is validated
-        result = pipe.step(step_data(spec, step), sync_start=not spec.post_validation or step == 0)
+        data = step_data(spec, step)
+        # post-validated: no barrier, and this step starts on the last one's optimistic weights
+        result = pipe.step(data, sync_start=not spec.post_validation or step == 0)
+        if validator is not None and validator.pending and validator.finish() != VALIDATED:
+            # the last step was rolled back or skipped: this one ran on weights that are not final
+            _drop_grads(stages)
+            result = pipe.step(data, sync_start=False)
         grads = None
         if spec.collect_grads:
             grads = {
@@ -185,6 +188,12 @@ def _validator(spec: TrainSpec, stages: dict[int, nn.Module]) -> StepValidator:
         post=spec.post_validation,
         counted=counted,
     )
+
+
+def _drop_grads(stages: dict[int, nn.Module]) -> None:
+    for module in stages.values():
+        for p in module.parameters():
+            p.grad = None
 
 
 def _inject_inf(stages: dict[int, nn.Module], validator: StepValidator | None) -> None:
