@@ -11,14 +11,18 @@ optimizer synchronizations") makes the update optimistic instead:
    non-finite flag (`local_partials`), posts their global sum asynchronously (`all_reduce(async_op=True)` on a
    gloo group of its own, so it never mixes with the pipeline's p2p messages), keeps a copy of what the
    update changes (parameters, optimizer state) and updates with the unclipped gradients;
-2. before its next step touches the parameters, the rank waits for the global sum and decides exactly as
-   the synchronous step would (`decide`): nothing to do (*validated*), or the global norm exceeds the clip
-   threshold — restore the copy and redo the update with the clipped gradients (*rolled back*) — or some
-   rank overflowed — restore the copy and drop the step (*skipped*, as Megatron's grad scaler does).
+2. the next step runs at once, on these optimistic weights (no barrier); after it — or, where the caller
+   cannot run a step again, before it — the rank waits for the global sum (usually arrived by then) and
+   decides exactly as the synchronous step would (`decide`): nothing to do (*validated*), or the global
+   norm exceeds the clip threshold — restore the copy and redo the update with the clipped gradients
+   (*rolled back*) — or some rank overflowed — restore the copy and drop the step (*skipped*, as
+   Megatron's grad scaler does). After a rollback or a skip the step that ran on the optimistic weights is
+   wrong: every rank (they all see the same sum) drops its gradients and runs it again.
 
 Both modes compute the same partials and reduce them the same way, and the redo restores the very values
 the optimistic update started from, so a post-validated run equals the synchronous one bit for bit. A rank
-whose own partials are non-finite knows the step is skipped and does not update at all.
+whose own partials are non-finite knows the step is skipped and does not update at all. The loss scaler
+(below) is updated optimistically too (no overflow) and corrected by the check.
 
 With a loss scaler (Megatron's `MegatronGradScaler` interface: `inv_scale`, `update(found_inf)`) the
 gradients are unscaled before the norm is taken, as Megatron's `prepare_grads` does, and the scaler is
@@ -112,9 +116,11 @@ class StepValidator:
     Every rank of `group` (default: a new gloo group of the whole world, created here, collectively) must
     build its validator at the same point and call `step()` once per iteration.
 
-    Per iteration: `step()` once the rank's gradients are final (each param's `.grad` set); then, before
-    the next iteration touches the parameters, `finish()` (a no-op in synchronous mode, where `step()`
-    already decided). `outcomes` lists each step's outcome, `counts` tallies them."""
+    Per iteration: `step()` once the rank's gradients are final (each param's `.grad` set); then
+    `finish()` (a no-op in synchronous mode, where `step()` already decided): after the next iteration's
+    pipeline, which then must run again unless `finish()` returned "validated", or before it. `finish()`
+    leaves the parameters' current `.grad` as they are. `outcomes` lists each step's outcome, `counts`
+    tallies them."""
 
     def __init__(
         self,
