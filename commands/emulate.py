@@ -29,7 +29,7 @@ class EmulateBackend:
         from primuspp.commands.train import check_outputs, refuse, refuse_megatron_only
 
         refuse_megatron_only(opts, "the emulated cluster")
-        refuse(opts, ("verify", "inject_fault"), "the emulated cluster computes nothing")
+        refuse(opts, ("verify", "inject_fault", "clip_grad"), "the emulated cluster computes nothing")
         steps = 3 if opts.steps is None else opts.steps
         check_outputs(opts.dump_pp_data)
         if steps < 1:

@@ -174,6 +174,10 @@ def train(
             "here), torch, turbo (Primus-Turbo, ROCm), te (Transformer Engine, CUDA).",
         ),
     ] = "auto",
+    clip_grad: Annotated[
+        float | None,
+        typer.Option("--clip-grad", help="Clip the global gradient norm to this (default: no clipping)."),
+    ] = None,
     json_: Annotated[
         bool, typer.Option("--json", help="Print one JSON document on stdout and nothing else there.")
     ] = False,
@@ -215,8 +219,9 @@ def train(
         bool,
         typer.Option(
             "--post-validation",
-            help="Each rank runs its optimizer step as soon as its own last node is done and starts the next "
-            "step; the global norm / overflow check is validated asynchronously afterwards.",
+            help="Step each rank's optimizer as soon as its last W is done and start the next step; check "
+            "the global norm and overflow afterwards, rolling the step back where clipping or a skip applies "
+            "(--emulate: the emulated optimizer step, see --optimizer-cost).",
         ),
     ] = False,
     optimizer_cost: Annotated[
@@ -304,6 +309,25 @@ def at_least(values: dict[str, int | None], low: int = 1) -> None:
     for key, value in values.items():
         if value is not None and value < low:
             raise ConfigError(f"--{key} must be >= {low} (got {value})", key=key)
+
+
+def check_clip(opts: TrainOptions) -> None:
+    """--clip-grad, when given, is a finite number > 0."""
+    clip = opts.clip_grad
+    if clip is not None and not 0 < clip < float("inf"):
+        raise ConfigError(f"--clip-grad {clip}: expected a finite number > 0", key="clip-grad")
+
+
+def render_post_validation(doc: dict) -> None:
+    """The post-validation counts line of a run that had them."""
+    from primuspp.commands.console import out
+
+    pv = doc.get("post_validation")
+    if pv is not None:
+        out.print(
+            f"post-validation: {pv['validated']} validated, {pv['rolled_back']} rolled back and redone "
+            f"with clipping, {pv['skipped']} skipped (overflow)"
+        )
 
 
 #: flags only the emulated cluster reads

@@ -10,7 +10,14 @@ from rich.table import Table
 
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, check_tp_ranks, run_table, step_bar
-from primuspp.commands.train import EMULATION_FLAGS, at_least, check_outputs, refuse
+from primuspp.commands.train import (
+    EMULATION_FLAGS,
+    at_least,
+    check_clip,
+    check_outputs,
+    refuse,
+    render_post_validation,
+)
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
 
@@ -47,7 +54,15 @@ class MegatronBackend:
             raise ConfigError("--save-interval needs --save DIR", key="save-interval")
         if not 0 < lr < float("inf"):
             raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
+        check_clip(opts)
         tp, sp, sp_wgrad = opts.tp, opts.sequence_parallel, opts.sp_wgrad
+        if (opts.post_validation or opts.clip_grad is not None) and (tp > 1 or opts.ep > 1):
+            flag = "--post-validation" if opts.post_validation else "--clip-grad"
+            raise ConfigError(
+                f"{flag} with --tp {tp} --ep {opts.ep}: the global gradient norm of sharded and replicated "
+                "parameters is computed for pure pipelines only for now (use --tp 1 --ep 1)",
+                key=flag[2:],
+            )
         if sp_wgrad not in ("keep", "regather"):
             raise ConfigError(f"--sp-wgrad {sp_wgrad}: expected keep or regather", key="sp-wgrad")
         if tp < 1:
@@ -113,6 +128,8 @@ class MegatronBackend:
             sequence_parallel=sp,
             sp_wgrad=sp_wgrad,
             fb_overlap=opts.fb_overlap,
+            clip_grad=opts.clip_grad,
+            post_validation=opts.post_validation,
         )
 
     def launch(self, spec: Any) -> Any:
@@ -187,6 +204,7 @@ class MegatronBackend:
             f"{doc['tokens_per_s']:,.0f} tokens/s"
         )
         out.print("peak activation per rank (MiB): " + " ".join(mib(b) for b in doc["peak_activation_bytes"]))
+        render_post_validation(doc)
         if doc.get("pp_data"):
             out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
         if doc.get("checkpoint"):

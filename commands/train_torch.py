@@ -10,7 +10,15 @@ from rich.table import Table
 
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, run_table, step_bar
-from primuspp.commands.train import EMULATION_FLAGS, at_least, check_outputs, refuse, refuse_megatron_only
+from primuspp.commands.train import (
+    EMULATION_FLAGS,
+    at_least,
+    check_clip,
+    check_outputs,
+    refuse,
+    refuse_megatron_only,
+    render_post_validation,
+)
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
 
@@ -39,6 +47,7 @@ class TorchBackend:
         if hidden % heads:
             raise ConfigError(f"--hidden {hidden} must be a multiple of --heads {heads}", key="hidden")
         fault = parse_fault(opts.inject_fault) if opts.inject_fault else None
+        check_clip(opts)
         check_outputs(opts.dump_pp_data)
 
         # torch is imported here, not at CLI start-up: the other verbs run without it
@@ -65,6 +74,8 @@ class TorchBackend:
             lr=lr,
             seed=opts.seed,
             fault=fault,
+            clip_grad=opts.clip_grad,
+            post_validation=opts.post_validation,
         )
 
     def launch(self, spec: Any) -> Any:
@@ -120,6 +131,7 @@ class TorchBackend:
                 f"({v['steps']} steps, {v['tensors']} gradient tensors"
                 + (f"; largest: {v['worst_tensor']})" if v["max_rel_grad_diff"] > 0 else ")")
             )
+        render_post_validation(doc)
         if doc.get("pp_data"):
             out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
 

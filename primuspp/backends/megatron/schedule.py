@@ -166,7 +166,12 @@ class PipelineSchedule:
         track_memory: bool = True,
         on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
         fb_overlap: bool = False,
+        post_validation: bool = False,
     ) -> None:
+        #: post-validated optimizer steps (runtime/post_validation): no barrier before a step, and each
+        #: registered `StepValidator` finishes its pending check before a call touches the parameters
+        self.sync_start = not post_validation
+        self.validators: list[Any] = []
         self._tables: dict[tuple[int, int, int], ScheduleTable] = {}
         self.fb_overlap = fb_overlap
         self._fixed = isinstance(algorithm, ScheduleTable)
@@ -240,6 +245,8 @@ class PipelineSchedule:
         from megatron.core import parallel_state
         from megatron.core.utils import get_model_config
 
+        for validator in self.validators:  # the last optimizer step is final before the weights are read
+            validator.finish()
         models = list(model) if isinstance(model, list | tuple) else [model]
         if adjust_tensor_shapes_fn is not None:
             raise ConfigError("adjust_tensor_shapes_fn is not supported by primuspp's schedule")
@@ -306,7 +313,7 @@ class PipelineSchedule:
             config.timers("forward-backward", log_level=1).start(barrier=config.barrier_with_L1_time)
         sync.disable()
         try:
-            measured = state.runner.step()
+            measured = state.runner.step(sync_start=self.sync_start)
         finally:
             sync.enable()
             state.executor.call = None
@@ -459,6 +466,7 @@ def install(
     on_step: Callable[[PipelineSchedule, RankStep], None] | None = None,
     sp_wgrad: str = "regather",
     fb_overlap: bool = False,
+    post_validation: bool = False,
     **params: Any,
 ) -> PipelineSchedule:
     """Make megatron-core's `get_forward_backward_func()` return primuspp's schedule for `algorithm` (a
@@ -469,7 +477,10 @@ def install(
     parallel linears through the B/W split; `sp_wgrad` (`keep` or `regather`) is how a split
     column-parallel linear's W gets its all-gathered input under sequence parallelism (split.py).
     `fb_overlap`: FB nodes run their two parts at once (overlap.py; with TP > 1, call it on every rank
-    at the same point: it creates a twin TP group).
+    at the same point: it creates a twin TP group). `post_validation=True`: steps start without a barrier,
+    and each call first finishes the pending check of the post-validated optimizer steps registered in its
+    `validators` (`runtime.post_validation.StepValidator`, built with `clone_grads=True` since Megatron-LM
+    zeroes the gradient buffers before the call).
     Returns the installed function (its `last_step` holds this rank's measurements). Call before
     `megatron.training` is imported (it binds the name at import)."""
     from primuspp.backends.megatron import require
@@ -496,6 +507,7 @@ def install(
             track_memory=track_memory,
             on_step=on_step,
             fb_overlap=fb_overlap,
+            post_validation=post_validation,
         )
     except ScheduleError as err:
         raise ConfigError(f"pp_algorithm: {err}", key="pp_algorithm") from None

@@ -18,6 +18,7 @@ from primuspp.backends.megatron.train import StepRecord, TrainSpec, train_worker
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, StepSummary
 from primuspp.runtime.launch import StepProgress, launch, under_torchrun
+from primuspp.runtime.post_validation import POST_OUTCOMES
 from primuspp.runtime.trace import step_timeline
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
@@ -125,6 +126,8 @@ class TrainingRun:
     losses: list[float]
     wall_ms: list[float]  # per step: the slowest rank's whole step (schedule, grad sync, optimizer)
     timelines: list[Timeline]
+    #: each step's optimizer outcome (runtime/post_validation), the same on every rank; None: plain Adam
+    outcomes: list[str | None] | None = None
 
     def summary(self) -> RunSummary:
         """The run summary (the `--json` document is its `to_dict()`)."""
@@ -145,9 +148,15 @@ class TrainingRun:
             **({"sp_wgrad": spec.sp_wgrad} if spec.sequence_parallel else {}),
             "fb_overlap": spec.fb_overlap,
             "data": spec.data or "synthetic",
+            **self._post_validation(),
         }
         model = {**spec.model.as_dict(), "stages": table.num_stages}
         return RunSummary("megatron", table.record(), steps, model, tokens, extra)
+
+    def _post_validation(self) -> dict[str, Any]:
+        if not self.spec.post_validation or self.outcomes is None:
+            return {}
+        return {"post_validation": {k: self.outcomes.count(k) for k in POST_OUTCOMES}}
 
 
 def run_training(
@@ -184,7 +193,8 @@ def run_training(
         )
         for i, s in enumerate(steps)
     ]
-    return TrainingRun(spec, steps, losses, wall, timelines)
+    outcomes = [records.outcome for records in per_rank[0]]
+    return TrainingRun(spec, steps, losses, wall, timelines, outcomes)
 
 
 def dump_pp_data(run: TrainingRun, directory: Path) -> None:

@@ -24,6 +24,7 @@ from primuspp.backends.megatron import checkpoint
 from primuspp.backends.megatron.data import StepData, make_stream
 from primuspp.backends.megatron.model import GPTSpec, forward_step, rank_chunks, stage_name
 from primuspp.runtime.launch import WorkerContext
+from primuspp.runtime.post_validation import VALIDATED, StepValidator
 from primuspp.runtime.runner import RankStep
 from primuspp.schedule.table import ScheduleTable
 
@@ -67,6 +68,16 @@ class TrainSpec:
             return {}
         return {"tensor_model_parallel_size": self.tp, "sequence_parallel": self.sequence_parallel}
 
+    #: clip the global gradient norm to this (None: no clipping)
+    clip_grad: float | None = None
+    #: step each rank as soon as its last W is done, check norm and overflow after (runtime/post_validation)
+    post_validation: bool = False
+    #: (rank, step) where one gradient entry becomes inf before the optimizer step (overflow tests)
+    inject_inf: tuple[int, int] | None = None
+    #: post-validated: wait for the last step's check before each step (install()'s path, for loops that
+    #: cannot replay their data) instead of running it on the optimistic weights and replaying it if needed
+    validate_before_step: bool = False
+
     @property
     def tokens_per_step(self) -> int:
         return self.table.num_microbatches * self.micro_batch_size * self.model.seq_len * self.ep
@@ -79,6 +90,8 @@ class StepRecord:
     measured: RankStep
     wall_ms: float  # the whole step on this rank: schedule, grad finalisation, optimizer
     replica: int = 0  # the data-parallel replica of this rank (expert parallelism folds them into EP)
+    #: what the optimizer step did (runtime/post_validation's outcomes); None without clipping/validation
+    outcome: str | None = None
 
 
 def setup_parallel(pp: int, vpp: int, device: torch.device, tp: int = 1, ep: int = 1) -> None:
@@ -199,31 +212,58 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
         _restore(named, opt, checkpoint.load_states(ckpt))
         start, position = int(meta["step"]), int(meta["data_position"])
     schedule = install(
-        table, track_memory=spec.track_memory, sp_wgrad=spec.sp_wgrad, fb_overlap=spec.fb_overlap
+        table,
+        track_memory=spec.track_memory,
+        sp_wgrad=spec.sp_wgrad,
+        fb_overlap=spec.fb_overlap,
+        post_validation=spec.post_validation,
     )
-    records = []
+    validator = None
+    if spec.post_validation or spec.clip_grad is not None:
+        validator = StepValidator(
+            [p for _, p in named],
+            opt.step,
+            optimizer=opt,
+            clip_grad=spec.clip_grad,
+            post=spec.post_validation,
+            clone_grads=True,  # it finishes after the next zero_grad_buffer
+        )
+        if spec.validate_before_step:
+            schedule.validators.append(validator)
+    records: list[StepRecord] = []
     m, mbs = table.num_microbatches, spec.micro_batch_size
+
+    def run(data: StepData) -> list[Any]:
+        for d in ddps:
+            d.zero_grad_buffer()
+        iterators = [data.iterator() for _ in ddps]
+        return schedule(
+            forward_step_func=forward_step,
+            data_iterator=iterators if len(ddps) > 1 else iterators[0],
+            model=ddps,
+            num_microbatches=m,
+            seq_length=spec.model.seq_len,
+            micro_batch_size=mbs,
+        )
+
     try:
         for step in range(start, spec.steps):
             t0 = time.perf_counter()
-            for d in ddps:
-                d.zero_grad_buffer()
             # each data-parallel replica reads its own microbatches of the step
             data = StepData(stream, position + replica * m * mbs, m, mbs)
-            iterators = [data.iterator() for _ in ddps]
-            store = schedule(
-                forward_step_func=forward_step,
-                data_iterator=iterators if len(ddps) > 1 else iterators[0],
-                model=ddps,
-                num_microbatches=m,
-                seq_length=spec.model.seq_len,
-                micro_batch_size=mbs,
-            )
+            store = run(data)  # post-validated: on the last step's optimistic weights
+            if validator is not None and validator.pending and validator.finish() != VALIDATED:
+                store = run(data)  # the last step was rolled back or skipped: this one again
             for _, p in named:
                 p.grad = p.main_grad
-            opt.step()
-            for _, p in named:
-                p.grad = None
+            if spec.inject_inf == (ctx.rank, step):
+                named[0][1].grad.view(-1)[0] = float("inf")
+            if validator is None:
+                opt.step()
+                for _, p in named:
+                    p.grad = None
+            else:
+                validator.step()
             position += spec.ep * m * mbs
             loss = sum(float(x["lm loss"]) for x in store) / m / spec.ep  # this rank's share of the mean
             if parallel_state.get_tensor_model_parallel_rank() != 0:
@@ -237,7 +277,13 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             if spec.save is not None and (
                 done == spec.steps or (spec.save_interval and done % spec.save_interval == 0)
             ):
+                if validator is not None:  # a checkpoint holds validated weights only
+                    validator.finish()
                 _save(ctx, spec, done, position, named, opt)
+        if validator is not None:
+            validator.finish()
+            for record, outcome in zip(records, validator.outcomes, strict=True):
+                record.outcome = outcome
     finally:
         uninstall()
     return records

@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from primuspp.backends.torch.train import StepRecord, TrainSpec, reference_run, train_worker
 from primuspp.backends.torch.verify import VerifyReport, compare, step_losses
 from primuspp.runtime.backend import RunSummary, StepSummary
 from primuspp.runtime.launch import StepProgress, launch, under_torchrun
+from primuspp.runtime.post_validation import POST_OUTCOMES
 from primuspp.runtime.trace import step_timeline
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
@@ -24,6 +26,8 @@ class TrainingRun:
     verify: VerifyReport | None = None
     #: per step: the slowest rank's whole step (schedule, gradient collection for --verify, SGD)
     wall_ms: list[float] = field(default_factory=list)
+    #: each step's optimizer outcome (runtime/post_validation), the same on every rank; None: plain SGD
+    outcomes: list[str | None] | None = None
 
     def summary(self) -> RunSummary:
         """The run summary (the `--json` document is its `to_dict()`)."""
@@ -45,7 +49,13 @@ class TrainingRun:
             "stages": table.num_stages,
         }
         verify = self.verify.to_dict() if self.verify is not None else None
-        return RunSummary("torch", table.record(), steps, model, tokens, {"verify": verify})
+        extra = {"verify": verify, **self._post_validation()}
+        return RunSummary("torch", table.record(), steps, model, tokens, extra)
+
+    def _post_validation(self) -> dict[str, Any]:
+        if not self.spec.post_validation or self.outcomes is None:
+            return {}
+        return {"post_validation": {k: self.outcomes.count(k) for k in POST_OUTCOMES}}
 
 
 def run_training(
@@ -72,7 +82,8 @@ def run_training(
     ]
     report = compare(per_rank, reference_run(spec)) if verify else None
     wall = [max(records[i].wall_ms for records in per_rank) for i in range(spec.steps)]
-    return TrainingRun(spec, step_losses(per_rank), timelines, report, wall)
+    outcomes = [r.outcome for r in per_rank[0]]
+    return TrainingRun(spec, step_losses(per_rank), timelines, report, wall, outcomes)
 
 
 def dump_pp_data(run: TrainingRun, directory: Path) -> None:

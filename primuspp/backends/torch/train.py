@@ -19,6 +19,7 @@ from primuspp.backends.torch.gpt import GPTConfig, gpt_loss, gpt_microbatches, g
 from primuspp.backends.torch.pipeline import TorchPipeline, reference_step
 from primuspp.errors import ConfigError
 from primuspp.runtime.launch import WorkerContext
+from primuspp.runtime.post_validation import VALIDATED, StepValidator, decide, local_partials
 from primuspp.runtime.runner import RankStep
 from primuspp.schedule.nodes import parse_node
 from primuspp.schedule.table import ScheduleTable
@@ -39,6 +40,12 @@ class TrainSpec:
     offload_mode: str | None = None
     #: (rank, node text) where the executor raises, e.g. (2, "F3.2"): failure-handling tests
     fault: tuple[int, str] | None = None
+    #: clip the global gradient norm to this (None: no clipping)
+    clip_grad: float | None = None
+    #: step each rank as soon as its last W is done, check norm and overflow after (runtime/post_validation)
+    post_validation: bool = False
+    #: (rank, step) where one gradient entry becomes inf before the optimizer step (overflow tests)
+    inject_inf: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         # as the megatron backend: every stage holds at least one transformer block (with fewer, a stage
@@ -51,6 +58,8 @@ class TrainSpec:
             )
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise ConfigError(f"--lr {self.lr}: expected a finite number > 0", key="lr")
+        if self.clip_grad is not None and not (math.isfinite(self.clip_grad) and self.clip_grad > 0):
+            raise ConfigError(f"--clip-grad {self.clip_grad}: expected a finite number > 0", key="clip-grad")
 
     @property
     def num_parts(self) -> int:
@@ -67,6 +76,8 @@ class StepRecord:
     grads: dict[tuple[int, str], torch.Tensor] | None = None
     #: the whole step on this rank: the schedule, the gradients' collection (--verify) and SGD
     wall_ms: float = 0.0
+    #: what the optimizer step did (runtime/post_validation's outcomes); None without clipping/validation
+    outcome: str | None = None
 
 
 def step_data(spec: TrainSpec, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -128,13 +139,19 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
         pipe.executor.fault = _parse_fault(spec.fault[1])
     pl = spec.table.placement
     primary = primary_stages(spec)
-    records = []
+    validator = _validator(spec, stages) if spec.post_validation or spec.clip_grad is not None else None
+    records: list[StepRecord] = []
     for step in range(spec.steps):
         data = step_data(spec, step)
-        if pipe.p2p is not None:
+        # post-validated: no barrier after the first step, which starts on the last one's optimistic weights
+        if pipe.p2p is not None and (not spec.post_validation or step == 0):
             pipe.p2p.barrier()  # the ranks start the step (and its wall clock) together
         t0 = time.perf_counter()
         result = pipe.step(data, sync_start=False)
+        if validator is not None and validator.pending and validator.finish() != VALIDATED:
+            # the last step was rolled back or skipped: this one ran on weights that are not final
+            _drop_grads(stages)
+            result = pipe.step(data, sync_start=False)
         grads = None
         if spec.collect_grads:
             grads = {
@@ -144,11 +161,55 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
                 for name, p in module.named_parameters()
                 if p.grad is not None
             }
-        sgd_(list(stages.values()), spec.lr)
+        if spec.inject_inf == (ctx.rank, step):
+            _inject_inf(stages, validator)
+        if validator is None:
+            sgd_(list(stages.values()), spec.lr)
+        else:
+            validator.step()
         wall = (time.perf_counter() - t0) * 1000
         records.append(StepRecord(result.losses, result.measured, grads, wall))
         ctx.report(("step", step, result.loss, wall))
+    if validator is not None:
+        validator.finish()
+        for record, outcome in zip(records, validator.outcomes, strict=True):
+            record.outcome = outcome
     return records
+
+
+def _validator(spec: TrainSpec, stages: dict[int, nn.Module]) -> StepValidator:
+    """This rank's optimizer step (SGD) with clipping / post-validation; a replica's gradient is not counted
+    in the norm (its primary copy is)."""
+    pl, primary = spec.table.placement, primary_stages(spec)
+    params, counted = [], []
+    for s, module in sorted(stages.items()):
+        for p in module.parameters():
+            params.append(p)
+            counted.append(primary[pl.model_part[s]] == s)
+    modules = [stages[s] for s in sorted(stages)]
+    return StepValidator(
+        params,
+        lambda: sgd_(modules, spec.lr),
+        clip_grad=spec.clip_grad,
+        post=spec.post_validation,
+        counted=counted,
+    )
+
+
+def _drop_grads(stages: dict[int, nn.Module]) -> None:
+    for module in stages.values():
+        for p in module.parameters():
+            p.grad = None
+
+
+def _inject_inf(stages: dict[int, nn.Module], validator: StepValidator | None) -> None:
+    """One entry of the first gradient counted in the norm becomes inf (an overflow on this rank)."""
+    if validator is not None:
+        params = [p for p, c in zip(validator.params, validator.counted, strict=True) if c]
+    else:
+        params = [p for s in sorted(stages) for p in stages[s].parameters()]
+    grad = next(p.grad for p in params if p.grad is not None)
+    grad.view(-1)[0] = float("inf")
 
 
 @dataclass
@@ -183,6 +244,15 @@ def _reference_steps(spec: TrainSpec) -> list[ReferenceStep]:
             for name, p in part.named_parameters()
             if p.grad is not None
         }
+        if spec.clip_grad is not None:  # the ranks' rule (one process: one partial)
+            params = [p for part in parts for p in part.parameters()]
+            decision = decide(local_partials([p.grad for p in params]), spec.clip_grad)
+            with torch.no_grad():
+                for p in params:
+                    if p.grad is not None and decision.coeff < 1.0:
+                        p.grad.mul_(decision.coeff)
+                    if decision.skip:
+                        p.grad = None
         sgd_(parts, spec.lr)
         out.append(ReferenceStep(sum(losses), grads))
     return out

@@ -1,0 +1,156 @@
+"""Optimizer post-validation with the Megatron backend (megatron-core GPT, DDP gradient buffers, Adam) at
+p=2: for a few algorithms, the post-validated run equals the synchronous one exactly, step by step, with
+clipping never triggered, with clipping on every step (each step rolled back and redone, Adam's state
+restored, the next step run again), the same through install()'s path (each step waits for the last one's
+check), and with an inf injected into one rank's gradient (that step skipped on every rank). Also loss
+scaling with Megatron's grad scaler. The CLI's
+`--post-validation --json` reports the outcome counts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.backends.megatron.model import GPTSpec
+from primuspp.backends.megatron.train import TrainSpec, train_worker
+from primuspp.commands.app import main
+from primuspp.runtime.launch import launch
+from tests.runtime.workers import run_jobs
+
+STEPS = 3
+INF_STEP = 1
+ALGORITHMS = {"1f1b": 1, "zbv": 2, "zero-bubble": 1}  # name -> model chunks per rank
+NEVER = 1e6  # a clip threshold no gradient norm here reaches
+KINDS = {
+    "never": {"clip_grad": NEVER},
+    "clip": {"clip_grad": 1e-3},
+    "inf": {"clip_grad": NEVER, "inject_inf": (1, INF_STEP)},
+    # install()'s path: each step waits for the last one's check (no replay)
+    "clip-install": {"clip_grad": 1e-3, "validate_before_step": True},
+}
+
+
+def _spec(name: str, vpp: int) -> TrainSpec:
+    table = build_schedule(name, 2, vpp, 4)
+    model = GPTSpec(layers=4, hidden=32, heads=2, seq_len=32)
+    return TrainSpec(table, model, steps=STEPS, track_memory=False)
+
+
+@pytest.fixture(scope="module")
+def runs():
+    jobs = {}
+    for name, vpp in ALGORITHMS.items():
+        for kind, settings in KINDS.items():
+            for mode in ("sync", "post"):
+                spec = replace(_spec(name, vpp), post_validation=mode == "post", **settings)
+                jobs[name, kind, mode] = spec
+    results = launch(run_jobs, 2, [(train_worker, spec) for spec in jobs.values()])
+    return {key: [per_rank[i] for per_rank in results] for i, key in enumerate(jobs)}
+
+
+def _losses(per_rank: list) -> list[float]:
+    return [sum(records[i].loss for records in per_rank) for i in range(STEPS)]
+
+
+def _outcomes(per_rank: list) -> list[str | None]:
+    first = [r.outcome for r in per_rank[0]]
+    assert all([r.outcome for r in records] == first for records in per_rank), "ranks decided differently"
+    return first
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_post_validated_equals_synchronous(runs, name):
+    for kind in KINDS:
+        sync, post = runs[name, kind, "sync"], runs[name, kind, "post"]
+        assert _losses(sync) == _losses(post), kind
+    assert _outcomes(runs[name, "never", "post"]) == ["validated"] * STEPS
+    assert _outcomes(runs[name, "never", "sync"]) == ["stepped"] * STEPS
+    assert _outcomes(runs[name, "clip", "post"]) == ["rolled_back"] * STEPS
+    assert _outcomes(runs[name, "clip", "sync"]) == ["clipped"] * STEPS
+    assert _outcomes(runs[name, "clip-install", "post"]) == ["rolled_back"] * STEPS
+    skipped = ["validated"] * STEPS
+    skipped[INF_STEP] = "skipped"
+    assert _outcomes(runs[name, "inf", "post"]) == skipped
+    assert _outcomes(runs[name, "inf", "sync"])[INF_STEP] == "skipped"
+    # the clip and the skip did something: the step after them differs from the unclipped run's
+    never = _losses(runs[name, "never", "post"])
+    assert _losses(runs[name, "clip", "post"])[1:] != never[1:]
+    inf = _losses(runs[name, "inf", "post"])
+    assert inf[: INF_STEP + 1] == never[: INF_STEP + 1] and inf[INF_STEP + 1] != never[INF_STEP + 1]
+
+
+def test_cli_reports_post_validation(capsys):
+    args = ["train", "--algo", "zbv", "--pp", "2", "--mb", "4", "--layers", "4", "--hidden", "32"]
+    args += ["--heads", "2", "--seq-len", "32", "--steps", "3", "--no-dump", "--json"]
+    code = main([*args, "--post-validation", "--clip-grad", "1e-3"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    doc = json.loads(captured.out)
+    assert doc["post_validation"] == {"validated": 0, "rolled_back": 3, "skipped": 0}
+
+
+SCALE_STEPS = 5
+
+
+def scaler_worker(ctx, job: tuple[bool, float, tuple[int, int] | None]) -> tuple:
+    """Adam on one Linear per rank, gradients of a scaled loss (times the scaler's scale, an inf where
+    asked), Megatron's DynamicGradScaler: (parameters, scale after each step, outcomes, norms, squared
+    true norms, final scale)."""
+    import torch
+    from megatron.core.optimizer import grad_scaler
+
+    from primuspp.backends.megatron import cpu
+    from primuspp.runtime.post_validation import StepValidator
+
+    post, clip, inf_at = job
+    grad_scaler.torch = cpu._TORCH_ON_CPU  # its scale tensors on the CPU, as the CPU backend does for DDP
+    scaler = grad_scaler.DynamicGradScaler(2.0**12, 1.0, 2.0, 0.5, growth_interval=2, hysteresis=1)
+    torch.manual_seed(ctx.rank)
+    layer = torch.nn.Linear(4, 3)
+    params = list(layer.parameters())
+    opt = torch.optim.Adam(params, lr=0.1)
+    validator = StepValidator(params, opt.step, optimizer=opt, clip_grad=clip, post=post, scaler=scaler)
+    scales, true_sumsq = [], []
+    for step in range(SCALE_STEPS):
+        validator.finish()
+        gen = torch.Generator().manual_seed(100 * step + ctx.rank)
+        grads = [torch.randn(p.shape, generator=gen) for p in params]
+        true_sumsq.append(sum(float(g.double().square().sum()) for g in grads))
+        scale = float(scaler.scale.item())
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g * scale
+        if inf_at == (ctx.rank, step):
+            params[0].grad.view(-1)[0] = float("inf")
+        validator.step()
+        scales.append(float(scaler.scale.item()))  # synchronous: updated by this step (post: at finish())
+    validator.finish()
+    final = [p.detach().clone() for p in params]
+    return final, scales, validator.outcomes, validator.norms, true_sumsq, float(scaler.scale.item())
+
+
+def test_loss_scaling_and_overflow_with_megatron_grad_scaler():
+    jobs = [(post, clip, inf) for inf in (None, (1, 2)) for clip in (None, 1.0) for post in (False, True)]
+    results = launch(run_jobs, 2, [(scaler_worker, job) for job in jobs])
+    by_job = {job: [per_rank[i] for per_rank in results] for i, job in enumerate(jobs)}
+    for (post, clip, inf), per_rank in by_job.items():
+        if not post:
+            continue
+        sync = by_job[False, clip, inf]
+        for rank, (got, want) in enumerate(zip(per_rank, sync, strict=True)):
+            assert all(a.equal(b) for a, b in zip(got[0], want[0], strict=True)), (clip, inf, rank)
+            assert got[5] == want[5]  # the same final loss scale
+        outcomes = per_rank[0][2]
+        assert all(r[2] == outcomes for r in per_rank)
+        # the norm decided on is the unscaled gradients' (both ranks' partials summed)
+        totals = [sum(r[4][s] for r in per_rank) for s in range(SCALE_STEPS)]
+        for s, norm in enumerate(per_rank[0][3]):
+            if outcomes[s] != "skipped":
+                assert abs(norm - totals[s] ** 0.5) <= 1e-9 * norm
+        if inf is not None:
+            assert outcomes[inf[1]] == "skipped"
+            assert sync[0][1][inf[1]] == sync[0][1][inf[1] - 1] / 2  # the scale backed off at the overflow
+        if clip is not None:
+            assert "rolled_back" in outcomes
