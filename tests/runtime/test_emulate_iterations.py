@@ -140,3 +140,23 @@ def test_train_emulate_iteration_flags_refused(capsys, args, message):
     assert main(["train", "--algo", "1f1b", "--pp", "2", "--mb", "2", "--no-dump", *args]) == 2
     captured = capsys.readouterr()
     assert captured.err.startswith(message) and len(captured.err.strip().splitlines()) == 1
+
+
+def test_measured_figures_ignore_one_stalled_step():
+    """Four steps, one rank, the third stalled by 50 ms: the steady step and bubble are the other steps'."""
+    from primuspp.runtime.emulate import RankIterations
+    from primuspp.runtime.runner import RankStep
+    from primuspp.trace.timeline import Interval
+
+    ms = 1_000_000
+    steps, windows, t = [], [], 0.0
+    for i in range(4):
+        length = 60.0 if i == 2 else 10.0  # the stall stretches the node itself
+        steps.append(RankStep(0, [Interval("F", 0, 0, 0, 0.0, length)], [], 0, origin_ns=int(t * ms)))
+        windows.append((int((t + length) * ms), int((t + length + 2) * ms)))
+        t += length + 2
+    spec = EmulationSpec(build_schedule("1f1b", 1, None, 1), COSTS, 4, optimizer_ms=2.0)
+    got = figures(spec, [RankIterations(steps, windows)])
+    assert got["iteration_ends"] == [12.0, 24.0, 86.0, 98.0]
+    assert got["steady_step_time"] == 12.0  # the median of 12, 62, 12 (their mean: 28.67)
+    assert got["steady_bubble_rate"] == pytest.approx(0.0)
