@@ -241,7 +241,7 @@ def test_train_cli_reports_post_validation(capsys):
     [
         (["--clip-grad", "0"], "error: --clip-grad 0.0: expected a finite number > 0"),
         (["--clip-grad", "nan"], "error: --clip-grad nan: expected a finite number > 0"),
-        (["--post-validation", "--emulate"], "error: --post-validation: the emulated cluster computes"),
+        (["--clip-grad", "1", "--emulate"], "error: --clip-grad the emulated cluster computes nothing"),
     ],
 )
 def test_train_cli_refuses(capsys, flags, message):
