@@ -78,9 +78,9 @@ def candidates(
     """Every combination to evaluate (admissibility is checked when evaluated, so that refusals count).
     TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; CP: 1, 2, 4, 8 where
     the sequence splits into 2 x CP chunks and TP x CP x PP divides the GPUs (not CP 2c with micro-batch
-    size 2k when c, k is swept: `_halved`); EP: powers of two dividing
-    the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all
-    its chunks would sit on the one rank, which runs them as 1F1B does, in the same time and memory)."""
+    size 2k when c, k is swept: `_halved`); EP: powers of two dividing the experts (MoE only); VPP: the
+    algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all its chunks would sit on the one
+    rank, which runs them as 1F1B does, in the same time and memory)."""
     tps = tps or [t for t in (1, 2, 4, 8, 16) if t <= hw.gpus_per_node and gpus % t == 0]
     eps = eps or ([e for e in (1, 2, 4, 8, 16, 32, 64) if e <= spec.experts] if spec.moe else [1])
     cp_given = bool(cps)
