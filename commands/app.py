@@ -110,7 +110,7 @@ VERBS: tuple[Verb, ...] = (
         "plan",
         "primuspp.commands.plan",
         "plan",
-        "Plan a model on N GPUs: sweep TP, PP, VPP, EP, micro-batch size and algorithm; rank what fits.",
+        "Plan a model on N GPUs: sweep TP, CP, PP, VPP, EP, micro-batch size and algorithm; rank what fits.",
         (
             "primuspp plan --model llama3-70b --gpu h100 --gpus 64",
             "primuspp plan --model qwen3-235b-a22b --gpu mi300x --gpus 32 --ep 8",

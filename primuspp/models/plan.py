@@ -78,9 +78,9 @@ def candidates(
     """Every combination to evaluate (admissibility is checked when evaluated, so that refusals count).
     TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; CP: 1, 2, 4, 8 where
     the sequence splits into 2 x CP chunks and TP x CP x PP divides the GPUs (not CP 2c with micro-batch
-    size 2k when c, k is swept: `_halved`); EP: powers of two dividing
-    the experts (MoE only); VPP: the algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all
-    its chunks would sit on the one rank, which runs them as 1F1B does, in the same time and memory)."""
+    size 2k when c, k is swept: `_halved`); EP: powers of two dividing the experts (MoE only); VPP: the
+    algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all its chunks would sit on the one
+    rank, which runs them as 1F1B does, in the same time and memory)."""
     tps = tps or [t for t in (1, 2, 4, 8, 16) if t <= hw.gpus_per_node and gpus % t == 0]
     eps = eps or ([e for e in (1, 2, 4, 8, 16, 32, 64) if e <= spec.experts] if spec.moe else [1])
     cp_given = bool(cps)
@@ -148,12 +148,43 @@ def evaluate(
     """Project every candidate, or drop it with its reason. A candidate that cannot fit whatever the
     schedule (its state alone, or with one microbatch in flight, exceeds HBM: `one_microbatch_peak`) is
     dropped before its schedule is built, unless `project_unfit` (plan --all, which ranks those too).
-    `jobs` > 1: evaluated in that many forked processes, in chunks, merged in the candidates' order (the
-    same result as one process)."""
+    `jobs` > 1: evaluated in that many forked processes, in chunks grouped by schedule table, merged in
+    the candidates' order (the same result as one process; `on_each` then sees them as they finish)."""
     items = list(items)
     if jobs > 1 and len(items) >= MIN_PARALLEL:
         return _evaluate_parallel(spec, hw, items, layout, on_each, first_last, project_unfit, jobs)
     return _evaluate(spec, hw, items, layout, on_each, first_last, project_unfit)
+
+
+#: what evaluating one candidate gave: its projection (or None) and why it was dropped (or None), a message
+Outcome = tuple[Projection | None, str | None, str]
+
+
+def _outcome(
+    spec: ModelSpec,
+    hw: Hardware,
+    cand: Candidate,
+    layout: str,
+    first_last: tuple[int | None, int | None] | None,
+    project_unfit: bool,
+    tables: dict,
+) -> Outcome:
+    try:
+        return _evaluate_one(spec, hw, cand, layout, first_last, project_unfit, tables)
+    except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
+        return None, REFUSED, f"{cand}: {err}"
+    except ConfigError as err:
+        return None, NOT_DIVISIBLE, f"{cand}: {err}"
+
+
+def _add(result: PlanResult, outcome: Outcome) -> None:
+    projection, reason, message = outcome
+    result.evaluated += 1
+    if projection is not None:
+        (result.fits if projection.fits else result.no_fit).append(projection)
+    if reason:
+        result.dropped[reason] += 1
+        result.examples.setdefault(reason, message)
 
 
 def _evaluate(
@@ -164,22 +195,10 @@ def _evaluate(
     on_each: Callable[[Candidate], None] | None,
     first_last: tuple[int | None, int | None] | None,
     project_unfit: bool,
-    tables: dict | None = None,
 ) -> PlanResult:
-    result = PlanResult()
-    tables = {} if tables is None else tables
+    result, tables = PlanResult(), {}
     for cand in items:
-        result.evaluated += 1
-        reason, message = None, ""
-        try:
-            reason, message = _evaluate_one(spec, hw, cand, layout, first_last, project_unfit, tables, result)
-        except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
-            reason, message = REFUSED, f"{cand}: {err}"
-        except ConfigError as err:
-            reason, message = NOT_DIVISIBLE, f"{cand}: {err}"
-        if reason:
-            result.dropped[reason] += 1
-            result.examples.setdefault(reason, message)
+        _add(result, _outcome(spec, hw, cand, layout, first_last, project_unfit, tables))
         if on_each is not None:
             on_each(cand)
     return result
@@ -193,9 +212,24 @@ def _worker_init(*args: Any) -> None:
     _WORKER["tables"] = {}
 
 
-def _worker_chunk(chunk: list[Candidate]) -> PlanResult:
+def _worker_chunk(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
     spec, hw, layout, first_last, project_unfit = _WORKER["args"]
-    return _evaluate(spec, hw, chunk, layout, None, first_last, project_unfit, _WORKER["tables"])
+    tables = _WORKER["tables"]
+    return [(i, _outcome(spec, hw, c, layout, first_last, project_unfit, tables)) for i, c in chunk]
+
+
+def _chunks(items: list[Candidate]) -> list[list[tuple[int, Candidate]]]:
+    """Chunks of about CHUNK candidates, each (algorithm, pp, vpp, m) in as few chunks as it fills: the
+    candidates that share a schedule table share a worker, which generates it once."""
+    groups: dict[tuple, list[tuple[int, Candidate]]] = {}
+    for i, c in enumerate(items):
+        groups.setdefault((c.algorithm, c.par.pp, c.par.vpp, c.par.micro_batches), []).append((i, c))
+    out: list[list[tuple[int, Candidate]]] = [[]]
+    for group in groups.values():
+        if len(out[-1]) + len(group) > CHUNK and out[-1]:
+            out.append([])
+        out[-1].extend(group)
+    return out
 
 
 def _evaluate_parallel(
@@ -210,21 +244,19 @@ def _evaluate_parallel(
 ) -> PlanResult:
     import multiprocessing
 
-    chunks = [items[i : i + CHUNK] for i in range(0, len(items), CHUNK)]
-    merged = PlanResult()
+    outcomes: list[Outcome | None] = [None] * len(items)
     ctx = multiprocessing.get_context("fork")
     with ctx.Pool(jobs, _worker_init, (spec, hw, layout, first_last, project_unfit)) as pool:
-        for chunk, part in zip(chunks, pool.imap(_worker_chunk, chunks), strict=True):
-            merged.evaluated += part.evaluated
-            merged.fits += part.fits
-            merged.no_fit += part.no_fit
-            merged.dropped.update(part.dropped)
-            for reason, message in part.examples.items():
-                merged.examples.setdefault(reason, message)
-            if on_each is not None:
-                for cand in chunk:
-                    on_each(cand)
-    return merged
+        for part in pool.imap_unordered(_worker_chunk, _chunks(items)):
+            for i, outcome in part:
+                outcomes[i] = outcome
+                if on_each is not None:
+                    on_each(items[i])
+    result = PlanResult()
+    for outcome in outcomes:  # in the candidates' order: the same result as one process
+        assert outcome is not None
+        _add(result, outcome)
+    return result
 
 
 def _evaluate_one(
@@ -235,10 +267,9 @@ def _evaluate_one(
     first_last: tuple[int | None, int | None] | None,
     project_unfit: bool,
     tables: dict,
-    result: PlanResult,
-) -> tuple[str | None, str]:
-    """Project `cand` into `result` (None, "") or say why it is dropped (NO_FIT, message); raises the
-    ConfigError / ScheduleError of a configuration that cannot run."""
+) -> Outcome:
+    """Project `cand`, or say why it is dropped; raises the ConfigError / ScheduleError of a
+    configuration that cannot run."""
     p = cand.par
     if p.dp == 0:
         cp = f" x --cp {p.cp}" if p.cp > 1 else ""
@@ -247,21 +278,19 @@ def _evaluate_one(
     check_parallel(spec, p, parts)
     hbm = hw.hbm_bytes
     if not project_unfit and _cannot_fit(spec, hw, p):
-        return NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
+        return None, NO_FIT, f"{cand}: weights and optimizer state alone exceed HBM"
     why = refusal(cand.algorithm, p.pp, p.vpp, p.micro_batches, {})
     if why:
         raise ScheduleError(why, key="micro_batches")
     plan = stage_plan(spec, hw, p, cand.algorithm, layout, first_last)
     if not project_unfit and (low := one_microbatch_peak(spec, hw, p, plan)) > hbm:
-        return NO_FIT, f"{cand}: {low / 1e9:.1f} GB > {hbm / 1e9:.0f} GB with one microbatch in flight"
+        return None, NO_FIT, f"{cand}: {low / 1e9:.1f} GB > {hbm / 1e9:.0f} GB with one microbatch in flight"
     # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
     pr = project(spec, hw, p, cand.algorithm, layout, tables=tables, first_last=first_last, plan=plan)
     pr = replace(pr, result=None)
     if pr.fits:
-        result.fits.append(pr)
-        return None, ""
-    result.no_fit.append(pr)
-    return NO_FIT, f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hbm / 1e9:.0f} GB"
+        return pr, None, ""
+    return pr, NO_FIT, f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hbm / 1e9:.0f} GB"
 
 
 def plan_record(

@@ -103,6 +103,12 @@ def test_sweep_skips_cp_that_cannot_split_the_sequence():
 
 
 def test_sweep_drops_interleaved_at_pp_1():
+    # at PP 1 interleaving changes nothing: the same step time and peak as 1F1B
+    one = project(LLAMA, H100, Parallel(pp=1, global_batch_size=8), "1f1b")
+    for vpp in (2, 3, 4):
+        inter = project(LLAMA, H100, Parallel(pp=1, vpp=vpp, global_batch_size=8), "1f1b-interleaved")
+        assert inter.step_time_ms == pytest.approx(one.step_time_ms, rel=1e-9)
+        assert inter.peak_memory_bytes == pytest.approx(one.peak_memory_bytes, rel=1e-9)
     base = Parallel(global_batch_size=64, seq_len=4096)
     items = candidates(LLAMA, H100, 8, base, ["1f1b-interleaved"], [1], [1, 2], None, None, [1], [1])
     assert {(c.par.pp, c.par.vpp) for c in items} == {(2, 2), (2, 3), (2, 4)}
