@@ -84,7 +84,7 @@ def run_moe_job(ctx: WorkerContext, job: MoEJob) -> dict[str, Any]:
     from primuspp.backends.megatron.train import named_parameters, setup_parallel, wrap_ddp
     from primuspp.schedule.placement import make_placement
 
-    setup_parallel(job.p, 1, ctx.device, job.ep)
+    setup_parallel(job.p, 1, ctx.device, ep=job.ep)
     parallel_state.set_virtual_pipeline_model_parallel_world_size(job.v if job.v > 1 else None)
     spec = _spec()
     placement = make_placement(get_algorithm(job.algorithm).placement, job.p, job.v)
