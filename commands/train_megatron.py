@@ -78,12 +78,6 @@ class MegatronBackend:
                 "split between the two threads of an overlapped FB node",
                 key="fb-overlap",
             )
-        if tp > 1 and opts.moe_experts is not None:
-            raise ConfigError(
-                f"--tp {tp} with --moe-experts: MoE layers run with tensor parallelism 1 for now "
-                "(use --ep for the experts)",
-                key="tp",
-            )
         check_outputs(opts.dump_pp_data, save)
 
         from primuspp.backends.megatron import require
@@ -103,6 +97,9 @@ class MegatronBackend:
         if moe[0] is not None:  # --megatron KEY=VALUE overrides
             merged = {**dict(moe_layers.settings(*moe)), **dict(model_settings)}
             model_settings = tuple(sorted(merged.items()))
+        from primuspp.backends.megatron.tp import check_moe
+
+        check_moe(tp, opts.ep, sp, dict(model_settings).get("num_moe_experts"))
         table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
         check_tp_ranks(tp, table.pp)
         sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}

@@ -17,11 +17,16 @@ from typing import Any
 
 import torch
 
+from primuspp.backends.megatron import moe
 from primuspp.runtime.launch import WorkerContext
 from tests.megatron import workers
 
-#: model kind -> extra GPTSpec settings (TransformerConfig fields) on top of workers.SPEC
-MODELS: dict[str, tuple[tuple[str, Any], ...]] = {"dense": ()}
+#: model kind -> extra GPTSpec settings (TransformerConfig fields) on top of workers.SPEC; "moe": every
+#: layer MoE (4 experts, top-2, a shared expert), EP 1: the experts TP-sharded like a dense MLP
+MODELS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "dense": (),
+    "moe": moe.settings(experts=4, topk=2, ffn=32, shared_ffn=16),
+}
 
 
 @dataclass(frozen=True)

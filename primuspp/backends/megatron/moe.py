@@ -187,7 +187,6 @@ def _grouped_experts_class() -> type:
                 or c.add_bias_linear
                 or c.bias_activation_fusion
                 or c.use_te_activation_func
-                or self.tp_group.size() > 1  # expert tensor parallelism: Megatron's own path
                 or not all(p.requires_grad for p in self.parameters())
             )
 
