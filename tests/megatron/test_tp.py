@@ -2,7 +2,8 @@
 pieces gathered) against the one-process Megatron reference, for every algorithm the backend runs, for the
 dense model (without and with sequence parallelism) and an MoE one (experts TP-sharded, EP 1; with sequence
 parallelism only, as megatron-core requires); under SP, W's all-gathered input is re-gathered, and kept for
-three split algorithms; split algorithms defer the weight grads under TP and SP. Bad TP input: one line, exit 2, nothing started."""
+three split algorithms; split algorithms defer the weight grads under TP and SP. Bad TP input: one line,
+exit 2, nothing started."""
 
 from __future__ import annotations
 
