@@ -97,9 +97,6 @@ class MegatronBackend:
         if moe[0] is not None:  # --megatron KEY=VALUE overrides
             merged = {**dict(moe_layers.settings(*moe)), **dict(model_settings)}
             model_settings = tuple(sorted(merged.items()))
-        from primuspp.backends.megatron.tp import check_moe
-
-        check_moe(tp, opts.ep, sp, dict(model_settings).get("num_moe_experts"))
         table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
         check_tp_ranks(tp, table.pp)
         sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}
