@@ -4,7 +4,7 @@ A job trains the small megatron-core GPT of workers.py for a few steps on TP x P
 order: TP groups are consecutive ranks) with primuspp's installed schedule, and returns, on TP rank 0 of
 each pipeline rank, the losses and the whole-model gradients (the TP pieces gathered, tp.gather); rank 0
 also runs the one-process reference (workers.reference, at TP 1 through tp.solo). `kind` names the model:
-"dense" here; other kinds (MoE) add an entry to MODELS.
+"dense" or "moe" (MODELS).
 """
 
 from __future__ import annotations
