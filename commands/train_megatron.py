@@ -78,12 +78,6 @@ class MegatronBackend:
                 "split between the two threads of an overlapped FB node",
                 key="fb-overlap",
             )
-        if tp > 1 and opts.moe_experts is not None:
-            raise ConfigError(
-                f"--tp {tp} with --moe-experts: MoE layers run with tensor parallelism 1 for now "
-                "(use --ep for the experts)",
-                key="tp",
-            )
         check_outputs(opts.dump_pp_data, save)
 
         from primuspp.backends.megatron import require

@@ -1,7 +1,9 @@
 """Tensor parallelism (TP 2 x PP 2, gloo, fp32) under primuspp's schedules: losses and every gradient (the TP
-pieces gathered) against the one-process Megatron reference, for every algorithm the backend runs, without
-and with sequence parallelism (W's all-gathered input re-gathered, and kept for three split algorithms);
-split algorithms defer the weight grads under TP and SP. Bad TP input: one line, exit 2, nothing started."""
+pieces gathered) against the one-process Megatron reference, for every algorithm the backend runs, for the
+dense model (without and with sequence parallelism) and an MoE one (experts TP-sharded, EP 1; with sequence
+parallelism only, as megatron-core requires); under SP, W's all-gathered input is re-gathered, and kept for
+three split algorithms; split algorithms defer the weight grads under TP and SP. Bad TP input: one line,
+exit 2, nothing started."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from primuspp.runtime.launch import launch
 from tests.megatron.test_pipeline import TOL, differences
 from tests.megatron.tp_workers import MODELS, TPJob, run_tp_jobs
 
+MOE = ("--moe-experts", "4", "--moe-topk", "2")
 SPLIT = ("zero-bubble", "zb-h2", "zero-bubble-heuristic", "zb-optimal", "zbv", "v-half", "v-min", "v-auto")
 
 
@@ -32,10 +35,15 @@ def _algorithms() -> list[tuple[str, int]]:
     return out
 
 
+#: parameters of the 8-layer model, by kind (an MoE layer: router, 4 experts' fc1/fc2, shared expert)
+TENSORS = {"dense": 101, "moe": 141}
+
+
 def jobs(kind: str) -> list[TPJob]:
     out = []
     for name, v in _algorithms():
-        out.append(TPJob(name, 2, v, kind=kind))
+        if kind != "moe":  # megatron-core trains MoE layers under TP only with sequence parallelism
+            out.append(TPJob(name, 2, v, kind=kind))
         out.append(TPJob(name, 2, v, sp=True, kind=kind))
     for name, v in (("zero-bubble", 1), ("zbv", 2), ("dualpipe-v", 2)):  # W keeps F's gathered input
         out.append(TPJob(name, 2, v, sp=True, sp_wgrad="keep", kind=kind))
@@ -57,7 +65,7 @@ def test_tp_losses_and_gradients_match_one_process(runs, name):
     lead = [r for r in per_rank if r["tp_rank"] == 0]
     assert len(lead) == job.p
     loss, grad, tensors = differences(lead, per_rank[0]["reference"])
-    assert tensors == job.steps * 101  # every parameter of the 8-layer model, whole, every step
+    assert tensors == job.steps * TENSORS[job.kind]  # every parameter of the 8-layer model, whole, every step
     assert loss <= TOL, (name, loss)
     assert grad <= TOL, (name, grad)
 
@@ -84,6 +92,9 @@ def test_split_algorithms_defer_weight_grads_under_tp(runs, name):
         (["--tp", "2", "--backend", "torch"], "--tp is only available with --backend megatron"),
         (["--tp", "2", "--save", "ckpt"], "--save: checkpoints of --tp 2 runs are not supported yet"),
         (["--tp", "2", "--sequence-parallel", "--fb-overlap"], "--fb-overlap with --sequence-parallel"),
+        (["--tp", "2", *MOE], "--tp 2 with MoE layers needs --sequence-parallel"),
+        (["--tp", "2", "--megatron", "num_moe_experts=4", "--megatron", "moe_router_topk=2"], "needs --seq"),
+        (["--tp", "2", "--sequence-parallel", "--ep", "2", *MOE], "--ep 2 with --tp 2: MoE layers under"),
     ],
 )
 def test_bad_tp_input_is_one_line_and_starts_nothing(args, message, capsys, tmp_path, monkeypatch):

@@ -4,7 +4,7 @@ A job trains the small megatron-core GPT of workers.py for a few steps on TP x P
 order: TP groups are consecutive ranks) with primuspp's installed schedule, and returns, on TP rank 0 of
 each pipeline rank, the losses and the whole-model gradients (the TP pieces gathered, tp.gather); rank 0
 also runs the one-process reference (workers.reference, at TP 1 through tp.solo). `kind` names the model:
-"dense" here; other kinds (MoE) add an entry to MODELS.
+"dense" or "moe" (MODELS).
 """
 
 from __future__ import annotations
@@ -17,11 +17,16 @@ from typing import Any
 
 import torch
 
+from primuspp.backends.megatron import moe
 from primuspp.runtime.launch import WorkerContext
 from tests.megatron import workers
 
-#: model kind -> extra GPTSpec settings (TransformerConfig fields) on top of workers.SPEC
-MODELS: dict[str, tuple[tuple[str, Any], ...]] = {"dense": ()}
+#: model kind -> extra GPTSpec settings (TransformerConfig fields) on top of workers.SPEC; "moe": every
+#: layer MoE (4 experts, top-2, a shared expert), EP 1: the experts TP-sharded like a dense MLP
+MODELS: dict[str, tuple[tuple[str, Any], ...]] = {
+    "dense": (),
+    "moe": moe.settings(experts=4, topk=2, ffn=32, shared_ffn=16),
+}
 
 
 @dataclass(frozen=True)

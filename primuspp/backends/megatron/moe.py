@@ -8,6 +8,10 @@ state dict) whose forward, inside a primuspp runner, runs the experts as two gro
 (`kernels.grouped`): B computes all experts' input gradient, W the per-expert weight gradients. Outside a
 runner (the one-process reference, evaluation, Megatron's own schedules) it is `SequentialMLP` unchanged.
 
+Tensor parallelism (EP 1, tp.py): megatron-core's expert tensor parallelism is TP, so each rank's experts
+are its TP pieces (fc1 column-, fc2 row-parallel, without collectives of their own: the dispatcher gathers
+the tokens over the TP group and reduce-scatters the output); the grouped GEMMs run on the pieces unchanged.
+
 Expert parallelism: EP ranks hold `experts / ep` consecutive experts each (Megatron's rule); stage weights
 are cut from the whole model (model.py), which is built with every expert on one process (`whole_groups`).
 """
@@ -187,7 +191,6 @@ def _grouped_experts_class() -> type:
                 or c.add_bias_linear
                 or c.bias_activation_fusion
                 or c.use_te_activation_func
-                or self.tp_group.size() > 1  # expert tensor parallelism: Megatron's own path
                 or not all(p.requires_grad for p in self.parameters())
             )
 

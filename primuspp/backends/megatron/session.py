@@ -91,8 +91,8 @@ def check_inputs(spec: TrainSpec) -> None:
 
 
 def _check_tp(spec: TrainSpec) -> None:
-    """TP dividing the heads (and key/value heads), sequence parallelism only with TP > 1, no checkpoints
-    of TP runs (their files would hold pieces under whole-model names)."""
+    """TP dividing the heads (and key/value heads), sequence parallelism only with TP > 1, MoE under TP only
+    with SP and EP 1, no checkpoints of TP runs (their files would hold pieces under whole-model names)."""
     from primuspp.backends.megatron import tp
 
     settings = dict(spec.model.settings)
@@ -103,6 +103,7 @@ def _check_tp(spec: TrainSpec) -> None:
     if settings.get("tensor_model_parallel_size") not in (None, 1):
         raise ConfigError("--megatron tensor_model_parallel_size: use --tp", key="megatron")
     tp.check(spec.tp, spec.model.heads, settings.get("num_query_groups"), spec.sequence_parallel)
+    tp.check_moe(spec.tp, spec.ep, spec.sequence_parallel, settings.get("num_moe_experts"))
     if spec.tp > 1 and (spec.save is not None or spec.load is not None):
         flag = "--save" if spec.save is not None else "--load"
         raise ConfigError(f"{flag}: checkpoints of --tp {spec.tp} runs are not supported yet", key=flag[2:])

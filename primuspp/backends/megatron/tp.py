@@ -9,8 +9,12 @@ embeddings) is copied whole. Megatron's fused QKV weight is laid out per query g
 are exactly its per-rank layout when TP divides the key/value heads; a gated MLP's fc1 (`[gate; up]`) is
 cut half by half.
 
-`solo()` makes Megatron's parallel state look like TP = 1 for a while (a one-rank TP group of this
-process): the whole model, and the one-process reference of the tests, are built and run inside it.
+MoE layers (EP 1): megatron-core's expert tensor parallelism defaults to TP, so each expert's fc1 / fc2 is
+column- / row-parallel like a dense MLP and is cut the same way; the token dispatcher gathers the tokens
+over the TP group and reduce-scatters the experts' output. megatron-core needs sequence parallelism then.
+
+`solo()` makes Megatron's parallel state look like TP = 1 for a while (a one-rank TP and expert-TP group of
+this process): the whole model, and the one-process reference of the tests, are built and run inside it.
 `gather()` is `shard()`'s inverse for gradients and weights (tests, bench/gpu_check.py).
 """
 
@@ -28,8 +32,14 @@ from primuspp.errors import ConfigError
 #: this process's one-rank group (every rank's, created together by `make_solo_groups`)
 _SOLO: list[Any] = []
 
-# parallel_state globals that name the TP group, swapped by `solo()`
-_GROUPS = ("_TENSOR_MODEL_PARALLEL_GROUP", "_TENSOR_AND_CONTEXT_PARALLEL_GROUP")
+# parallel_state globals that name the TP group (and, for MoE experts, the expert-TP groups: with EP 1 the
+# same ranks), swapped by `solo()`
+_GROUPS = (
+    "_TENSOR_MODEL_PARALLEL_GROUP",
+    "_TENSOR_AND_CONTEXT_PARALLEL_GROUP",
+    "_EXPERT_TENSOR_PARALLEL_GROUP",
+    "_EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP",
+)
 
 
 def check(tp: int, heads: int, kv_heads: int | None, sequence_parallel: bool) -> None:
@@ -45,6 +55,26 @@ def check(tp: int, heads: int, kv_heads: int | None, sequence_parallel: bool) ->
     if sequence_parallel and tp <= 1:
         raise ConfigError(
             "--sequence-parallel needs --tp > 1 (it splits the sequence over the tensor-parallel ranks)",
+            key="sequence-parallel",
+        )
+
+
+def check_moe(tp: int, ep: int, sequence_parallel: bool, experts: int | None) -> None:
+    """The TP settings an MoE model can use: its experts are TP-sharded like a dense MLP (megatron-core's
+    expert tensor parallelism = TP) with EP 1, and megatron-core trains MoE layers under TP only with
+    sequence parallelism (its MoELayer raises otherwise)."""
+    if tp <= 1 or not experts:
+        return
+    if ep > 1:
+        raise ConfigError(
+            f"--ep {ep} with --tp {tp}: MoE layers under tensor parallelism run with --ep 1 for now "
+            "(the experts are sharded over the tensor-parallel ranks)",
+            key="ep",
+        )
+    if not sequence_parallel:
+        raise ConfigError(
+            f"--tp {tp} with MoE layers needs --sequence-parallel (megatron-core trains MoE layers under "
+            "tensor parallelism only with sequence parallelism)",
             key="sequence-parallel",
         )
 
@@ -85,6 +115,7 @@ def solo() -> Iterator[None]:
         raise RuntimeError("tp.make_solo_groups() was not called after initialize_model_parallel")
     names = (*_GROUPS, "_MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE", "_MPU_TENSOR_MODEL_PARALLEL_RANK")
     names += ("_TENSOR_MODEL_PARALLEL_GLOBAL_RANKS",)
+    names += ("_MPU_EXPERT_TENSOR_PARALLEL_WORLD_SIZE", "_MPU_EXPERT_TENSOR_PARALLEL_RANK")
     saved = {n: getattr(ps, n) for n in names}
     try:
         for n in _GROUPS:
@@ -92,6 +123,8 @@ def solo() -> Iterator[None]:
         ps._MPU_TENSOR_MODEL_PARALLEL_WORLD_SIZE = 1
         ps._MPU_TENSOR_MODEL_PARALLEL_RANK = 0
         ps._TENSOR_MODEL_PARALLEL_GLOBAL_RANKS = [dist.get_rank()]
+        ps._MPU_EXPERT_TENSOR_PARALLEL_WORLD_SIZE = 1
+        ps._MPU_EXPERT_TENSOR_PARALLEL_RANK = 0
         yield
     finally:
         for n, value in saved.items():
