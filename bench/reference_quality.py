@@ -314,7 +314,7 @@ def main() -> int:
     if cache is not None:
         cache.mkdir(parents=True, exist_ok=True)
     counts: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    worst: dict[str, float] = defaultdict(float)
+    worst: dict[str, float] = defaultdict(lambda: float("-inf"))
     seconds: dict[str, float] = defaultdict(float)
     for pair in pairs(set(args.algo) if args.algo else None):
         for p in (int(x) for x in args.pp.split(",")):
@@ -359,7 +359,7 @@ def main() -> int:
                         )
     print()
     head = f"{'pair (primuspp <-> reference)':40} {'cases':>5} {'equal':>5} {'better':>6} {'worse':>5}"
-    print(head + f" {'max step gap':>12} {'gen s':>6}")
+    print(head + f" {'max step gap':>12} {'gen s':>6}")  # gap: (ours - reference) / reference, worst case
     total = defaultdict(int)
     for label, cnt in counts.items():
         for k in ("cases", "equal", "better", "worse"):
