@@ -122,6 +122,16 @@ def _run_moe(ctx: WorkerContext, job: MoEOverlapJob) -> dict[str, Any]:
         original_run_fb(run_f, b)
 
     overlap.run_fb = counting_run_fb
+    ep_group = parallel_state.get_expert_model_parallel_group()
+    original_backward_group = overlap.backward_group
+    twin_all_to_alls = [0]
+
+    def counting_backward_group(group):  # what the patched all-to-all backward asks (overlap.py)
+        got = original_backward_group(group)
+        twin_all_to_alls[0] += group is ep_group and got is not group
+        return got
+
+    overlap.backward_group = counting_backward_group
     result: dict[str, Any] = {"losses": [], "grads": []}
     try:
         for step in range(job.steps):
@@ -143,9 +153,11 @@ def _run_moe(ctx: WorkerContext, job: MoEOverlapJob) -> dict[str, Any]:
                     p.add_(p.main_grad, alpha=-LR)
     finally:
         overlap.run_fb = original_run_fb
+        overlap.backward_group = original_backward_group
         S.uninstall()
     result["overlapped"] = overlapped["fb"], sorted(overlapped["threads"])
     result["fb_nodes"] = sum(1 for iv in schedule.last_step.intervals if iv.kind == "FB")
+    result["twin_all_to_alls"] = twin_all_to_alls[0]
     return result
 
 
@@ -163,7 +175,7 @@ def moe_runs() -> list[list[dict[str, Any]]]:
 
 
 def test_overlapped_fb_on_moe_with_expert_parallelism(moe_runs):
-    """Every FB node ran its backward (the all-to-alls on the twin EP group) on the helper thread; losses and
+    """Every FB node ran its backward on the helper thread, its all-to-alls on the twin EP group; losses and
     every gradient (router and experts included) equal one process, and equal the run without overlap bit
     for bit."""
     on, off = moe_runs
@@ -177,6 +189,8 @@ def test_overlapped_fb_on_moe_with_expert_parallelism(moe_runs):
     assert fb_nodes > 0 and sum(r["overlapped"][0] for r in on) == fb_nodes
     assert all(r["overlapped"][1] == ["primuspp-fb-backward"] for r in on)
     assert sum(r["overlapped"][0] for r in off) == 0
+    # the backward halves' all-to-alls went to the twin EP group (on every rank); never without overlap
+    assert all(r["twin_all_to_alls"] > 0 for r in on) and all(r["twin_all_to_alls"] == 0 for r in off)
     for a, b in zip(on, off, strict=True):
         assert a["losses"] == b["losses"]
         for ga, gb in zip(a["grads"], b["grads"], strict=True):
