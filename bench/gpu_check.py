@@ -1,14 +1,20 @@
 """GPU check: a short megatron-core pipeline per algorithm on real ranks, gradients against one process.
 
-    python bench/gpu_check.py                  # NCCL, one GPU per rank (p x tp GPUs), a few minutes
+    python bench/gpu_check.py                  # NCCL, one GPU per rank, dense and MoE, a few minutes
     python bench/gpu_check.py --cpu            # gloo on the CPU: a smoke test of the same path
-    python bench/gpu_check.py --algos zbv dualpipe-v 1f1b --p 2 --tp 2 --sequence-parallel
+    python bench/gpu_check.py --models dense --algos zbv dualpipe-v 1f1b --p 2 --tp 2 --sequence-parallel
+    python bench/gpu_check.py --models moe --moe-experts 8 --moe-topk 2 --ep 2
 
-For each algorithm (default: zbv and dualpipe-v, the V-shape split schedules, and 1f1b, the unsplit
-baseline) every rank trains the dense megatron-core GPT for `--steps` steps (SGD on Megatron DDP's grad
-buffers) with primuspp's installed schedule; rank 0 then runs the one-process reference (Megatron's
-`forward_backward_no_pipelining` on the whole model, the same data and SGD) and the check compares every
-step's loss and every gradient (TP pieces gathered). It prints per algorithm: the largest relative loss and
+For each model (default: dense, then MoE) and each algorithm (default: zbv and dualpipe-v, the V-shape
+split schedules, and 1f1b, the unsplit baseline) every rank trains the megatron-core GPT for `--steps` steps
+(SGD on Megatron DDP's grad buffers) with primuspp's installed schedule; rank 0 then runs the one-process
+reference (Megatron's `forward_backward_no_pipelining` on the whole model, the same data and SGD) and the
+check compares every step's loss and every gradient (TP pieces gathered; MoE experts under their global
+numbers). The dense model runs on p x tp ranks; the MoE model (`--moe-experts` experts, top-`--moe-topk`
+router with the aux loss, all-to-all dispatcher, grouped-GEMM experts: what `primuspp train --moe-experts N
+--moe-topk K --ep E` builds) on p x ep ranks, EP spanning the data-parallel replicas as Megatron does (each
+replica its own microbatches; the reference runs all of them), at TP 1. It prints per algorithm: the
+largest relative loss and
 gradient differences, the mean B, W, BW and FB node times, the B/W split cost ((B + W) / the unsplit
 backward BW of the baseline algorithm, per layer: stages hold different numbers of layers, when it ran)
 and the step time (median of the steps after the first).
@@ -33,8 +39,12 @@ from primuspp.runtime.launch import WorkerContext, launch
 BASELINE = "1f1b"
 
 
+MODELS = ("dense", "moe")
+
+
 @dataclass(frozen=True)
 class Check:
+    model: str  # "dense" or "moe"
     algorithms: tuple[str, ...]
     p: int
     tp: int
@@ -48,10 +58,17 @@ class Check:
     m: int
     steps: int
     lr: float = 0.05
+    ep: int = 1
+    moe: tuple[tuple[str, Any], ...] = ()  # the MoE TransformerConfig fields (moe.settings); () = dense
+
+    @property
+    def world(self) -> int:
+        return self.p * self.tp * self.ep
 
 
-def _data(check: Check, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    gen = torch.Generator().manual_seed(1000 * step + check.m)
+def _data(check: Check, step: int, shard: int = 0) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Step `step`'s microbatches of data-parallel replica `shard`."""
+    gen = torch.Generator().manual_seed(1000 * step + 100 * shard + check.m)
     out = []
     for _ in range(check.m):
         t = torch.randint(0, check.vocab, (check.micro_batch_size, check.seq_len + 1), generator=gen)
@@ -63,7 +80,12 @@ def _spec(check: Check) -> Any:
     from primuspp.backends.megatron.model import GPTSpec
 
     return GPTSpec(
-        layers=check.layers, hidden=check.hidden, heads=check.heads, seq_len=check.seq_len, vocab=check.vocab
+        layers=check.layers,
+        hidden=check.hidden,
+        heads=check.heads,
+        seq_len=check.seq_len,
+        vocab=check.vocab,
+        settings=check.moe,
     )
 
 
@@ -81,6 +103,7 @@ def run_algorithm(ctx: WorkerContext, check: Check, algorithm: str) -> dict[str,
     from primuspp.backends.megatron import schedule as S
     from primuspp.backends.megatron import tp
     from primuspp.backends.megatron.model import forward_step, rank_chunks, stage_name
+    from primuspp.backends.megatron.moe import EXPERTS_ATTR
     from primuspp.backends.megatron.train import wrap_ddp
     from primuspp.schedule.placement import make_placement
 
@@ -101,7 +124,8 @@ def run_algorithm(ctx: WorkerContext, check: Check, algorithm: str) -> dict[str,
         for step in range(check.steps):
             for d in ddps:
                 d.zero_grad_buffer()
-            iters = [iter(_data(check, step)) for _ in ddps]
+            data = _data(check, step, parallel_state.get_data_parallel_rank())
+            iters = [iter(data) for _ in ddps]
             _sync(ctx.device)
             t0 = time.perf_counter()
             store = fb(
@@ -114,11 +138,15 @@ def run_algorithm(ctx: WorkerContext, check: Check, algorithm: str) -> dict[str,
             )
             _sync(ctx.device)
             out["step_ms"].append((time.perf_counter() - t0) * 1000)
-            out["losses"].append(sum(float(x["lm loss"]) for x in store) / check.m)
+            # this replica's share of the mean over all replicas' microbatches (EP folds in data parallelism)
+            out["losses"].append(sum(float(x["lm loss"]) for x in store) / check.m / check.ep)
             grads: dict[str, torch.Tensor] = {}
             for d, r in zip(ddps, ranges, strict=True):
                 mine = {n: p.main_grad.detach().clone() for n, p in d.module.named_parameters()}
-                grads.update({stage_name(n, r): g.cpu() for n, g in tp.gather(d.module, mine).items()})
+                experts = getattr(d.module, EXPERTS_ATTR, (0, 0))
+                grads.update(
+                    {stage_name(n, r, experts): g.cpu() for n, g in tp.gather(d.module, mine).items()}
+                )
             out["grads"].append(grads)
             if step > 0 or check.steps == 1:
                 for iv in schedule.last_step.intervals:  # type: ignore[union-attr]
@@ -146,16 +174,17 @@ def reference(check: Check, device: torch.device) -> dict[str, Any]:
         out: dict[str, Any] = {"losses": [], "grads": []}
         for step in range(check.steps):
             model.zero_grad()
+            data = [mb for shard in range(check.ep) for mb in _data(check, step, shard)]
             store = schedules.forward_backward_no_pipelining(
                 forward_step_func=forward_step,
-                data_iterator=iter(_data(check, step)),
+                data_iterator=iter(data),
                 model=[model],
-                num_microbatches=check.m,
+                num_microbatches=check.m * check.ep,
                 seq_length=check.seq_len,
                 micro_batch_size=check.micro_batch_size,
             )
             grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-            out["losses"].append(sum(float(x["lm loss"]) for x in store) / check.m)
+            out["losses"].append(sum(float(x["lm loss"]) for x in store) / (check.m * check.ep))
             out["grads"].append({n: g.cpu() for n, g in grads.items()})
             with torch.no_grad():
                 for n, p in model.named_parameters():
@@ -167,7 +196,7 @@ def worker(ctx: WorkerContext, check: Check) -> dict[str, Any]:
     warnings.simplefilter("ignore")
     from primuspp.backends.megatron.train import setup_parallel
 
-    setup_parallel(check.p, 1, ctx.device, tp=check.tp)
+    setup_parallel(check.p, 1, ctx.device, tp=check.tp, ep=check.ep)
     results = {a: run_algorithm(ctx, check, a) for a in check.algorithms}
     return {"results": results, "reference": reference(check, ctx.device) if ctx.rank == 0 else None}
 
@@ -222,6 +251,7 @@ def summarise(check: Check, gathered: list[dict[str, Any]], tol: float) -> tuple
         ok &= passed
         rows.append(
             {
+                "model": check.model,
                 "algorithm": algorithm,
                 "loss_diff": loss,
                 "grad_diff": grad,
@@ -243,13 +273,22 @@ def summarise(check: Check, gathered: list[dict[str, Any]], tol: float) -> tuple
     return rows, ok
 
 
-def main(argv: list[str] | None = None) -> int:
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu", action="store_true", help="gloo on the CPU (smoke test) instead of NCCL")
+    ap.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS), help="default: both")
     ap.add_argument("--algos", nargs="+", default=["zbv", "dualpipe-v", BASELINE])
     ap.add_argument("--p", type=int, default=2, help="pipeline ranks")
-    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per pipeline rank")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks per pipeline rank (dense model)")
     ap.add_argument("--sequence-parallel", action="store_true")
+    ap.add_argument("--moe-experts", type=int, default=8, help="MoE model: experts per layer")
+    ap.add_argument("--moe-topk", type=int, default=2, help="MoE model: experts per token")
+    ap.add_argument(
+        "--moe-ffn", type=int, default=None, help="MoE model: expert FFN size (default 4 x hidden)"
+    )
+    ap.add_argument(
+        "--ep", type=int, default=None, help="MoE model: expert-parallel ranks (default 2 GPU, 1 CPU)"
+    )
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--hidden", type=int, default=None, help="default 1024 (GPU), 64 (CPU)")
     ap.add_argument("--heads", type=int, default=8)
@@ -260,63 +299,108 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--tol", type=float, default=None, help="default 1e-6 (CPU), 1e-4 (GPU)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def _checks(args: argparse.Namespace) -> list[Check]:
+    """One Check per model; ConfigError (one line) for flags that cannot run."""
+    from primuspp.backends.megatron import moe
+    from primuspp.errors import ConfigError
+
+    models = list(dict.fromkeys(args.models))
+    ep = args.ep if args.ep is not None else (1 if args.cpu else 2)
+    if args.sequence_parallel and args.tp <= 1:
+        raise ConfigError("--sequence-parallel needs --tp > 1", key="sequence-parallel")
+    if "moe" in models:
+        moe.check(args.moe_experts, args.moe_topk, ep, args.moe_ffn)
+        if args.tp > 1:
+            raise ConfigError(
+                f"--tp {args.tp}: the check's MoE model runs at TP 1; with --tp pass --models dense", key="tp"
+            )
+    checks = []
+    for model in models:
+        checks.append(
+            Check(
+                model=model,
+                algorithms=tuple(args.algos),
+                p=args.p,
+                tp=args.tp,
+                sequence_parallel=args.sequence_parallel,
+                layers=args.layers,
+                hidden=args.hidden or (64 if args.cpu else 1024),
+                heads=args.heads,
+                seq_len=args.seq_len or (32 if args.cpu else 1024),
+                vocab=args.vocab,
+                micro_batch_size=args.micro_batch_size,
+                m=args.mb,
+                steps=args.steps,
+                ep=ep if model == "moe" else 1,
+                moe=moe.settings(args.moe_experts, args.moe_topk, args.moe_ffn) if model == "moe" else (),
+            )
+        )
+    if not args.cpu:
+        world = max(c.world for c in checks)
+        if torch.cuda.device_count() < world:
+            raise ConfigError(
+                f"{world} ranks (--p {args.p} x --tp {args.tp}, or x --ep {ep} for the MoE model) need "
+                f"{world} GPUs; {torch.cuda.device_count()} visible",
+                key="p",
+            )
+    return checks
+
+
+def main(argv: list[str] | None = None) -> int:
+    from primuspp.errors import ConfigError
+
+    args = _args(argv)
     if not args.cpu and not torch.cuda.is_available():
         print("error: --cpu not given and no CUDA device is available", file=sys.stderr)
         return 2
-    world = args.p * args.tp
-    if not args.cpu and torch.cuda.device_count() < world:
-        print(
-            f"error: --p {args.p} x --tp {args.tp} = {world} ranks need {world} GPUs; "
-            f"{torch.cuda.device_count()} visible",
-            file=sys.stderr,
-        )
+    try:
+        checks = _checks(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.sequence_parallel and args.tp <= 1:
-        print("error: --sequence-parallel needs --tp > 1", file=sys.stderr)
-        return 2
-    check = Check(
-        algorithms=tuple(args.algos),
-        p=args.p,
-        tp=args.tp,
-        sequence_parallel=args.sequence_parallel,
-        layers=args.layers,
-        hidden=args.hidden or (64 if args.cpu else 1024),
-        heads=args.heads,
-        seq_len=args.seq_len or (32 if args.cpu else 1024),
-        vocab=args.vocab,
-        micro_batch_size=args.micro_batch_size,
-        m=args.mb,
-        steps=args.steps,
-    )
     tol = args.tol if args.tol is not None else (1e-6 if args.cpu else 1e-4)
-    gathered = launch(worker, world, check, backend="gloo" if args.cpu else "nccl")
-    assert gathered is not None
-    rows, ok = summarise(check, gathered, tol)
+    rows, ok = [], True
+    for check in checks:
+        gathered = launch(worker, check.world, check, backend="gloo" if args.cpu else "nccl")
+        assert gathered is not None
+        got, passed = summarise(check, gathered, tol)
+        rows += got
+        ok &= passed
     if args.json:
         import json
 
         print(json.dumps({"device": "cpu" if args.cpu else torch.cuda.get_device_name(0), "rows": rows}))
         return 0 if ok else 1
     device = "CPU (gloo)" if args.cpu else f"{torch.cuda.get_device_name(0)} (NCCL)"
-    print(
-        f"gpu_check on {device}: p={check.p} tp={check.tp}{' sp' if check.sequence_parallel else ''}, "
-        f"{check.layers} layers, hidden {check.hidden}, seq {check.seq_len}, m={check.m}, {check.steps} steps"
-    )
-    print(
-        f"{'algorithm':<12} {'loss diff':>10} {'grad diff':>10} {'B ms':>8} {'W ms':>8} {'BW ms':>8} "
-        f"{'FB ms':>8} {'(B+W)/BW':>9} {'step ms':>9}  check"
-    )
 
     def f(x: float | None, spec: str = "8.3f") -> str:
         return format(x, spec) if x is not None else "-".rjust(int(spec.split(".")[0]))
 
-    for r in rows:
+    for check in checks:
+        if check.model == "moe":
+            fields = dict(check.moe)
+            model = f"MoE {fields['num_moe_experts']} experts top-{fields['moe_router_topk']} ep={check.ep}"
+        else:
+            model = f"dense tp={check.tp}{' sp' if check.sequence_parallel else ''}"
         print(
-            f"{r['algorithm']:<12} {r['loss_diff']:>10.1e} {r['grad_diff']:>10.1e} {f(r['B_ms'])} "
-            f"{f(r['W_ms'])} {f(r['BW_ms'])} {f(r['FB_ms'])} {f(r['split_cost'], '9.2f')} "
-            f"{r['step_ms']:>9.1f}  {'ok' if r['passed'] else f'FAILED (tol {tol:g})'}"
+            f"gpu_check on {device}: {model}, p={check.p}, {check.layers} layers, hidden {check.hidden}, "
+            f"seq {check.seq_len}, m={check.m}, {check.steps} steps"
         )
+        print(
+            f"{'algorithm':<12} {'loss diff':>10} {'grad diff':>10} {'B ms':>8} {'W ms':>8} {'BW ms':>8} "
+            f"{'FB ms':>8} {'(B+W)/BW':>9} {'step ms':>9}  check"
+        )
+        for r in rows:
+            if r["model"] != check.model:
+                continue
+            print(
+                f"{r['algorithm']:<12} {r['loss_diff']:>10.1e} {r['grad_diff']:>10.1e} {f(r['B_ms'])} "
+                f"{f(r['W_ms'])} {f(r['BW_ms'])} {f(r['FB_ms'])} {f(r['split_cost'], '9.2f')} "
+                f"{r['step_ms']:>9.1f}  {'ok' if r['passed'] else f'FAILED (tol {tol:g})'}"
+            )
     print(f"(B+W)/BW: a split backward against {BASELINE}'s unsplit one, per layer; tolerance {tol:g}")
     return 0 if ok else 1
 
