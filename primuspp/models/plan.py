@@ -152,8 +152,48 @@ def evaluate(
     the candidates' order (the same result as one process; `on_each` then sees them as they finish)."""
     items = list(items)
     if jobs > 1 and len(items) >= MIN_PARALLEL:
-        return _evaluate_parallel(spec, hw, items, layout, on_each, first_last, project_unfit, jobs)
-    return _evaluate(spec, hw, items, layout, on_each, first_last, project_unfit)
+        result = _evaluate_parallel(spec, hw, items, layout, on_each, first_last, project_unfit, jobs)
+    else:
+        result = _evaluate(spec, hw, items, layout, on_each, first_last, project_unfit)
+    _refine(spec, hw, result, layout, first_last, project_unfit)
+    return result
+
+
+#: the sweep builds every table with its algorithm's fast search (`effort="fast"`: the preferred candidate
+#: only); the REFINE_TOP best projections are then built again with the default search (`effort="auto"`:
+#: every candidate and the cost-aware refinement up to a size), and each keeps the better of the two
+REFINE_TOP = 30
+
+
+def sweep_params(algorithm: str) -> dict[str, Any] | None:
+    """The parameters the sweep builds `algorithm`'s tables with: its fast search where it has a choice."""
+    return {"effort": "fast"} if any(p.name == "effort" for p in get_algorithm(algorithm).params) else None
+
+
+def _refine(
+    spec: ModelSpec,
+    hw: Hardware,
+    result: PlanResult,
+    layout: str,
+    first_last: tuple[int | None, int | None] | None,
+    project_unfit: bool,
+) -> None:
+    for old in result.ranked(project_unfit)[:REFINE_TOP]:
+        if sweep_params(old.algorithm) is None:
+            continue  # built with its one search already
+        try:
+            new = project(spec, hw, old.par, old.algorithm, layout, first_last=first_last)
+        except (ScheduleError, ValidationError, ConfigError):
+            continue
+        new = replace(new, result=None)
+        if (new.fits, new.tokens_per_s_per_gpu) <= (old.fits, old.tokens_per_s_per_gpu):
+            continue
+        (result.fits if old.fits else result.no_fit).remove(old)
+        (result.fits if new.fits else result.no_fit).append(new)
+        if new.fits and not old.fits:
+            result.dropped[NO_FIT] -= 1
+            if not result.dropped[NO_FIT]:
+                del result.dropped[NO_FIT]
 
 
 #: what evaluating one candidate gave: its projection (or None) and why it was dropped (or None), a message
@@ -286,7 +326,8 @@ def _evaluate_one(
     if not project_unfit and (low := one_microbatch_peak(spec, hw, p, plan)) > hbm:
         return None, NO_FIT, f"{cand}: {low / 1e9:.1f} GB > {hbm / 1e9:.0f} GB with one microbatch in flight"
     # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
-    pr = project(spec, hw, p, cand.algorithm, layout, tables=tables, first_last=first_last, plan=plan)
+    params = sweep_params(cand.algorithm)
+    pr = project(spec, hw, p, cand.algorithm, layout, params, tables=tables, first_last=first_last, plan=plan)
     pr = replace(pr, result=None)
     if pr.fits:
         return pr, None, ""
