@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import collections
 import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -271,3 +275,14 @@ def test_te_module_driven_by_the_store(kind: str, defer: bool) -> None:
 def _te_call_recorded(module: torch.nn.Module, kind: str, x: torch.Tensor, store: WeightGradStore) -> Any:
     with store.recording():
         return _te_call(module, kind, x)
+
+
+def test_gpu_check_kernels_te_refused_in_one_line_where_te_cannot_run() -> None:
+    """bench/gpu_check.py --kernels te --cpu: TE's check runs on CUDA only; one line, exit 2, nothing run."""
+    root = Path(__file__).resolve().parents[2]
+    cmd = [sys.executable, str(root / "bench" / "gpu_check.py"), "--cpu", "--kernels", "te"]
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    why = te_wgrad.unsupported() or "it runs on CUDA only (drop --cpu)"
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == f"error: --kernels te: {why}\n"
