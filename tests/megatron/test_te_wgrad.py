@@ -20,6 +20,7 @@ import torch
 
 from primuspp.backends.megatron import te_wgrad
 from primuspp.backends.megatron.schedule import conflicts
+from primuspp.errors import ConfigError
 from primuspp.runtime.wgrad import WeightGradStore, accumulate
 
 
@@ -198,6 +199,22 @@ def test_attach_finds_deferring_modules_once() -> None:
     assert len(model[0]._forward_hooks) == 1
 
 
+def test_a_ddp_chunk_without_delay_wgrad_compute_is_refused() -> None:
+    from megatron.core.distributed import DistributedDataParallelConfig
+
+    calls: list[str] = []
+    model, _ = _models(calls)
+    model.ddp_config = DistributedDataParallelConfig(delay_wgrad_compute=False)
+    with pytest.raises(ConfigError, match="DistributedDataParallelConfig has delay_wgrad_compute=False"):
+        te_wgrad.attach([model])
+    assert not model[0]._forward_hooks
+    model.ddp_config = DistributedDataParallelConfig(delay_wgrad_compute=True)
+    assert te_wgrad.attach([model]) == 2
+    plain = torch.nn.Linear(2, 2)
+    plain.ddp_config = DistributedDataParallelConfig()  # nothing defers: nothing to say
+    assert te_wgrad.attach([plain]) == 0
+
+
 def test_release_parsing() -> None:
     assert te_wgrad._release("2.10.0+cu12") == (2, 10, 0)
     assert te_wgrad._release("2.3.0.dev0") == (2, 3, 0)
@@ -215,6 +232,21 @@ def test_delay_wgrad_compute_refused_with_the_reason_where_te_cannot_drive_it() 
             f"W nodes only where TE >= 2.3 imports: {why})"
         ]
     assert conflicts({"delay_wgrad_compute": False}, split_backward=True, placement="v") == []
+
+
+def test_recomputing_te_linears_with_delayed_wgrad_is_refused() -> None:
+    why = "a recomputed TE linear's delayed weight grad would never reach primuspp's W node"
+    full = {"delay_wgrad_compute": True, "recompute_granularity": "full"}
+    assert f"recompute_granularity=full with delay_wgrad_compute=True ({why})" in conflicts(
+        full, split_backward=True, placement="linear"
+    )
+    mlp = {**full, "recompute_granularity": "selective", "recompute_modules": ["core_attn", "mlp"]}
+    assert f"recompute_modules=['core_attn', 'mlp'] with delay_wgrad_compute=True ({why})" in conflicts(
+        mlp, split_backward=True, placement="linear"
+    )
+    attn = {**mlp, "recompute_modules": ["core_attn", "moe_act"]}
+    assert not any("recompute" in f for f in conflicts(attn, split_backward=True, placement="linear"))
+    assert te_wgrad.recompute_conflicts("full", None) and not te_wgrad.recompute_conflicts(None, ["mlp"])
 
 
 # -- on Transformer Engine itself (CUDA) -------------------------------------------------------------------

@@ -89,6 +89,9 @@ def conflicts(
                 "delay_wgrad_compute=True (primuspp drives Transformer Engine's delayed weight grads "
                 f"from its W nodes only where TE >= 2.3 imports: {why})"
             )
+        found += te_wgrad.recompute_conflicts(
+            _setting(settings, "recompute_granularity"), _setting(settings, "recompute_modules")
+        )
     cuda_graph = _setting(settings, "cuda_graph_impl")
     if cuda_graph not in (None, "none"):
         found.append(f"cuda_graph_impl={cuda_graph} (graphs are captured around Megatron's schedule)")

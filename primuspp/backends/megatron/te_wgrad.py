@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from primuspp.errors import ConfigError
 from primuspp.runtime.wgrad import WeightGradStore, recording_store
 
 #: attribute marking a module whose forward hook is installed (attach() is idempotent)
@@ -78,6 +79,24 @@ def unsupported() -> str | None:
     return None
 
 
+#: Megatron's selective-recompute modules that hold linear layers (recomputed in the backward)
+_RECOMPUTED_LINEARS = ("mlp", "moe", "shared_experts", "mla_up_proj")
+
+
+def recompute_conflicts(granularity: str | None, modules: Iterable[str] | None) -> list[str]:
+    """Activation recomputation that would re-run TE modules inside the backward, as `name=value (why)`:
+    a module recomputed there runs outside any forward node, so its deferred weight grad would stay in TE's
+    queue and never reach a W node."""
+    why = "a recomputed TE linear's delayed weight grad would never reach primuspp's W node"
+    if granularity == "full":
+        return [f"recompute_granularity=full with delay_wgrad_compute=True ({why})"]
+    if granularity == "selective":
+        hit = [m for m in modules or () if m in _RECOMPUTED_LINEARS]
+        if hit:
+            return [f"recompute_modules={list(modules or ())} with delay_wgrad_compute=True ({why})"]
+    return []
+
+
 def defers(module: Any) -> bool:
     """Does `module` follow TE's deferral protocol with the deferral on: `backward_dw()` and a
     `wgrad_store` whose `delay_wgrad_compute()` is true?"""
@@ -98,13 +117,27 @@ def deferring_modules(models: Iterable[torch.nn.Module]) -> Iterator[torch.nn.Mo
 
 def attach(models: Iterable[torch.nn.Module]) -> int:
     """Make primuspp's B/W nodes drive `backward_dw()` of every deferring TE module in `models`
-    (idempotent). Returns how many modules defer."""
+    (idempotent). Returns how many modules defer.
+
+    A Megatron DDP chunk (it has `ddp_config`) holding such modules must be built with
+    `delay_wgrad_compute=True`, else ConfigError: only then does DDP take those weights' gradients from
+    `backward_dw()` (its hook on the parameter would see no gradient in B and miss the one W produces)."""
     count = 0
-    for module in deferring_modules(models):
-        count += 1
-        if not getattr(module, _ATTACHED, False):
-            module.register_forward_hook(_on_forward)
-            setattr(module, _ATTACHED, True)
+    for model in models:
+        found = list(deferring_modules([model]))
+        ddp_config = getattr(model, "ddp_config", None)
+        if found and ddp_config is not None and not getattr(ddp_config, "delay_wgrad_compute", False):
+            raise ConfigError(
+                "delay_wgrad_compute: the model's Transformer Engine modules delay their weight grads but "
+                "its DistributedDataParallelConfig has delay_wgrad_compute=False (DDP would miss those "
+                "gradients); build DDP with delay_wgrad_compute=True",
+                key="delay_wgrad_compute",
+            )
+        for module in found:
+            count += 1
+            if not getattr(module, _ATTACHED, False):
+                module.register_forward_hook(_on_forward)
+                setattr(module, _ATTACHED, True)
     return count
 
 
