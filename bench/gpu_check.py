@@ -4,6 +4,7 @@
     python bench/gpu_check.py --cpu            # gloo on the CPU: a smoke test of the same path
     python bench/gpu_check.py --models dense --algos zbv dualpipe-v 1f1b --p 2 --tp 2 --sequence-parallel
     python bench/gpu_check.py --models moe --moe-experts 8 --moe-topk 2 --ep 2
+    python bench/gpu_check.py --kernels te     # first: TE's delay_wgrad_compute driven by B/W (CUDA + TE)
 
 For each model (default: dense, then MoE) and each algorithm (default: zbv and dualpipe-v, the V-shape
 split schedules, and 1f1b, the unsplit baseline) every rank trains the megatron-core GPT for `--steps` steps
@@ -299,7 +300,23 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--tol", type=float, default=None, help="default 1e-6 (CPU), 1e-4 (GPU)")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument(
+        "--kernels",
+        choices=("torch", "te"),
+        default="torch",
+        help="te: first check Transformer Engine's Linear and GroupedLinear with delay_wgrad_compute driven "
+        "by primuspp's B/W nodes (te_wgrad.py) against TE without the deferral",
+    )
     return ap.parse_args(argv)
+
+
+def _te_check(tol: float) -> list[dict[str, Any]]:
+    """`--kernels te`: TE's own deferral through primuspp's weight-grad store, one row per case."""
+    from primuspp.backends.megatron import te_wgrad
+
+    return [
+        {"case": name, "grad_diff": diff, "passed": diff <= tol} for name, diff in te_wgrad.module_check()
+    ]
 
 
 def _checks(args: argparse.Namespace) -> list[Check]:
@@ -363,6 +380,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     tol = args.tol if args.tol is not None else (1e-6 if args.cpu else 1e-4)
     rows, ok = [], True
+    if args.kernels == "te":
+        from primuspp.backends.megatron import te_wgrad
+
+        why = te_wgrad.unsupported()
+        if why is None and args.cpu:
+            why = "it runs on CUDA only (drop --cpu)"
+        if why is not None:
+            print(f"error: --kernels te: {why}", file=sys.stderr)
+            return 2
+        te_rows = _te_check(tol)
+        ok &= all(r["passed"] for r in te_rows)
+        if not args.json:
+            for r in te_rows:
+                verdict = "ok" if r["passed"] else f"FAILED (tol {tol:g})"
+                print(f"{r['case']:<40} grad diff {r['grad_diff']:.1e}  {verdict}")
+    else:
+        te_rows = []
     for check in checks:
         gathered = launch(worker, check.world, check, backend="gloo" if args.cpu else "nccl")
         assert gathered is not None
@@ -372,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         import json
 
-        print(json.dumps({"device": "cpu" if args.cpu else torch.cuda.get_device_name(0), "rows": rows}))
+        device = "cpu" if args.cpu else torch.cuda.get_device_name(0)
+        print(json.dumps({"device": device, "rows": rows, **({"te": te_rows} if te_rows else {})}))
         return 0 if ok else 1
     device = "CPU (gloo)" if args.cpu else f"{torch.cuda.get_device_name(0)} (NCCL)"
 

@@ -1,10 +1,10 @@
 """Provider `te`: for CUDA machines with Transformer Engine (`transformer_engine.pytorch` imports).
 
-primuspp's split layers run their GEMMs with torch's cuBLAS path here (what TE's own linear layers call for
-unquantised GEMMs); the provider exists so `--kernels te` states and checks the TE stack. Transformer
-Engine's own weight-gradient deferral (`delay_wgrad_compute`, `backward_dw()` on TE linear and grouped-linear
-modules) is not driven by primuspp's schedule yet: `schedule.check` refuses `delay_wgrad_compute` with a
-B/W-split table (docs/megatron.md)."""
+primuspp's own split layers (Megatron's local linears, split.py, and grouped experts) run their GEMMs with
+torch's cuBLAS path here (what TE's own linear layers call for unquantised GEMMs); the provider exists so
+`--kernels te` states and checks the TE stack. TE's own linear and grouped-linear modules, when built with
+`delay_wgrad_compute`, keep their own GEMMs and weight-gradient deferral: primuspp's B nodes leave their
+weight grads queued in TE and W nodes call their `backward_dw()` (primuspp.backends.megatron.te_wgrad)."""
 
 from __future__ import annotations
 

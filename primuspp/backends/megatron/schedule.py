@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from primuspp.algorithms.registry import build_schedule, get_algorithm, resolve_name
-from primuspp.backends.megatron import overlap, split
+from primuspp.backends.megatron import overlap, split, te_wgrad
 from primuspp.backends.megatron.executor import Call, GradSync, MegatronExecutor, MicrobatchIterator
 from primuspp.errors import ConfigError, ScheduleError
 from primuspp.runtime.executor import TensorSpec
@@ -53,7 +53,6 @@ _ALWAYS = (
         True,
         "the output layer's deferred weight grad is drained only by Megatron's schedules",
     ),
-    ("delay_wgrad_compute", True, "TE's delayed weight grads are computed only by Megatron's schedules"),
     (
         "num_microbatches_with_partial_activation_checkpoints",
         None,
@@ -83,6 +82,16 @@ def conflicts(
         value = _setting(settings, key)
         if (bad is None and value is not None) or (bad is not None and value == bad):
             found.append(f"{key}={value} ({why})")
+    if _setting(settings, "delay_wgrad_compute") is True:
+        why = te_wgrad.unsupported()
+        if why is not None:
+            found.append(
+                "delay_wgrad_compute=True (primuspp drives Transformer Engine's delayed weight grads "
+                f"from its W nodes only where TE >= 2.3 imports: {why})"
+            )
+        found += te_wgrad.recompute_conflicts(
+            _setting(settings, "recompute_granularity"), _setting(settings, "recompute_modules")
+        )
     cuda_graph = _setting(settings, "cuda_graph_impl")
     if cuda_graph not in (None, "none"):
         found.append(f"cuda_graph_impl={cuda_graph} (graphs are captured around Megatron's schedule)")
@@ -261,6 +270,7 @@ class PipelineSchedule:
             check(table, config, shared_embeddings=_shares_embeddings(models))
             _check_chunks(table, rank, models)
             split.signal_ready(models)
+            te_wgrad.attach(models)  # TE modules built with delay_wgrad_compute: W runs their backward_dw
             self._checked.add(key)
         if forward_only:
             table = self._forward_only(table)
