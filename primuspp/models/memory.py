@@ -83,10 +83,13 @@ def layer_memory(spec: ModelSpec, moe: bool, par: Parallel, dropout: bool = Fals
     if moe:
         k, e = spec.top_k, spec.expert_ffn
         act += hidden  # router input (norm output)
-        act += 4 * t * a * spec.experts  # fp32 router probabilities
+        act += router_bytes(spec, par, t * a)
         act += BYTES * t * k * h  # permuted tokens: the experts' fc1 input
-        act += BYTES * t * k * e * _mlp_units(spec, par) / tp  # fc1 output ... fc2 input
-        act += BYTES * t * k * h * a  # expert outputs before the weighted combine
+        # fc1 output ... fc2 input; the routing weights scale the activation's output inside the expert
+        # (megatron-core's default), so the combine saves nothing token-sized; unfused, that product is
+        # one more tensor of the expert's width
+        units = _mlp_units(spec, par) + (0 if par.fused_activation else 1)
+        act += BYTES * t * k * e * units / tp
         if spec.shared_experts:
             w = spec.shared_experts * e
             act += BYTES * t * w * _mlp_units(spec, par) / tp
@@ -107,6 +110,15 @@ def _sp_keep_bytes(spec: ModelSpec, moe: bool, par: Parallel, inputs: int | None
     n = sp_gathered_inputs(spec, moe) if inputs is None else inputs
     t = par.tokens  # this rank's tokens: CP splits the sequence
     return n * par.dtype_bytes * t * spec.hidden * (1 - 1 / par.tp)
+
+
+def router_bytes(spec: ModelSpec, par: Parallel, tokens: float) -> float:
+    """What megatron-core's top-k router and token permutation save for `tokens` tokens: the fp32 scores
+    and the routing probabilities (bf16) and map (bool) over all experts, the top-k indices (int64) and
+    probabilities (fp32), the permuted tokens' probabilities and their sort indices (int64). Small next to
+    the hidden tensors; counted because a model with many experts and few hidden units feels them."""
+    n, k = spec.experts, spec.top_k
+    return tokens * (4 * n + par.dtype_bytes * n + n + 8 * k + 4 * k + par.dtype_bytes * k + 8 * k)
 
 
 def norm_bytes(spec: ModelSpec, par: Parallel, tokens: float) -> float:

@@ -1,5 +1,5 @@
 """A megatron-core GPTModel built from a ModelSpec has exactly the parameters the spec counts; and each
-layer kind (dense, GQA + SwiGLU, with and without selective recompute) saves the activation bytes
+layer kind (dense, GQA + SwiGLU, MoE, with and without selective recompute) saves the activation bytes
 primuspp.models.memory predicts for the cpu profile's kernels.
 
 Each preset is scaled down (few layers, small widths) keeping what decides its structure: GQA or MLA, SwiGLU
@@ -160,9 +160,18 @@ def build_counts(specs: dict[str, dict]) -> dict[str, int]:
     return out
 
 
+#: an MoE layer as `primuspp train --moe-experts 4 --moe-topk 2 --moe-ffn 192 --moe-shared-ffn 192` builds
+#: it: 4 experts of width 192 (not the hidden size, so that every saved width is told apart), top-2 routing,
+#: one shared expert, no linear biases, the aux loss. Without a capacity factor every token goes to exactly
+#: top_k experts, so the routed tokens (t x k, summed over the experts) do not depend on the random router's
+#: balance: the prediction needs no measured token counts.
+MOE_LAYER = dict(
+    hidden=256, heads=8, ffn=1024, linear_bias=False, experts=4, top_k=2, expert_ffn=192, shared_experts=1
+)
+
 #: Layer kinds measured against `layer_memory` on megatron-core's local spec on CPU: name -> (spec fields
-#: changed from megatron-gpt, recompute, MoE layer). A new kind (MoE, once megatron-core's MoE runs on CPU)
-#: is one more entry here and a branch in `_layer_config` if it needs config keys.
+#: changed from megatron-gpt, recompute, MoE layer). MoE kinds are built by the megatron backend's own
+#: builder (primuspp.backends.megatron.model and .moe).
 LAYER_KINDS: dict[str, tuple[dict, str, bool]] = {
     # MHA, LayerNorm, 4h GeLU MLP with biases, learned positions (Korthikanti et al.'s GPT layer)
     "dense": (dict(hidden=256, heads=8, ffn=1024), "none", False),
@@ -170,16 +179,21 @@ LAYER_KINDS: dict[str, tuple[dict, str, bool]] = {
     "gqa-swiglu": (LLAMA_LAYER, "none", False),
     "gqa-swiglu-selective": (LLAMA_LAYER, "selective", False),
     "dense-selective": (dict(hidden=256, heads=8, ffn=1024), "selective", False),
+    "moe": (MOE_LAYER, "none", True),
+    "moe-selective": (MOE_LAYER, "selective", True),
+    # the same with a Llama attention and SwiGLU experts (learned positions kept: the backend's builder)
+    "moe-gqa-swiglu": ({**MOE_LAYER, **LLAMA_LAYER, "learned_positions": 32, "ffn": 1024}, "none", True),
 }
 
 
-def _layer_config(spec: ModelSpec, layers: int, recompute: str):
+def _layer_config(spec: ModelSpec, layers: int, recompute: str, moe: bool = False):
+    """bf16, no dropout, unfused softmax in bf16; an MoE layer's config comes from the megatron backend
+    (`transformer_config` with `moe.settings`, what `primuspp train --moe-experts` uses)."""
     import torch
     import torch.nn.functional as F
     from megatron.core.transformer import TransformerConfig
 
     kw: dict = dict(
-        num_layers=layers,
         hidden_size=spec.hidden,
         num_attention_heads=spec.heads,
         num_query_groups=spec.kv_groups,
@@ -199,7 +213,15 @@ def _layer_config(spec: ModelSpec, layers: int, recompute: str):
     )
     if recompute == "selective":
         kw["recompute_granularity"] = "selective"
-    return TransformerConfig(**kw)
+    if moe:
+        from primuspp.backends.megatron import model
+        from primuspp.backends.megatron import moe as moe_
+
+        shared = spec.shared_experts * spec.expert_ffn or None
+        settings = moe_.settings(spec.experts, spec.top_k, spec.expert_ffn, shared)
+        gpt = model.GPTSpec(hidden=spec.hidden, heads=spec.heads, vocab=spec.vocab, settings=settings)
+        return model.transformer_config(gpt, layers, **kw)
+    return TransformerConfig(num_layers=layers, **kw)
 
 
 def _cpu_recompute() -> None:
@@ -238,17 +260,23 @@ def saved_bytes(kinds: list[str], seq_lens: list[int], batch: int) -> dict[str, 
     _cpu_recompute()
     torch.cuda.current_device = lambda: "cpu"  # RoPE's frequencies ask for the CUDA device
 
-    def measure(spec: ModelSpec, layers: int, recompute: str, s: int) -> int:
-        config = _layer_config(spec, layers, recompute)
-        model = GPTModel(
-            config,
-            get_gpt_decoder_block_spec(config, use_transformer_engine=False),
-            vocab_size=spec.vocab,
-            max_sequence_length=s,
-            pre_process=False,
-            post_process=False,
-            position_embedding_type="none" if spec.learned_positions else "rope",
-        )
+    def measure(spec: ModelSpec, layers: int, recompute: str, moe: bool, s: int) -> int:
+        config = _layer_config(spec, layers, recompute, moe)
+        if moe:  # the backend's builder: megatron-core's MoE layer with its experts module, no embedding
+            from primuspp.backends.megatron.model import GPTSpec, _gpt
+
+            gpt = GPTSpec(hidden=spec.hidden, heads=spec.heads, seq_len=s, vocab=spec.vocab)
+            model = _gpt(gpt, config, pre=False, post=False)
+        else:
+            model = GPTModel(
+                config,
+                get_gpt_decoder_block_spec(config, use_transformer_engine=False),
+                vocab_size=spec.vocab,
+                max_sequence_length=s,
+                pre_process=False,
+                post_process=False,
+                position_embedding_type="none" if spec.learned_positions else "rope",
+            )
         params = {p.untyped_storage().data_ptr() for p in model.parameters()}
         seen: dict[int, int] = {}
 
@@ -267,9 +295,11 @@ def saved_bytes(kinds: list[str], seq_lens: list[int], batch: int) -> dict[str, 
 
     out = {}
     for kind in kinds:
-        fields, recompute, _moe = LAYER_KINDS[kind]
+        fields, recompute, moe = LAYER_KINDS[kind]
         spec = PRESETS["megatron-gpt"].with_(**fields, layers=2)
-        out[kind] = [measure(spec, 2, recompute, s) - measure(spec, 1, recompute, s) for s in seq_lens]
+        out[kind] = [
+            measure(spec, 2, recompute, moe, s) - measure(spec, 1, recompute, moe, s) for s in seq_lens
+        ]
     return out
 
 
