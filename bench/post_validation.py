@@ -31,6 +31,7 @@ import os
 import time
 from dataclasses import replace
 
+from fidelity import wait_for_quiet  # bench/ is on sys.path when a bench runs as a script
 from rich.console import Console
 from rich.table import Table
 
@@ -41,15 +42,6 @@ from primuspp.sim.calibrate import _comm_latency
 from primuspp.sim.iterations import simulate_iterations
 
 MODES = (("synchronous", False), ("post-validation", True))
-
-
-def wait_for_quiet(limit: float | None, console: Console) -> None:
-    if limit is None:
-        return
-    deadline = time.time() + 600
-    while os.getloadavg()[0] >= limit and time.time() < deadline:
-        console.print(f"[dim]load average {os.getloadavg()[0]:.2f} >= {limit}: waiting[/dim]")
-        time.sleep(15)
 
 
 def main() -> None:
