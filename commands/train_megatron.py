@@ -56,13 +56,6 @@ class MegatronBackend:
             raise ConfigError(f"--lr {lr}: expected a finite number > 0", key="lr")
         check_clip(opts)
         tp, sp, sp_wgrad = opts.tp, opts.sequence_parallel, opts.sp_wgrad
-        if (opts.post_validation or opts.clip_grad is not None) and (tp > 1 or opts.ep > 1):
-            flag = "--post-validation" if opts.post_validation else "--clip-grad"
-            raise ConfigError(
-                f"{flag} with --tp {tp} --ep {opts.ep}: the global gradient norm of sharded and replicated "
-                "parameters is computed for pure pipelines only for now (use --tp 1 --ep 1)",
-                key=flag[2:],
-            )
         if sp_wgrad not in ("keep", "regather"):
             raise ConfigError(f"--sp-wgrad {sp_wgrad}: expected keep or regather", key="sp-wgrad")
         if tp < 1:

@@ -49,11 +49,17 @@ POST_OUTCOMES = (VALIDATED, ROLLED_BACK, SKIPPED)
 CLIP_EPS = 1.0e-6
 
 
-def local_partials(grads: Sequence[torch.Tensor | None], inv_scale: float | None = None) -> torch.Tensor:
+def local_partials(
+    grads: Sequence[torch.Tensor | None],
+    inv_scale: float | None = None,
+    also_check: Sequence[torch.Tensor | None] = (),
+) -> torch.Tensor:
     """This rank's [sum of squared gradient entries, non-finite flag], float64 on the CPU.
 
     `inv_scale` multiplies the gradients first (a loss scaler's 1/scale); the flag is 1 when the sum is
-    inf or NaN, which is the case exactly when some entry is."""
+    inf or NaN, which is the case exactly when some entry is, or when an entry of `also_check` is: the
+    gradients that do not count in the norm (a tensor-parallel duplicate, a data-parallel replica) but
+    whose overflow skips the step all the same, as Megatron's grad scaler checks every main gradient."""
     total: torch.Tensor | None = None
     for g in grads:  # summed where the gradients live: one transfer to the CPU at the end
         if g is None:
@@ -64,7 +70,8 @@ def local_partials(grads: Sequence[torch.Tensor | None], inv_scale: float | None
         square = norm * norm
         total = square if total is None else total + square.to(total.device)
     value = 0.0 if total is None else float(total)
-    flag = 0.0 if math.isfinite(value) else 1.0
+    finite = math.isfinite(value) and all(g is None or bool(torch.isfinite(g).all()) for g in also_check)
+    flag = 0.0 if finite else 1.0
     return torch.tensor([value, flag], dtype=torch.float64)
 
 
@@ -110,9 +117,13 @@ class StepValidator:
 
     `params` are what the update changes (in the optimizer's order); `update()` applies the optimizer to
     their `.grad` (e.g. `optimizer.step`); `optimizer` (optional) is the one whose state a rollback restores.
-    `counted[i]` says whether params[i]'s gradient counts in the norm (False for a replica holding a copy
-    another stage counts). `clone_grads`: keep copies of the gradients for a redo, for callers that reuse
-    their gradient buffers before `finish()` (Megatron-LM zeroes DDP's buffers before the next forward).
+    `counted[i]` says whether params[i]'s gradient counts in the norm (False for a copy another rank of
+    `group` counts: a tensor-parallel duplicate, a data-parallel replica, a tied weight's second copy; an
+    inf/NaN in it still skips the step). The norm is the square root of the counted squares summed over
+    `group`, so `group` must cover every rank holding a counted gradient (with tensor and expert
+    parallelism: TP x PP x EP, see backends/megatron/train.py's `norm_counted`). `clone_grads`: keep
+    copies of the gradients for a redo, for callers that reuse their gradient buffers before `finish()`
+    (Megatron-LM zeroes DDP's buffers before the next forward).
     Every rank of `group` (default: a new gloo group of the whole world, created here, collectively) must
     build its validator at the same point and call `step()` once per iteration.
 
@@ -170,7 +181,9 @@ class StepValidator:
             raise RuntimeError("step() again before finish(): the previous step is not validated yet")
         grads = [p.grad for p in self.params]
         inv_scale = self._inv_scale()
-        partials = local_partials([g for g, c in zip(grads, self.counted, strict=True) if c], inv_scale)
+        counted = [g for g, c in zip(grads, self.counted, strict=True) if c]
+        others = [g for g, c in zip(grads, self.counted, strict=True) if not c]
+        partials = local_partials(counted, inv_scale, also_check=others)
         work = None
         if self.distributed:
             work = dist.all_reduce(partials, group=self.group, async_op=self.post)
