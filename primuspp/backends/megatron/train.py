@@ -97,6 +97,8 @@ class StepRecord:
     replica: int = 0  # the data-parallel replica of this rank (expert parallelism folds them into EP)
     #: what the optimizer step did (runtime/post_validation's outcomes); None without clipping/validation
     outcome: str | None = None
+    #: the global gradient norm the step was decided on (inf: overflow); None without clipping/validation
+    grad_norm: float | None = None
 
 
 def setup_parallel(pp: int, vpp: int, device: torch.device, tp: int = 1, ep: int = 1) -> None:
@@ -346,9 +348,10 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
                 p.grad = p.main_grad
             if spec.inject_inf == (ctx.rank, step):
                 named[0][1].grad.view(-1)[0] = float("inf")
+            norm = None
             if validator is None:
                 if spec.megatron_clip and spec.clip_grad is not None:
-                    megatron_clip([p for _, p in named], spec.clip_grad)
+                    norm = megatron_clip([p for _, p in named], spec.clip_grad)
                 opt.step()
                 for _, p in named:
                     p.grad = None
@@ -361,7 +364,7 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
             wall = (time.perf_counter() - t0) * 1000
             measured = schedule.last_step
             assert measured is not None
-            records.append(StepRecord(step, loss, measured, wall, replica))
+            records.append(StepRecord(step, loss, measured, wall, replica, grad_norm=norm))
             ctx.report(("step", step, loss, wall))
             done = step + 1
             if spec.save is not None and (
@@ -372,8 +375,8 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
                 _save(ctx, spec, done, position, named, opt)
         if validator is not None:
             validator.finish()
-            for record, outcome in zip(records, validator.outcomes, strict=True):
-                record.outcome = outcome
+            for record, outcome, norm in zip(records, validator.outcomes, validator.norms, strict=True):
+                record.outcome, record.grad_norm = outcome, norm
     finally:
         uninstall()
     return records
