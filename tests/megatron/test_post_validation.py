@@ -4,7 +4,8 @@ clipping never triggered, with clipping on every step (each step rolled back and
 restored, the next step run again), the same through install()'s path (each step waits for the last one's
 check), and with an inf injected into one rank's gradient (that step skipped on every rank). Also loss
 scaling with Megatron's grad scaler. The CLI's
-`--post-validation --json` reports the outcome counts."""
+`--post-validation --json` reports the outcome counts. With TP 2 and with EP 2 (zbv, p=2, 4 ranks): the
+same equalities, and clipping equal to megatron-core's own norm and clip over its optimizers' groups."""
 
 from __future__ import annotations
 
@@ -264,3 +265,26 @@ def test_clipping_with_tp_and_ep_equals_megatron_core(parallel_runs, name):
     never = parallel_runs[name, "never", "post"]
     assert _losses(post)[1:] != _losses(never[0])[1:]
     assert any(not all(a[k].equal(b[k]) for k in a) for a, b in zip(post_params, never[1], strict=True))
+
+
+@pytest.mark.parametrize("flags", [("--tp", "2"), ("--moe-experts", "4", "--moe-topk", "2", "--ep", "2")])
+def test_cli_post_validation_with_tp_and_ep(capsys, flags):
+    """No longer refused: `train --tp 2` / `--ep 2` with `--post-validation --clip-grad` runs and reports."""
+    args = ["train", "--algo", "zbv", "--pp", "2", "--mb", "4", "--layers", "4", "--hidden", "32"]
+    args += ["--heads", "2", "--seq-len", "32", "--steps", "2", "--no-dump", "--json", *flags]
+    code = main([*args, "--post-validation", "--clip-grad", "1e-3"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["post_validation"] == {"validated": 0, "rolled_back": 2, "skipped": 0}
+
+
+def test_uncounted_gradients_still_flag_an_overflow():
+    """A TP duplicate or a data-parallel replica does not count in the norm, but its inf skips the step."""
+    import torch
+
+    from primuspp.runtime.post_validation import decide, local_partials
+
+    counted, other = torch.tensor([3.0, 4.0]), torch.tensor([1.0, float("inf")])
+    assert local_partials([counted], also_check=[other]).tolist() == [25.0, 1.0]
+    assert decide(local_partials([counted], also_check=[other]), 1.0).skip
+    assert local_partials([counted], also_check=[torch.ones(2), None]).tolist() == [25.0, 0.0]
