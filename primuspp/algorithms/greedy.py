@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass
 
+from primuspp.algorithms.orders import node
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import StageCosts
@@ -270,7 +271,8 @@ def schedule(
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    nodes = [[Node(_KINDS[k], mb, s) for k, mb, s in seq] for seq in order]
+    kinds = _KINDS
+    nodes = [[node(kinds[k], mb, s) for k, mb, s in seq] for seq in order]
     return Plan(policy.name, nodes, max(free) - min(first), max(spans), peak)
 
 
