@@ -27,7 +27,8 @@ from __future__ import annotations
 from collections import deque
 
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.schedule.nodes import Node, NodeKind, fused
+from primuspp.algorithms.orders import fb_node, node, nodes
+from primuspp.schedule.nodes import Node, NodeKind
 
 _F, _B, _W, _BW = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW
 
@@ -36,47 +37,41 @@ def rank_order(
     H: int, h: int, M: int, phases: tuple[tuple[int, list[int]], tuple[int, list[int]]]
 ) -> list[Node]:
     """The eight steps for one rank; `phases[i]` = (stage, microbatches in order) of phase i."""
+    (stage0, mbs0), (stage1, mbs1) = phases
+    # each phase's forwards in order, taken from the front; backwards likewise (as B or BW when taken)
+    fwd = (iter(nodes(_F, mbs0, stage0)), iter(nodes(_F, mbs1, stage1)))
+    bwd = (iter(mbs0), iter(mbs1))
+    stage = (stage0, stage1)
     out: list[Node] = []
-    nf, nb = [0, 0], [0, 0]
     deferred: deque[Node] = deque()
 
-    def forward(ph: int) -> Node:
-        stage, mbs = phases[ph]
-        node = Node(_F, mbs[nf[ph]], stage)
-        nf[ph] += 1
-        return node
-
     def backward(ph: int, split: bool) -> Node:
-        stage, mbs = phases[ph]
-        mb = mbs[nb[ph]]
-        nb[ph] += 1
+        mb = next(bwd[ph])
         if split:
-            deferred.append(Node(_W, mb, stage))
-            return Node(_B, mb, stage)
-        return Node(_BW, mb, stage)
+            deferred.append(node(_W, mb, stage[ph]))
+            return node(_B, mb, stage[ph])
+        return node(_BW, mb, stage[ph])
 
-    def weight() -> None:
-        out.append(deferred.popleft())
-
+    f0, f1 = fwd
     for _ in range(2 * (H - h - 1)):
-        out.append(forward(0))
+        out.append(next(f0))
     for _ in range(h + 1):
-        out.append(forward(0))
-        out.append(forward(1))
+        out.append(next(f0))
+        out.append(next(f1))
     for _ in range(H - h - 1):
         out.append(backward(1, split=True))
-        weight()
-        out.append(forward(1))
+        out.append(deferred.popleft())
+        out.append(next(f1))
     for i in range(M - 2 * H + h + 1):
         if i == 0 and h == H - 1:  # nearest the turn: the forward goes out on its own
-            out.append(forward(0))
+            out.append(next(f0))
             out.append(backward(1, split=False))
         else:
-            out.append(fused(forward(0), backward(1, split=False)))
-        out.append(fused(forward(1), backward(0, split=False)))
+            out.append(fb_node(next(f0), backward(1, split=False)))
+        out.append(fb_node(next(f1), backward(0, split=False)))
     for _ in range(H - h - 1):
         out.append(backward(1, split=False))
-        out.append(fused(forward(1), backward(0, split=False)))
+        out.append(fb_node(next(f1), backward(0, split=False)))
     split = False
     for i in range(h + 1):
         if i == (h + 1) // 2 and h % 2 == 1:
@@ -86,10 +81,9 @@ def rank_order(
             split = True
         out.append(backward(0, split))
     for _ in range(H - h - 1):
-        weight()
+        out.append(deferred.popleft())
         out.append(backward(0, split=True))
-    while deferred:
-        weight()
+    out.extend(deferred)
     return out
 
 

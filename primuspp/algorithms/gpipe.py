@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.algorithms.orders import BW, F, nodes
 
 
 def generate(req: GenerationRequest) -> ComputeOrder:
     m = req.micro_batches
-    return [
-        [Node(NodeKind.F, mb, r) for mb in range(m)] + [Node(NodeKind.BW, mb, r) for mb in range(m)]
-        for r in range(req.pp)
-    ]
+    return [nodes(F, range(m), r) + nodes(BW, range(m), r) for r in range(req.pp)]
 
 
 ALGORITHM = Algorithm(

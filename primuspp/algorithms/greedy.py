@@ -23,8 +23,12 @@ the same, or earlier where a policy chose to wait. Generators time candidates wi
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
+from primuspp.algorithms.orders import node
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import StageCosts
@@ -80,6 +84,21 @@ class Plan:
     peak: float
 
 
+_SHARED: ContextVar[dict | None] = ContextVar("greedy_shared_plans", default=None)
+
+
+@contextmanager
+def shared_plans() -> Iterator[None]:
+    """Within the block, `schedule` computes each distinct pass once: a generator whose candidates run the
+    same pass twice (zero-bubble-heuristic's policies, then the same policies inside the zero-bubble search
+    it also runs) gets the first result again, as a fresh copy. The plans are dropped on exit."""
+    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def schedule(
     placement: Placement,
     m: int,
@@ -88,6 +107,23 @@ def schedule(
     policy: Policy,
 ) -> Plan:
     """One greedy pass. `cap` is the per-rank activation budget in microbatch units (>= 1)."""
+    shared = _SHARED.get()
+    if shared is None:
+        return _schedule(placement, m, costs, cap, policy)
+    key = (placement, m, costs, cap, policy)
+    plan = shared.get(key)
+    if plan is None:
+        plan = shared[key] = _schedule(placement, m, costs, cap, policy)
+    return Plan(plan.policy, [list(seq) for seq in plan.order], plan.makespan, plan.max_span, plan.peak)
+
+
+def _schedule(
+    placement: Placement,
+    m: int,
+    costs: StageCosts,
+    cap: float,
+    policy: Policy,
+) -> Plan:
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     dur = (costs.forward, costs.backward, costs.wgrad)
@@ -270,7 +306,8 @@ def schedule(
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    nodes = [[Node(_KINDS[k], mb, s) for k, mb, s in seq] for seq in order]
+    kinds = _KINDS
+    nodes = [[node(kinds[k], mb, s) for k, mb, s in seq] for seq in order]
     return Plan(policy.name, nodes, max(free) - min(first), max(spans), peak)
 
 

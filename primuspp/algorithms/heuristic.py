@@ -52,6 +52,11 @@ def default_cap(p: int, params: dict) -> float:
 
 
 def generate(req: GenerationRequest) -> ComputeOrder:
+    with greedy.shared_plans():  # the zero-bubble search below reruns some of these policies' passes
+        return _generate(req)
+
+
+def _generate(req: GenerationRequest) -> ComputeOrder:
     p, m = req.pp, req.micro_batches
     placement = linear(p)
     costs = planning_costs(req.costs, req.params).for_placement(placement)

@@ -9,8 +9,7 @@ acyclic, so every m >= 1 works (a short last group cannot deadlock, unlike Megat
 from __future__ import annotations
 
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import BW, F, one_f_one_b
-from primuspp.schedule.nodes import Node
+from primuspp.algorithms.orders import BW, F, node, one_f_one_b
 
 
 def chunk_sequence(p: int, v: int, m: int, reverse: bool) -> list[tuple[int, int]]:
@@ -30,8 +29,8 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     order = []
     for r in range(p):
         warmup = (p - r - 1) * 2 + (v - 1) * p
-        forwards = [Node(F, mb, c * p + r) for mb, c in fwd_seq]
-        backwards = [Node(BW, mb, c * p + r) for mb, c in bwd_seq]
+        forwards = [node(F, mb, c * p + r) for mb, c in fwd_seq]
+        backwards = [node(BW, mb, c * p + r) for mb, c in bwd_seq]
         order.append([n for n in one_f_one_b(warmup, forwards, backwards) if n.microbatch < m])
     return order
 

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import BW, F, one_f_one_b
-from primuspp.schedule.nodes import Node
+from primuspp.algorithms.orders import BW, F, nodes, one_f_one_b
 
 
 def generate(req: GenerationRequest) -> ComputeOrder:
     p, m = req.pp, req.micro_batches
-    return [
-        one_f_one_b(p - r - 1, [Node(F, mb, r) for mb in range(m)], [Node(BW, mb, r) for mb in range(m)])
-        for r in range(p)
-    ]
+    return [one_f_one_b(p - r - 1, nodes(F, range(m), r), nodes(BW, range(m), r)) for r in range(p)]
 
 
 ALGORITHM = Algorithm(

@@ -14,8 +14,8 @@ from __future__ import annotations
 from primuspp.algorithms import cost_aware, greedy
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import EFFORT, full_search
-from primuspp.algorithms.orders import B, F, W, one_f_one_b
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.algorithms.orders import B, F, W, node, nodes, one_f_one_b
+from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import linear
 
 FULL_SEARCH_LIMIT = 20_000  # with effort="auto": compute nodes up to which the cost-aware search runs
@@ -30,18 +30,16 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     p, m = req.pp, req.micro_batches
     order = []
     for r in range(p):
-        base = one_f_one_b(
-            p - r - 1, [Node(F, mb, r) for mb in range(m)], [Node(B, mb, r) for mb in range(m)]
-        )
+        base = one_f_one_b(p - r - 1, nodes(F, range(m), r), nodes(B, range(m), r))
         seq: list[Node] = []
         pending: list[int] = []
-        for node in base:
-            seq.append(node)
-            if node.kind is NodeKind.B:
-                pending.append(node.microbatch)
+        for n in base:
+            seq.append(n)
+            if n.kind is B:
+                pending.append(n.microbatch)
                 if len(pending) > r:
-                    seq.append(Node(W, pending.pop(0), r))
-        seq.extend(Node(W, mb, r) for mb in pending)
+                    seq.append(node(W, pending.pop(0), r))
+        seq.extend(nodes(W, pending, r))
         order.append(seq)
     return order
 

@@ -14,6 +14,9 @@ numpy is imported inside the functions that need it: importing this module costs
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from functools import cache
+from itertools import chain
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from primuspp.schedule.nodes import Node, NodeKind, format_node
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 #: kind codes in the arrays: the index of the kind in NodeKind's order
 KINDS: tuple[NodeKind, ...] = tuple(NodeKind)
 CODE: dict[str, int] = {k.text: i for i, k in enumerate(KINDS)}  # keyed by text: a str hashes in C
+_KIND_TEXT, _MB, _STAGE = attrgetter("kind.text"), attrgetter("microbatch"), attrgetter("stage")
 
 
 class LoweredRanks(Sequence):
@@ -168,67 +172,120 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     """The order's nodes as flat arrays (rank-major): rank, index in the rank's list, kind code, microbatch,
     stage, and `part`: a composite node becomes one row per part, numbered 0, 1 (0 for a simple node).
     `node_kind`: the kind of each node (one per node, not per row); `parts_ok`: every composite node has the
-    parts its semantics name."""
+    parts its semantics name.
+
+    The fields are read with `map` over all nodes at once; only composite nodes' parts are visited one by
+    one (`order_arrays_reference` is the plain loop: a test holds the two equal)."""
     import numpy as np
 
-    code = CODE
-    kinds: list[int] = []
-    mbs: list[int] = []
-    stages: list[int] = []
-    composite = {k.text for k, sem in SEMANTICS.items() if sem.parts}
-    for seq in order:
-        kinds.extend([code[n.kind.text] for n in seq])
-        mbs.extend([n.microbatch for n in seq])
-        stages.extend([n.stage for n in seq])
-    if any(KINDS[k].text in composite for k in set(kinds)):
-        # a composite node becomes one row per part (the node's own row is replaced by its first part's)
-        fixed_k, fixed_mb, fixed_s = [], [], []
-        pos = 0
-        fixed_r, fixed_i, fixed_p = [], [], []
-        parts_ok = True
-        for r, seq in enumerate(order):
-            for i, n in enumerate(seq):
-                if n.kind.text in composite:
-                    spec = SEMANTICS[n.kind].parts
-                    if len(n.parts) != len(spec) or any(
-                        part.kind not in allowed for part, allowed in zip(n.parts, spec, strict=False)
-                    ):
-                        parts_ok = False
-                    for j, part in enumerate(n.parts):
-                        fixed_k.append(code[part.kind.text])
-                        fixed_mb.append(part.microbatch)
-                        fixed_s.append(part.stage)
-                        fixed_r.append(r)
-                        fixed_i.append(i)
-                        fixed_p.append(j)
-                else:
-                    fixed_k.append(kinds[pos])
-                    fixed_mb.append(mbs[pos])
-                    fixed_s.append(stages[pos])
-                    fixed_r.append(r)
-                    fixed_i.append(i)
-                    fixed_p.append(0)
-                pos += 1
-        node_kind = np.array(kinds, dtype=np.int8)
-        kinds, mbs, stages, ranks, idx, parts = fixed_k, fixed_mb, fixed_s, fixed_r, fixed_i, fixed_p
-    else:
-        node_kind = None
-        parts_ok = True
-        lengths = np.array([len(seq) for seq in order], dtype=np.int64)
-        ranks = np.repeat(np.arange(len(order), dtype=np.int64), lengths)
-        idx = np.arange(len(kinds), dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        parts = np.zeros(len(kinds), dtype=np.int64)
-    kind = np.array(kinds, dtype=np.int8)
+    composite_of, n_parts_of, part_ok_of = _part_tables()
+    flat = list(chain.from_iterable(order))
+    n = len(flat)
+    lengths = np.array([len(seq) for seq in order], dtype=np.int64)
+    node_kind = np.fromiter(map(CODE.__getitem__, map(_KIND_TEXT, flat)), dtype=np.int8, count=n)
+    mb = np.fromiter(map(_MB, flat), dtype=np.int64, count=n)
+    stage = np.fromiter(map(_STAGE, flat), dtype=np.int64, count=n)
+    node_rank = np.repeat(np.arange(len(order), dtype=np.int64), lengths)
+    node_index = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    composite = composite_of[node_kind]
+    if not composite.any():
+        return {
+            "node_kind": node_kind,
+            "parts_ok": True,
+            "kind": node_kind,
+            "mb": mb,
+            "stage": stage,
+            "rank": node_rank,
+            "index": node_index,
+            "part": np.zeros(n, dtype=np.int64),
+        }
+    # a composite node becomes one row per part (in place of its own row)
+    where = np.nonzero(composite)[0]
+    parts = [flat[i].parts for i in where.tolist()]
+    n_parts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
+    per_node = np.ones(n, dtype=np.int64)
+    per_node[where] = n_parts
+    row_node = np.repeat(np.arange(n, dtype=np.int64), per_node)
+    part = np.arange(len(row_node), dtype=np.int64) - np.repeat(np.cumsum(per_node) - per_node, per_node)
+    kind, row_mb, row_stage = node_kind[row_node], mb[row_node], stage[row_node]
+    part_rows = composite[row_node]
+    flat_parts = list(chain.from_iterable(parts))
+    m_parts = len(flat_parts)
+    part_kind = np.fromiter(map(CODE.__getitem__, map(_KIND_TEXT, flat_parts)), dtype=np.int8, count=m_parts)
+    kind[part_rows] = part_kind
+    row_mb[part_rows] = np.fromiter(map(_MB, flat_parts), dtype=np.int64, count=m_parts)
+    row_stage[part_rows] = np.fromiter(map(_STAGE, flat_parts), dtype=np.int64, count=m_parts)
+    # each composite node has as many parts as its kind names, each of an allowed kind
+    owner_kind = node_kind[where]
+    parts_ok = bool((n_parts == n_parts_of[owner_kind]).all())
+    if parts_ok and m_parts:
+        parts_ok = bool(part_ok_of[np.repeat(owner_kind, n_parts), part[part_rows], part_kind].all())
     return {
-        "node_kind": kind if node_kind is None else node_kind,
+        "node_kind": node_kind,
         "parts_ok": parts_ok,
         "kind": kind,
+        "mb": row_mb,
+        "stage": row_stage,
+        "rank": node_rank[row_node],
+        "index": node_index[row_node],
+        "part": part,
+    }
+
+
+def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
+    """`order_arrays` as a plain loop over the nodes and their parts."""
+    import numpy as np
+
+    kinds, mbs, stages, ranks, idx, parts, node_kinds = [], [], [], [], [], [], []
+    parts_ok = True
+    for r, seq in enumerate(order):
+        for i, n in enumerate(seq):
+            node_kinds.append(CODE[n.kind.text])
+            spec = SEMANTICS[n.kind].parts
+            if spec:
+                if len(n.parts) != len(spec) or any(
+                    part.kind not in allowed for part, allowed in zip(n.parts, spec, strict=False)
+                ):
+                    parts_ok = False
+                rows = [(part, j) for j, part in enumerate(n.parts)]
+            else:
+                rows = [(n, 0)]
+            for x, j in rows:
+                kinds.append(CODE[x.kind.text])
+                mbs.append(x.microbatch)
+                stages.append(x.stage)
+                ranks.append(r)
+                idx.append(i)
+                parts.append(j)
+    return {
+        "node_kind": np.array(node_kinds, dtype=np.int8),
+        "parts_ok": parts_ok,
+        "kind": np.array(kinds, dtype=np.int8),
         "mb": np.array(mbs, dtype=np.int64),
         "stage": np.array(stages, dtype=np.int64),
         "rank": np.array(ranks, dtype=np.int64),
         "index": np.array(idx, dtype=np.int64),
         "part": np.array(parts, dtype=np.int64),
     }
+
+
+@cache
+def _part_tables() -> tuple[Any, Any, Any]:
+    """Per kind code: composite or not, its number of parts, and which kinds may fill each part."""
+    import numpy as np
+
+    width = max((len(sem.parts) for sem in SEMANTICS.values()), default=0) or 1
+    composite = np.zeros(len(KINDS), dtype=bool)
+    n_parts = np.zeros(len(KINDS), dtype=np.int64)
+    part_ok = np.zeros((len(KINDS), width, len(KINDS)), dtype=bool)
+    for kind, sem in SEMANTICS.items():
+        k = CODE[kind.text]
+        composite[k] = bool(sem.parts)
+        n_parts[k] = len(sem.parts)
+        for j, allowed in enumerate(sem.parts):
+            for a in allowed:
+                part_ok[k, j, CODE[a.text]] = True
+    return composite, n_parts, part_ok
 
 
 def lower_compact(
@@ -260,8 +317,9 @@ def lower_compact(
     node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
     n_compute = np.diff(cfirst)
 
-    starts = np.array([t for row in timing.starts for t in row], dtype=np.float64)
-    ends = np.array([t for row in timing.ends for t in row], dtype=np.float64)
+    n_all = int(first[-1])
+    starts = np.fromiter(chain.from_iterable(timing.starts), dtype=np.float64, count=n_all)
+    ends = np.fromiter(chain.from_iterable(timing.ends), dtype=np.float64, count=n_all)
     cstarts = starts[node_compute]  # rank-major, each rank's compute starts in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
@@ -357,9 +415,16 @@ def lower_compact(
         "stage": np.concatenate([h_stage, cons[own]]),
         "peer": np.concatenate([peer, h_rank[own]]),
     }
-    sort = np.lexsort((c_pos, c_rank))
+    # rows in (rank, position) order: each row's position in the whole lowered table is unique, so a
+    # scatter by that position orders them (linear time, where a sort is n log n)
+    lowered = lengths0 + np.bincount(c_rank, minlength=n_ranks)
+    at = np.cumsum(lowered) - lowered
+    where = at[c_rank] + c_pos
+    row_at = np.full(int(lowered.sum()), -1, dtype=np.int64)
+    row_at[where] = np.arange(len(where), dtype=np.int64)
+    sort = row_at[row_at >= 0]
     comm = {key: v[sort] for key, v in comm.items()}
-    lengths = (lengths0 + np.bincount(c_rank, minlength=n_ranks)).tolist()
+    lengths = lowered.tolist()
     return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)
 
 
