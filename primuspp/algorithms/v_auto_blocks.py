@@ -60,14 +60,16 @@ def chains(
     return fo, bo
 
 
-def space(p: int) -> Iterator[tuple[str, list[int], list[int]]]:
-    """Every valid block of the space, distinct by its chains: (name, fo, bo)."""
+def space(p: int, thin: bool = False) -> Iterator[tuple[str, list[int], list[int]]]:
+    """Every valid block of the space, distinct by its chains: (name, fo, bo). `thin`: the regime switch
+    only after 1, p/2 or p-1 rank steps (a third of the blocks on large p)."""
     seen: set[tuple[int, ...]] = set()
+    splits = sorted({1, p // 2, p - 1}) if thin else list(range(1, p))
     for k0 in SPACINGS:
         for k1 in SPACINGS:
             if k1 > k0:
                 continue
-            for split in range(1, p) if k1 < k0 else (p - 1,):
+            for split in splits if k1 < k0 else (p - 1,):
                 for t0 in TURNS:
                     for t1 in TURNS:
                         for t2 in TURNS:
@@ -318,20 +320,41 @@ def tight_tail(order: ComputeOrder, p: int, m: int) -> ComputeOrder | None:
 
 #: blocks of the space kept (by their timed warm order) for the cool-down rebuild and the final pick
 KEEP = 4
+#: effort="auto": nodes the block space may build (blocks x 6p * max(m, 2p)); beyond, the thinned space,
+#: and beyond that again none (about 2 CPU s at this size; p=16, m=16 builds 2.9 million)
+SPACE_WORK = 3_000_000
 #: with m > 2p, blocks timed in full after the ranking on 2p microbatches: PRE * KEEP
 PRE = 4
 
 
 def candidates(
-    p: int, m: int, chunks: int, costs: StageCosts, keep: int = KEEP
+    p: int,
+    m: int,
+    chunks: int,
+    costs: StageCosts,
+    keep: int = KEEP,
+    effort: str = "auto",
+    report: dict | None = None,
 ) -> list[tuple[str, ComputeOrder]]:
     """The `keep` best orders of the whole block space (repeated over max(m, 2p), warm-up front-loaded, cut
     back to m) that fit `chunks` live chunk activations, by the cost model (longest rank span, step time,
-    peak), and the same `keep` with their cool-down rebuilt (`tight_tail`)."""
+    peak), and the same `keep` with their cool-down rebuilt (`tight_tail`). With effort="auto" the space is
+    thinned, then skipped, beyond `SPACE_WORK` (stated in `report["block space"]`); "full" takes it whole."""
     placement = v_shape(p)
     fractions = costs.fractions()
     units_cap = chunks / 2 + 1e-9
-    warm = warm_candidates(p, m, chunks, space(p))
+    nodes = 6 * p * max(m, 2 * p)
+    blocks = list(space(p))
+    how = "whole"
+    if effort != "full" and len(blocks) * nodes > SPACE_WORK:
+        blocks, how = list(space(p, thin=True)), "thinned"
+        if len(blocks) * nodes > SPACE_WORK:
+            blocks, how = [], "skipped"
+    if report is not None:
+        report["block space"] = f"{how}: {len(blocks)} blocks of {nodes} nodes (limit {SPACE_WORK:,} nodes)"
+    if not blocks:
+        return []
+    warm = warm_candidates(p, m, chunks, blocks)
     short = 2 * p
     if m > short:  # rank on the first 2p microbatches (warm-up and cool-down differ most), then time in full
         pre = []

@@ -90,7 +90,9 @@ def v_orders(
     if small:  # more spacings of the block family, for the cost model to choose from
         candidates.extend(v_blocks.candidates(p, m, chunks))
         if space:  # v-auto: the whole two-regime block space, ranked by the cost model
-            candidates.extend(v_auto_blocks.candidates(p, m, chunks, stage_costs))
+            candidates.extend(
+                v_auto_blocks.candidates(p, m, chunks, stage_costs, effort=effort, report=report)
+            )
     # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
     # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
     # every candidate, and the capped greedy, which counts B's growth, is among them.
