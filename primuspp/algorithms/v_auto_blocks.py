@@ -8,12 +8,13 @@ returning chunk), and each of the three turns (F0 -> F1 on the last rank, F1 -> 
 the last) may take 1 to 5 slots. The returning chains (F1 up, B0 up) keep spacing 1. A block is valid when
 no two of a rank's four ops share a slot modulo 6.
 
-That space grows as 5 * 5 * 5 * 15 * (p - 1) blocks; squeezing every one is too slow beyond small p. Each
-block is therefore first ranked without squeezing: its repetition (`vshape.SlotSchedule`, W's in the free
-slots) must fit the cap, and its per-rank order is timed under the real costs, comm included (the longest
-rank span, then the step time: the same key as the final pick). Only the best `keep` distinct blocks are
-squeezed and handed to the cost model's pick with the other candidates. The ranking is a fair proxy: the
-squeeze keeps each rank's order in the steady phase and only moves the warm-up and cool-down ops earlier.
+That space has about 60 p distinct blocks (480 at p = 8). Each is repeated over max(m, 2p) microbatches, so
+that even a small m gets a full warm-up; each rank's warm-up is then front-loaded (`front_load`) and the
+order cut back to m microbatches. The orders within the cap are timed under the real costs, comm included
+(on their first 2p microbatches first when m is larger), and the best `KEEP`, with their cool-down rebuilt
+(`tight_tail`), join the other candidates of the cost model's pick (`refine.pick_refined`). Building the
+space costs about one node per block and repeated op: under effort="auto" it is thinned, then skipped,
+beyond `SPACE_WORK` nodes.
 """
 
 from __future__ import annotations
