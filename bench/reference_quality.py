@@ -23,6 +23,8 @@ Pairs: zero-bubble <-> ZB-H1 (the ZB heuristic at p microbatches), zb-h2 <-> ZB-
 budget), zero-bubble-heuristic <-> the ZB heuristic at max_mem p, zbv <-> zbv.py, v-half/v-min <->
 zbv_greedy.py, v-auto <-> v_auto_schedule.py at budgets of p, 1.5p and 2p chunk activations (the
 reference's unit; primuspp's max_mem p/2, 3p/4 and p microbatches; 2p chunks is the most it plans for).
+The comparison is at the same peak memory: where the reference's V-auto table holds less than its budget,
+v-auto gets that peak as its max_mem.
 """
 
 from __future__ import annotations
@@ -336,6 +338,8 @@ def main() -> int:
                             print(f"{pair.label} p={p} m={m} {c.name}: reference failed ({err!r:.80})")
                         continue
                     ref = figures(reference_table(ref_order, p, m, pair.v), costs)
+                    if "max_mem" in params and ref.peak < params["max_mem"] - TOL:
+                        params["max_mem"] = ref.peak  # v-auto at the memory the reference's table holds
                     start = time.perf_counter()
                     try:
                         table = build_schedule(pair.algo, p, pair.v, m, costs, **params)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms import greedy, v_blocks, vshape
+from primuspp.algorithms import greedy, v_auto_blocks, v_blocks, vshape
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
@@ -55,6 +55,7 @@ def v_orders(
     widest: int = 1,
     effort: str = "auto",
     given: str | None = None,
+    space: bool = False,
 ) -> ComputeOrder:
     """Best V order within `cap` (microbatch units per rank): the `widest` blocks of `blocks` that fit,
     squeezed; with a full search (`effort`) both squeezes of each and the greedy policies too."""
@@ -88,6 +89,10 @@ def v_orders(
             candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
     if small:  # more spacings of the block family, for the cost model to choose from
         candidates.extend(v_blocks.candidates(p, m, chunks))
+        if space:  # v-auto: the whole two-regime block space, ranked by the cost model
+            candidates.extend(
+                v_auto_blocks.candidates(p, m, chunks, stage_costs, effort=effort, report=report)
+            )
     # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
     # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
     # every candidate, and the capped greedy, which counts B's growth, is among them.
@@ -119,13 +124,13 @@ def with_offload(order: ComputeOrder, p: int) -> ComputeOrder:
     return out
 
 
-def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1):
+def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1, space: bool = False):
     def generate(req: GenerationRequest) -> ComputeOrder:
         p, m = req.pp, req.micro_batches
         cap = budget(p, req.params)
         effort = req.params.get("effort", "auto")
         given = "max_mem" if req.params.get("max_mem") is not None else None  # a cap the user set
-        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest, effort, given)
+        order = v_orders(p, m, cap, blocks, req.costs, req.report, widest, effort, given, space)
         return with_offload(order, p) if req.params.get("offload") else order
 
     return generate
@@ -182,7 +187,7 @@ V_AUTO = Algorithm(
     summary="V schedule for any activation budget (max_mem, microbatches per rank)",
     memory="max_mem (default p)",
     constraints="v = 2, any p >= 1, m >= 1, max_mem >= 1",
-    generate=_generator(_auto_budget, AUTO_BLOCKS, widest=3),
+    generate=_generator(_auto_budget, AUTO_BLOCKS, widest=3, space=True),
     refuse=_refuse_auto,
     params=(
         Param("max_mem", float, None, "per-rank activation budget in microbatch units (default p)"),

@@ -1,0 +1,393 @@
+"""Building blocks for v-auto with two spacing regimes and free turns, ranked by the cost model.
+
+The named blocks (`v_family`) and the family of `v_blocks` space every chain uniformly. The controllable-
+memory construction allows more: the outgoing chains (F0 down, B1 down) may use one spacing `k0` over the
+first `split` rank steps and a tighter `k1 <= k0` over the rest (the activations of the first ranks then
+live longer than those of the last, which the first ranks can afford: they hold fewer microbatches of the
+returning chunk), and each of the three turns (F0 -> F1 on the last rank, F1 -> B1 on the first, B1 -> B0 on
+the last) may take 1 to 5 slots. The returning chains (F1 up, B0 up) keep spacing 1. A block is valid when
+no two of a rank's four ops share a slot modulo 6.
+
+That space has about 60 p distinct blocks (480 at p = 8). Each is repeated over max(m, 2p) microbatches, so
+that even a small m gets a full warm-up; each rank's warm-up is then front-loaded (`front_load`) and the
+order cut back to m microbatches. The orders within the cap are timed under the real costs, comm included
+(on their first 2p microbatches first when m is larger), and the best `KEEP`, with their cool-down rebuilt
+(`tight_tail`), join the other candidates of the cost model's pick (`refine.pick_refined`). Building the
+space costs about one node per block and repeated op: under effort="auto" it is thinned, then skipped,
+beyond `SPACE_WORK` nodes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+
+from primuspp.algorithms import vshape
+from primuspp.algorithms.base import ComputeOrder
+from primuspp.algorithms.portfolio import score
+from primuspp.errors import PrimusppError
+from primuspp.schedule.costs import StageCosts, unit_costs
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import v_shape
+from primuspp.schedule.timing import node_times
+
+PERIOD = vshape.PERIOD
+#: spacings of the outgoing chains and gaps at the turns (slots)
+SPACINGS = (1, 2, 3, 4, 5)
+TURNS = (1, 2, 3, 4, 5)
+
+
+def chains(
+    p: int, k0: int, k1: int, split: int, turns: tuple[int, int, int]
+) -> tuple[list[int], list[int]] | None:
+    """Slot of F and of B of microbatch 0 on every stage (stage s < p on rank s, stage 2p-1-r on rank r), or
+    None when two ops of a rank collide modulo 6. `split` rank steps use spacing k0, the rest k1."""
+    n = 2 * p
+    fo, bo = [0] * n, [0] * n
+    for i in range(1, p):
+        fo[i] = fo[i - 1] + (k0 if i - 1 < split else k1)
+    fo[p] = fo[p - 1] + turns[0]
+    for s in range(p + 1, n):
+        fo[s] = fo[s - 1] + 1
+    bo[n - 1] = fo[n - 1] + turns[1]
+    for r in range(1, p):  # B1 down: stage n-1-r on rank r
+        bo[n - 1 - r] = bo[n - r] + (k0 if r - 1 < split else k1)
+    bo[p - 1] = bo[p] + turns[2]
+    for s in range(p - 2, -1, -1):
+        bo[s] = bo[s + 1] + 1
+    for r in range(p):
+        if len({fo[r] % PERIOD, fo[n - 1 - r] % PERIOD, bo[r] % PERIOD, bo[n - 1 - r] % PERIOD}) < 4:
+            return None
+    return fo, bo
+
+
+def space(p: int, thin: bool = False) -> Iterator[tuple[str, list[int], list[int]]]:
+    """Every valid block of the space, distinct by its chains: (name, fo, bo). `thin`: the regime switch
+    only after 1, p/2 or p-1 rank steps (a third of the blocks on large p)."""
+    seen: set[tuple[int, ...]] = set()
+    splits = sorted({1, p // 2, p - 1}) if thin else list(range(1, p))
+    for k0 in SPACINGS:
+        for k1 in SPACINGS:
+            if k1 > k0:
+                continue
+            for split in splits if k1 < k0 else (p - 1,):
+                for t0 in TURNS:
+                    for t1 in TURNS:
+                        for t2 in TURNS:
+                            got = chains(p, k0, k1, split, (t0, t1, t2))
+                            if got is None:
+                                continue
+                            sig = (*got[0], *got[1])
+                            if sig in seen:
+                                continue
+                            seen.add(sig)
+                            yield f"k{k0}{k1}x{split}t{t0}{t1}{t2}", got[0], got[1]
+
+
+def front_load(order: ComputeOrder, p: int, chunks: int, m: int) -> ComputeOrder | None:
+    """The same order with each rank's warm-up (everything before its first chunk-0 B) rearranged so that
+    the pipeline fills as fast as the memory allows: rank r runs 2(p-1-r) chunk-0 F's back to back, then
+    r+1 pairs of chunk-0 F and chunk-1 F, then (B, W, F) triples, holding at most min(r+1, chunks/2)
+    chunk-1 activations before its first B and `chunks` in all. The warm-up's nodes stay the same, so only
+    the timing changes; None when nothing moved."""
+    out: ComputeOrder = []
+    changed = False
+    n = 2 * p
+    for r, seq in enumerate(order):
+        k = next(
+            (i for i, nd in enumerate(seq) if nd.kind is NodeKind.B and nd.stage == r),
+            len(seq),
+        )
+        prefix = seq[:k]
+        f0 = [nd for nd in prefix if nd.kind is NodeKind.F and nd.stage == r]
+        f1 = [nd for nd in prefix if nd.kind is NodeKind.F and nd.stage == n - 1 - r]
+        b1 = [nd for nd in prefix if nd.kind is NodeKind.B]
+        ws = [nd for nd in prefix if nd.kind is NodeKind.W]
+        if len(f0) + len(f1) + len(b1) + len(ws) != len(prefix):  # other kinds: leave the rank alone
+            out.append(list(seq))
+            continue
+        want1 = min(r + 1, chunks // 2, m)
+        want0 = min(chunks - want1, m)
+        rest = list(seq[k:])
+        new = []
+        i0 = i1 = ib = iw = 0
+        done_b: set[tuple[int, int]] = set()
+        for _ in range(2 * (p - 1 - r)):
+            if i0 < min(want0, len(f0)):
+                new.append(f0[i0])
+                i0 += 1
+        for _ in range(r + 1):
+            if i0 < min(want0, len(f0)):
+                new.append(f0[i0])
+                i0 += 1
+            if i1 < min(want1, len(f1)):
+                new.append(f1[i1])
+                i1 += 1
+        while i0 < len(f0) or i1 < len(f1) or ib < len(b1) or iw < len(ws):
+            progressed = False
+            if ib < len(b1):
+                new.append(b1[ib])
+                done_b.add((b1[ib].microbatch, b1[ib].stage))
+                ib += 1
+                progressed = True
+            if iw < len(ws) and (ws[iw].microbatch, ws[iw].stage) in done_b:
+                new.append(ws[iw])
+                iw += 1
+                progressed = True
+            if i1 < len(f1):
+                new.append(f1[i1])
+                i1 += 1
+                progressed = True
+            elif i0 < len(f0):
+                new.append(f0[i0])
+                i0 += 1
+                progressed = True
+            if not progressed:  # a W whose B is not in the warm-up: the order was not valid
+                return None
+        changed |= new != prefix
+        out.append(new + rest)
+    return out if changed else None
+
+
+def truncate(order: ComputeOrder, m: int) -> ComputeOrder:
+    """The order without the nodes of microbatches >= m (a longer repetition cut back to m)."""
+    return [[nd for nd in seq if nd.microbatch < m] for seq in order]
+
+
+def _nodes(p: int, m: int) -> list[Node]:
+    """The node of every op id of `vshape.SlotSchedule` ((mb * stages + stage) * 3 + kind)."""
+    n = 2 * p
+    kinds = (NodeKind.F, NodeKind.B, NodeKind.W)
+    return [Node(kinds[op % 3], op // 3 // n, op // 3 % n) for op in range(3 * n * m)]
+
+
+def warm_candidates(p: int, m: int, chunks: int, blocks) -> list[tuple[str, ComputeOrder]]:
+    """Each (name, fo, bo) block repeated over max(m, 2p) microbatches (a full warm-up even when m is
+    small), its warm-up front-loaded, cut back to m microbatches; only orders within `chunks` live chunk
+    activations, each distinct repetition once."""
+    big = max(m, 2 * p)
+    nodes = _nodes(p, big)
+    out = []
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    for name, fo, bo in blocks:
+        sched = vshape.SlotSchedule(p, big, fo, bo, tighten=False)  # the order does not need the tightening
+        ops = tuple(tuple(op for op in row if op >= 0) for row in sched.occ)
+        if ops in seen:
+            continue
+        seen.add(ops)
+        order = [[nodes[op] for op in row] for row in ops]
+        new = front_load(order, p, min(_chunk_peak(order), 2 * p), big)
+        order = truncate(new if new is not None else order, m)
+        if _chunk_peak(order) <= chunks:
+            out.append((f"warm/{name}", order))
+    return out
+
+
+def _chunk_peak(order: ComputeOrder) -> int:
+    """Most chunk activations any rank holds (an F adds one, a W frees one)."""
+    f, w = NodeKind.F, NodeKind.W
+    peak = 0
+    for seq in order:
+        live = 0
+        for nd in seq:
+            kind = nd.kind
+            if kind is f:
+                live += 1
+                if live > peak:
+                    peak = live
+            elif kind is w:
+                live -= 1
+    return peak
+
+
+def _span_key(placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[float, float]:
+    """(longest rank span, step time) of the order under the costs: `portfolio.score` without the peak."""
+    timing = node_times(placement, m, order, costs)
+    first, last, span = float("inf"), float("-inf"), 0.0
+    for starts, ends in zip(timing.starts, timing.ends, strict=True):
+        if starts:
+            first, last = min(first, starts[0]), max(last, ends[-1])
+            span = max(span, ends[-1] - starts[0])
+    return span, last - first
+
+
+def relabel_ws(seq: list) -> list:
+    """Each W of a rank's sequence takes the oldest B not yet followed by its W (either chunk)."""
+    queue: deque = deque()
+    out = []
+    for nd in seq:
+        if nd.kind is NodeKind.B:
+            queue.append(nd)
+            out.append(nd)
+        elif nd.kind is NodeKind.W:
+            b = queue.popleft()
+            out.append(Node(NodeKind.W, b.microbatch, b.stage))
+        else:
+            out.append(nd)
+    return out
+
+
+def tight_tail(order: ComputeOrder, p: int, m: int) -> ComputeOrder | None:
+    """The same order with each rank's cool-down rebuilt on unit slots: the last chunk-0 B's (about half the
+    peak) and the last chunk-1 B's (at most rank + 1) are set two slots apart so that they follow each other
+    down and up the pipeline without waiting, and the W's held back fill the free slots after them. None
+    when that does not give a valid order."""
+    placement = v_shape(p)
+    n = 2 * p
+    try:
+        timing = node_times(placement, m, order, unit_costs(placement))
+    except PrimusppError:
+        return None
+    peak = _chunk_peak(order)
+    max_b0 = min((peak + 1) // 2, m)
+    max_b1 = min(peak - max_b0, m)
+    last_f1 = [i for i, nd in enumerate(order[0]) if nd.kind is NodeKind.F and nd.stage == n - 1]
+    if not last_f1:
+        return None
+    start = round(timing.starts[0][last_f1[-1]])
+    out: ComputeOrder = []
+    for r, seq in enumerate(order):
+        slots = [round(t) for t in timing.starts[r]]
+        keep = [True] * len(seq)
+        b0, b1 = [], []
+        for i in range(len(seq) - 1, -1, -1):
+            nd = seq[i]
+            if nd.kind is NodeKind.B and nd.stage >= p and len(b1) < min(r + 1, max_b1):
+                keep[i] = False
+                b1.append(nd)
+            elif nd.kind is NodeKind.B and nd.stage < p and len(b0) < max_b0:
+                keep[i] = False
+                b0.append(nd)
+        w0 = w1 = 0
+        for i in range(len(seq) - 1, -1, -1):
+            if w1 >= len(b1) and w0 >= len(b0) and w0 + w1 >= peak:
+                break
+            nd = seq[i]
+            if nd.kind is NodeKind.W and keep[i]:
+                keep[i] = False
+                if nd.stage >= p:
+                    w1 += 1
+                else:
+                    w0 += 1
+        placed = [(slots[i], 0, nd) for i, nd in enumerate(seq) if keep[i]]
+        taken = {s for s, _, _ in placed}
+        for k, nd in enumerate(b0):  # b0[0] is the latest
+            t = start - r + 2 * p - 2 * k
+            if t in taken:
+                return None
+            taken.add(t)
+            placed.append((t, 0, nd))
+        for k, nd in enumerate(b1):
+            t = start + 1 + r - 2 * k
+            if t in taken:
+                return None
+            taken.add(t)
+            placed.append((t, 0, nd))
+        placed.sort(key=lambda x: x[0])
+        last_w = max((s for s, _, nd in placed if nd.kind is NodeKind.W), default=-1)
+        pending1 = pending0 = 0
+        new = []
+        j = 0
+        t = 0
+        end = max(s for s, _, _ in placed) if placed else 0
+        ws_left = w0 + w1
+        while j < len(placed) or ws_left:
+            if j < len(placed) and placed[j][0] == t:
+                nd = placed[j][2]
+                new.append(nd)
+                j += 1
+                if nd.kind is NodeKind.B:
+                    if nd.stage >= p:
+                        pending1 += 1
+                    else:
+                        pending0 += 1
+                elif nd.kind is NodeKind.W:
+                    if nd.stage >= p:
+                        pending1 -= 1
+                    else:
+                        pending0 -= 1
+            elif t > last_w and ws_left and (pending1 > 0 or pending0 > 0 or t > end):
+                stage = n - 1 - r if pending1 > 0 else r
+                if pending1 > 0:
+                    pending1 -= 1
+                else:
+                    pending0 -= 1
+                new.append(Node(NodeKind.W, 0, stage))
+                ws_left -= 1
+            t += 1
+        out.append(relabel_ws(new))
+    return out
+
+
+#: blocks of the space kept (by their timed warm order) for the cool-down rebuild and the final pick
+KEEP = 4
+#: effort="auto": nodes the block space may build (blocks x 6p * max(m, 2p)); beyond, the thinned space,
+#: and beyond that again none (about 2 CPU s at this size; p=16, m=16 builds 2.9 million)
+SPACE_WORK = 3_000_000
+#: with m > 2p, blocks timed in full after the ranking on 2p microbatches: PRE * KEEP
+PRE = 4
+
+
+def candidates(
+    p: int,
+    m: int,
+    chunks: int,
+    costs: StageCosts,
+    keep: int = KEEP,
+    effort: str = "auto",
+    report: dict | None = None,
+) -> list[tuple[str, ComputeOrder]]:
+    """The `keep` best orders of the whole block space (repeated over max(m, 2p), warm-up front-loaded, cut
+    back to m) that fit `chunks` live chunk activations, by the cost model (longest rank span, step time,
+    peak), and the same `keep` with their cool-down rebuilt (`tight_tail`). With effort="auto" the space is
+    thinned, then skipped, beyond `SPACE_WORK` (stated in `report["block space"]`); "full" takes it whole."""
+    placement = v_shape(p)
+    fractions = costs.fractions()
+    units_cap = chunks / 2 + 1e-9
+    nodes = 6 * p * max(m, 2 * p)
+    blocks = list(space(p))
+    how = "whole"
+    if effort != "full" and len(blocks) * nodes > SPACE_WORK:
+        blocks, how = list(space(p, thin=True)), "thinned"
+        if len(blocks) * nodes > SPACE_WORK:
+            blocks, how = [], "skipped"
+    if report is not None:
+        report["block space"] = f"{how}: {len(blocks)} blocks of {nodes} nodes (limit {SPACE_WORK:,} nodes)"
+    if not blocks:
+        return []
+    warm = warm_candidates(p, m, chunks, blocks)
+    short = 2 * p
+    if m > short:  # rank on the first 2p microbatches (warm-up and cool-down differ most), then time in full
+        pre = []
+        for i, (_, order) in enumerate(warm):
+            try:
+                pre.append((_span_key(placement, short, truncate(order, short), costs), i))
+            except PrimusppError:
+                continue
+        pre.sort()
+        warm = [warm[i] for _, i in pre[: PRE * keep]]
+    scored = []
+    for i, (name, order) in enumerate(warm):
+        try:
+            key = _span_key(placement, m, order, costs)
+        except PrimusppError:  # the front-loaded warm-up waits on itself: not a schedule
+            continue
+        scored.append((key, i, name, order))
+    scored.sort(key=lambda x: (x[0], x[1]))
+    out = []
+    for _, _, name, order in scored:
+        if len(out) == keep:
+            break
+        if score(placement, m, order, costs, fractions).peak <= units_cap:
+            out.append((name, order))
+    for name, order in list(out):
+        tail = tight_tail(order, p, m)
+        if tail is None:
+            continue
+        try:
+            sc = score(placement, m, tail, costs, fractions)
+        except PrimusppError:
+            continue
+        if sc.peak <= units_cap:
+            out.append((f"{name}+tail", tail))
+    return out
