@@ -237,3 +237,34 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
         if not moved:
             break
     return ((current, cur) if improved else None), budget
+
+
+def improve_both(
+    placement: Placement,
+    m: int,
+    order: ComputeOrder,
+    costs: StageCosts,
+    cap: float | None,
+    start: Score | None = None,
+) -> tuple[ComputeOrder, Score] | None:
+    """Like `improve`, but a swap is kept only when neither the longest span nor the step time grows and
+    one of them shrinks: the result dominates `order` (None if no such swap was found). Walks the span's
+    critical chain, then the step time's."""
+    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+        return None
+    budget = min(MAX_EVALS, WORK // max(sum(len(s) for s in order), 1))
+    cur = start or score(placement, m, order, costs, costs.fractions())
+
+    def dominates(new: Score, old: Score) -> bool:
+        if new.max_span > old.max_span or new.makespan > old.makespan:
+            return False
+        return new.max_span < old.max_span or new.makespan < old.makespan or new.peak < old.peak
+
+    result = None
+    current = [list(seq) for seq in order]
+    for chain in ("span", "step"):
+        found, budget = _search(placement, m, current, costs, cap, cur, dominates, chain, budget)
+        if found is not None:
+            current, cur = found
+            result = found
+    return result
