@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from primuspp.algorithms import greedy, one_f_one_b, zero_bubble
+from primuspp.algorithms import greedy, one_f_one_b, zb_timed, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
@@ -95,7 +95,7 @@ ALGORITHM = Algorithm(
     vpp_default=1,
     vpp_rule="1",
     vpp_ok=lambda v: v == 1,
-    generate=generate,
+    generate=zb_timed.floored(generate, default_cap, "step", lambda r: planning_costs(r.costs, r.params)),
     refuse=refuse,
     params=(
         Param("max_mem", float, None, "per-rank activation cap in microbatch units (default p, 1F1B's peak)"),

@@ -152,7 +152,7 @@ ZBV = Algorithm(
     summary="zero-bubble V: two chunks per rank, B/W split, 1F1B's memory",
     memory="p",
     constraints="v = 2, any p >= 1, m >= 1",
-    generate=zbv_timed.with_timed(_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT))),
+    generate=zbv_timed.floored(_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT))),
     params=(OFFLOAD, EFFORT),
     **_COMMON,
 )

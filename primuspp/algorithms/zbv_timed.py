@@ -26,10 +26,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from primuspp.algorithms import local_search
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
-from primuspp.algorithms.portfolio import Score, pick, score
-from primuspp.algorithms.refine import refined_pool
+from primuspp.algorithms.floor import with_floor
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
@@ -267,44 +265,9 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
     return out, floor
 
 
-def _not_worse(sc: Score, floor: Score) -> bool:
-    tol = 1e-9 * max(1.0, floor.makespan)
-    return sc.max_span <= floor.max_span + tol and sc.makespan <= floor.makespan + tol
+Generator = Callable[[GenerationRequest], ComputeOrder]
 
 
-def with_timed(inner: Callable[[GenerationRequest], ComputeOrder], budget: float | None = None):
-    """Wrap a V generator: when its search was full (`report["effort"]`), the timed orders, their W
-    post-pass and local search (`refine.refined_pool`) compete with its result at its memory budget
-    (`budget` per rank, default p). The winner is the usual one (least longest span, then step time;
-    the generator's own result first, so it wins exact ties) among the candidates whose span and step time
-    are both at most the timed floor's (`orders`): improving one figure never costs the other beyond what
-    the timed construction alone achieves."""
-
-    def generate(req: GenerationRequest) -> ComputeOrder:
-        order = inner(req)
-        if req.params.get("offload") or not str(req.report.get("effort", "")).startswith("full"):
-            return order
-        p, m = req.pp, req.micro_batches
-        placement = v_shape(p)
-        costs = req.costs.for_placement(placement)
-        cap = float(p) if budget is None else budget
-        timed, floor = orders(p, m, costs, cap)
-        if not timed:
-            return order
-        fractions = costs.fractions()
-        mine = score(placement, m, order, costs, fractions)
-        if mine.peak > cap + 1e-9:  # the inner result is its own budget's judge
-            cap = mine.peak
-        pool = [(req.report.get("candidate", "own"), order, mine)]
-        pool += refined_pool(placement, m, timed, costs, cap, "span") or []
-        base = next((c for c in pool if floor >= 0 and c[1] is timed[floor][1]), None)
-        if base is not None:  # None: over the cap (memory the construction counts differently)
-            better = local_search.improve_both(placement, m, base[1], costs, cap, base[2])
-            if better is not None:
-                pool.append((f"{base[0]}+both", better[0], better[1]))
-            pool = [c for c in pool if _not_worse(c[2], base[2])]
-        name, best, _ = pick(placement, m, pool, costs, cap)
-        req.report["candidate"] = name
-        return best
-
-    return generate
+def floored(inner: Generator) -> Generator:
+    """A zbv generator (budget p) with the timed orders' floor (`floor.with_floor`)."""
+    return with_floor(inner, v_shape, orders, lambda p, params: float(p))

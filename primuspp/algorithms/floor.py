@@ -1,0 +1,70 @@
+"""A floor under a cost-aware generator: its result is never behind a timed construction on either figure.
+
+The timed constructions (`zbv_timed`, `zb_timed`) place every node by the clock of the cost model, comm
+included, and each names its floor: the variant it would pick by its own clock. `with_floor` wraps a
+generator so that, when the generator's search was full (`report["effort"]`), its result competes with the
+timed orders, their W post-pass and local search (`refine.refined_pool`) and a local search from the floor
+that keeps only swaps improving one figure without worsening the other (`local_search.improve_both`), all
+within the generator's memory budget. The winner is picked by the generator's objective among the
+candidates whose longest span and step time are both at most the floor's, so a search that shortens one
+figure never pays for it with the other beyond the floor; the generator's own result comes first and wins
+exact ties (at F = B = W without comm the tables do not change).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from primuspp.algorithms import local_search
+from primuspp.algorithms.base import ComputeOrder, GenerationRequest
+from primuspp.algorithms.portfolio import Score, pick, score
+from primuspp.algorithms.refine import refined_pool
+from primuspp.schedule.costs import CostModel, StageCosts
+from primuspp.schedule.placement import Placement
+
+Construct = Callable[[int, int, StageCosts, float], tuple[list[tuple[str, ComputeOrder]], int]]
+
+
+def not_worse(sc: Score, floor: Score) -> bool:
+    """Neither the longest span nor the step time above the floor's (relative tolerance 1e-9)."""
+    tol = 1e-9 * max(1.0, floor.makespan)
+    return sc.max_span <= floor.max_span + tol and sc.makespan <= floor.makespan + tol
+
+
+def with_floor(
+    inner: Callable[[GenerationRequest], ComputeOrder],
+    placement: Callable[[int], Placement],
+    construct: Construct,
+    budget: Callable[[int, dict], float],
+    objective: str = "span",
+    planning: Callable[[GenerationRequest], CostModel] = lambda req: req.costs,
+) -> Callable[[GenerationRequest], ComputeOrder]:
+    """`inner` with the floor of `construct` (see the module docstring) at `budget(p, params)` activation
+    per rank (or the inner result's peak when that is higher: a budget the generator raised)."""
+
+    def generate(req: GenerationRequest) -> ComputeOrder:
+        order = inner(req)
+        if req.params.get("offload") or not str(req.report.get("effort", "")).startswith("full"):
+            return order
+        p, m = req.pp, req.micro_batches
+        place = placement(p)
+        costs = planning(req).for_placement(place)
+        cap = budget(p, req.params)
+        timed, floor = construct(p, m, costs, cap)
+        if not timed:
+            return order
+        mine = score(place, m, order, costs, costs.fractions())
+        cap = max(cap, mine.peak)
+        pool = [(req.report.get("candidate", "own"), order, mine)]
+        pool += refined_pool(place, m, timed, costs, cap, objective) or []
+        base = next((c for c in pool if floor >= 0 and c[1] is timed[floor][1]), None)
+        if base is not None:  # None: the floor is over the cap (B keeping more than F saved)
+            better = local_search.improve_both(place, m, base[1], costs, cap, base[2])
+            if better is not None:
+                pool.append((f"{base[0]}+both", better[0], better[1]))
+            pool = [c for c in pool if not_worse(c[2], base[2])]
+        name, best, _ = pick(place, m, pool, costs, cap, objective)
+        req.report["candidate"] = name
+        return best
+
+    return generate
