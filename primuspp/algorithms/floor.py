@@ -38,9 +38,13 @@ def with_floor(
     budget: Callable[[int, dict], float],
     objective: str = "span",
     planning: Callable[[GenerationRequest], CostModel] = lambda req: req.costs,
+    guards: Callable[[GenerationRequest], list[tuple[str, ComputeOrder]]] | None = None,
 ) -> Callable[[GenerationRequest], ComputeOrder]:
     """`inner` with the floor of `construct` (see the module docstring) at `budget(p, params)` activation
-    per rank (or the inner result's peak when that is higher: a budget the generator raised)."""
+    per rank (or the inner result's peak when that is higher: a budget the generator raised). `guards`:
+    orders the generator promises to match in its objective (zero-bubble-heuristic: ZB-H1's and 1F1B's
+    step time); they join the candidates, and when no candidate within the floor matches the best guard
+    that fits the cap, the floor is dropped (the objective alone picks)."""
 
     def generate(req: GenerationRequest) -> ComputeOrder:
         order = inner(req)
@@ -57,12 +61,21 @@ def with_floor(
         cap = max(cap, mine.peak)
         pool = [(req.report.get("candidate", "own"), order, mine)]
         pool += refined_pool(place, m, timed, costs, cap, objective) or []
+        guarded = []
+        for gname, gorder in guards(req) if guards is not None else ():
+            sc = score(place, m, gorder, costs, costs.fractions())
+            if sc.peak <= cap + 1e-9:
+                guarded.append((gname, gorder, sc))
+        pool += guarded
         base = next((c for c in pool if floor >= 0 and c[1] is timed[floor][1]), None)
         if base is not None:  # None: the floor is over the cap (B keeping more than F saved)
             better = local_search.improve_both(place, m, base[1], costs, cap, base[2])
             if better is not None:
                 pool.append((f"{base[0]}+both", better[0], better[1]))
-            pool = [c for c in pool if not_worse(c[2], base[2])]
+            kept = [c for c in pool if not_worse(c[2], base[2])]
+            ceiling = min((c[2].key(objective)[0] for c in guarded), default=float("inf"))
+            if any(c[2].key(objective)[0] <= ceiling + 1e-9 * max(1.0, abs(ceiling)) for c in kept):
+                pool = kept
         name, best, _ = pick(place, m, pool, costs, cap, objective)
         req.report["candidate"] = name
         return best

@@ -76,6 +76,17 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     return order
 
 
+def _planning(req: GenerationRequest) -> CostModel:
+    return planning_costs(req.costs, req.params)
+
+
+def _guards(req: GenerationRequest) -> list[tuple[str, ComputeOrder]]:
+    """The orders the result must match in step time: the registered zero-bubble's and 1F1B's."""
+    # called only after a full search (`floor.with_floor`), so zero-bubble searches fully too
+    zb_req = GenerationRequest(req.pp, 1, req.micro_batches, _planning(req), {"effort": "full"})
+    return [("zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)), ("1f1b", one_f_one_b.generate(req))]
+
+
 def refuse(p: int, v: int, m: int, params: dict) -> str | None:
     value = params.get("max_mem")
     if value is not None and value < 1:
@@ -95,7 +106,7 @@ ALGORITHM = Algorithm(
     vpp_default=1,
     vpp_rule="1",
     vpp_ok=lambda v: v == 1,
-    generate=zb_timed.floored(generate, default_cap, "step", lambda r: planning_costs(r.costs, r.params)),
+    generate=zb_timed.floored(generate, default_cap, "step", planning=_planning, guards=_guards),
     refuse=refuse,
     params=(
         Param("max_mem", float, None, "per-rank activation cap in microbatch units (default p, 1F1B's peak)"),

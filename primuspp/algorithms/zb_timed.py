@@ -191,7 +191,9 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
     return out, floor
 
 
-def floored(inner: Generator, budget: Callable[[int, dict], float], objective: str = "span", planning=None):
-    """A linear zero-bubble generator with the timed orders' floor (`floor.with_floor`) at `budget`."""
-    extra = {} if planning is None else {"planning": planning}
+def floored(
+    inner: Generator, budget: Callable[[int, dict], float], objective: str = "span", **extra
+) -> Generator:
+    """A linear zero-bubble generator with the timed orders' floor (`floor.with_floor`) at `budget`;
+    `extra`: with_floor's `planning` and `guards`."""
     return with_floor(inner, linear, orders, budget, objective, **extra)
