@@ -17,10 +17,17 @@ from collections.abc import Callable
 
 from primuspp.algorithms import local_search
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
-from primuspp.algorithms.portfolio import Score, pick, score
+from primuspp.algorithms.portfolio import Score, lower_bounds, pick, score
 from primuspp.algorithms.refine import refined_pool
 from primuspp.schedule.costs import CostModel, StageCosts
 from primuspp.schedule.placement import Placement
+
+#: how many of the best timed orders get the W post-pass and the local search (the floor gets its own)
+TOP = 1
+
+#: results kept per wrapped generator (same request, same table: zero-bubble-heuristic's guard is the
+#: registered zero-bubble, which a sweep has usually just built)
+MEMO = 8
 
 Construct = Callable[[int, int, StageCosts, float], tuple[list[tuple[str, ComputeOrder]], int]]
 
@@ -45,22 +52,41 @@ def with_floor(
     orders the generator promises to match in its objective (zero-bubble-heuristic: ZB-H1's and 1F1B's
     step time); they join the candidates, and when no candidate within the floor matches the best guard
     that fits the cap, the floor is dropped (the objective alone picks)."""
+    memo: dict[tuple, tuple[ComputeOrder, dict]] = {}
 
     def generate(req: GenerationRequest) -> ComputeOrder:
+        key = _key(req)
+        if key is not None and key in memo:
+            order, report = memo[key]
+            req.report.update(report)
+            return [list(seq) for seq in order]
+        before = dict(req.report)
+        order = search(req)
+        if key is not None:
+            if len(memo) >= MEMO:
+                memo.pop(next(iter(memo)))
+            said = {k: v for k, v in req.report.items() if before.get(k) != v}
+            memo[key] = ([list(seq) for seq in order], said)
+        return order
+
+    def search(req: GenerationRequest) -> ComputeOrder:
         order = inner(req)
         if req.params.get("offload") or not str(req.report.get("effort", "")).startswith("full"):
             return order
         p, m = req.pp, req.micro_batches
         place = placement(p)
         costs = planning(req).for_placement(place)
-        cap = budget(p, req.params)
-        timed, floor = construct(p, m, costs, cap)
+        mine = score(place, m, order, costs, costs.fractions())
+        span_lb, step_lb = lower_bounds(place, order, costs)
+        tol = 1e-9 * max(1.0, step_lb)
+        if mine.max_span <= span_lb + tol and mine.makespan <= step_lb + tol:
+            return order  # no order beats it on either figure (F = B = W zbv, for one)
+        timed, floor = construct(p, m, costs, budget(p, req.params))
         if not timed:
             return order
-        mine = score(place, m, order, costs, costs.fractions())
-        cap = max(cap, mine.peak)
+        cap = max(budget(p, req.params), mine.peak)
         pool = [(req.report.get("candidate", "own"), order, mine)]
-        pool += refined_pool(place, m, timed, costs, cap, objective) or []
+        pool += refined_pool(place, m, timed, costs, cap, objective, top=TOP) or []
         guarded = []
         for gname, gorder in guards(req) if guards is not None else ():
             sc = score(place, m, gorder, costs, costs.fractions())
@@ -69,10 +95,12 @@ def with_floor(
         pool += guarded
         base = next((c for c in pool if floor >= 0 and c[1] is timed[floor][1]), None)
         if base is not None:  # None: the floor is over the cap (B keeping more than F saved)
-            better = local_search.improve_both(place, m, base[1], costs, cap, base[2])
-            if better is not None:
-                pool.append((f"{base[0]}+both", better[0], better[1]))
             kept = [c for c in pool if not_worse(c[2], base[2])]
+            if pick(place, m, kept, costs, cap, objective)[1] is base[1]:  # nothing better yet: search
+                better = local_search.improve_both(place, m, base[1], costs, cap, base[2])
+                if better is not None:
+                    pool.append((f"{base[0]}+both", better[0], better[1]))
+                    kept.append(pool[-1])
             ceiling = min((c[2].key(objective)[0] for c in guarded), default=float("inf"))
             if any(c[2].key(objective)[0] <= ceiling + 1e-9 * max(1.0, abs(ceiling)) for c in kept):
                 pool = kept
@@ -81,3 +109,13 @@ def with_floor(
         return best
 
     return generate
+
+
+def _key(req: GenerationRequest) -> tuple | None:
+    """A hashable key of everything the generator reads (None if something is unhashable)."""
+    try:
+        key = (req.pp, req.vpp, req.micro_batches, req.costs, tuple(sorted(req.params.items())))
+        hash(key)
+    except TypeError:
+        return None
+    return key

@@ -66,7 +66,7 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     zb_req = GenerationRequest(
         p, 1, m, planning_costs(req.costs, req.params), {"effort": req.params.get("effort", "auto")}
     )
-    candidates.append(("zero-bubble", zero_bubble.generate_cost_aware(zb_req)))
+    candidates.append(("zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)))
     candidates.append(("1f1b", one_f_one_b.generate(req)))
     if small:  # the leaders also get the W post-pass (refine)
         name, order, _ = pick_refined(placement, m, candidates, costs, cap, "step")
@@ -82,8 +82,10 @@ def _planning(req: GenerationRequest) -> CostModel:
 
 def _guards(req: GenerationRequest) -> list[tuple[str, ComputeOrder]]:
     """The orders the result must match in step time: the registered zero-bubble's and 1F1B's."""
-    # called only after a full search (`floor.with_floor`), so zero-bubble searches fully too
-    zb_req = GenerationRequest(req.pp, 1, req.micro_batches, _planning(req), {"effort": "full"})
+    # called only after a full search (`floor.with_floor`): zero-bubble's is full too, with the same
+    # parameters as a sweep's zero-bubble run (whose table `with_floor` keeps)
+    params = {"effort": req.params.get("effort", "auto")}
+    zb_req = GenerationRequest(req.pp, 1, req.micro_batches, _planning(req), params)
     return [("zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)), ("1f1b", one_f_one_b.generate(req))]
 
 

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from primuspp.algorithms import w_pass
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, memory_units, score
+from primuspp.algorithms.portfolio import Score, memory_units, score, timed_score
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
@@ -206,6 +206,8 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
     limit = cap if cap is not None else cur.peak
     improved = False
     tried: set[tuple[int, int, Node]] = set()
+    # each rank's peak in `current`: a swap changes one rank, whose peak alone is recounted
+    peaks = [order_memory(seq, units, fractions, keep_curve=False)[1] for seq in current]
     while budget > 0:
         timing = node_times(placement, m, current, costs)
         moved = False
@@ -218,20 +220,25 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
                 continue
             tried.add(sig)
             new_seq = [*seq[:j], seq[i], *seq[j:i], *seq[i + 1 :]]
-            grows = seq[i].kind is _F or (seq[i].kind is _B and fractions[seq[i].stage] < 0)
             trial = [*current[:r], new_seq, *current[r + 1 :]]
-            if grows and order_memory(new_seq, units, fractions, keep_curve=False)[1] > limit + 1e-9:
+            rank_peak = order_memory(new_seq, units, fractions, keep_curve=False)[1]
+            repaired = rank_peak > limit + 1e-9
+            if repaired:
                 # over the cap: run pending W's earlier where memory needs them (and into waits they fit)
                 trial = w_pass.replace_w(placement, m, trial, costs, "fit", True, [limit] * len(trial))
                 if trial is None:
                     continue
             budget -= 1
             try:
-                sc = score(placement, m, trial, costs, fractions)
+                if repaired:
+                    trial_peaks = [order_memory(q, units, fractions, keep_curve=False)[1] for q in trial]
+                else:
+                    trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
+                sc = timed_score(placement, m, trial, costs, max(trial_peaks, default=0.0))
             except ValidationError:  # cannot happen for a swap of a non-input; be safe
                 continue
             if better(sc, cur):
-                current, cur, improved, moved = trial, sc, True, True
+                current, cur, improved, moved, peaks = trial, sc, True, True, trial_peaks
                 tried.clear()
                 break
         if not moved:

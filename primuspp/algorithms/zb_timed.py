@@ -184,8 +184,11 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
                 found = build(p, m, costs, max_mem, fill_late, b_first, strict)
                 if found is None:
                     continue
+                same = next((i for i, (_, o) in enumerate(out) if o == found[0]), None)
                 if found[1] < least:
-                    floor, least = len(out), found[1]
+                    floor, least = len(out) if same is None else same, found[1]
+                if same is not None:  # equal variants are timed once
+                    continue
                 tags = [t for t, on in (("late", fill_late), ("bfirst", b_first), ("strict", strict)) if on]
                 out.append(("timed/" + "-".join(tags or ["plain"]), found[0]))
     return out, floor

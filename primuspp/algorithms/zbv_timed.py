@@ -259,9 +259,11 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
                 found = build(p, m, dur, costs.comm, max_chunks, fill_b, fill_f)
                 if found is None:
                     continue
+                same = next((i for i, (_, o) in enumerate(out) if o == found[0]), None)
                 if dur is versions[-1][1] and found[1] < least:
-                    floor, least = len(out), found[1]
-                out.append((f"timed/{tag}{'b' if fill_b else ''}{'f' if fill_f else ''}", found[0]))
+                    floor, least = len(out) if same is None else same, found[1]
+                if same is None:  # equal variants are timed once
+                    out.append((f"timed/{tag}{'b' if fill_b else ''}{'f' if fill_f else ''}", found[0]))
     return out, floor
 
 
