@@ -85,22 +85,30 @@ def with_floor(
         if not timed:
             return order
         cap = max(budget(p, req.params), mine.peak)
-        pool = [(req.report.get("candidate", "own"), order, mine)]
-        pool += refined_pool(place, m, timed, costs, cap, objective, top=TOP) or []
+        own = (req.report.get("candidate", "own"), order, mine)
+        fractions = costs.fractions()
         guarded = []
         for gname, gorder in guards(req) if guards is not None else ():
-            sc = score(place, m, gorder, costs, costs.fractions())
+            sc = score(place, m, gorder, costs, fractions)
             if sc.peak <= cap + 1e-9:
                 guarded.append((gname, gorder, sc))
-        pool += guarded
-        base = next((c for c in pool if floor >= 0 and c[1] is timed[floor][1]), None)
+        scored = [(name, o, score(place, m, o, costs, fractions)) for name, o in timed]
+        scored = [c for c in scored if c[2].peak <= cap + 1e-9]
+        pool = [own, *guarded, *scored]
+        base = next((c for c in scored if floor >= 0 and c[1] is timed[floor][1]), None)
         if base is not None:  # None: the floor is over the cap (B keeping more than F saved)
             kept = [c for c in pool if not_worse(c[2], base[2])]
-            if pick(place, m, kept, costs, cap, objective)[1] is base[1]:  # nothing better yet: search
-                better = local_search.improve_both(place, m, base[1], costs, cap, base[2])
-                if better is not None:
-                    pool.append((f"{base[0]}+both", better[0], better[1]))
-                    kept.append(pool[-1])
+            if pick(place, m, kept, costs, cap, objective)[1] is not order:
+                # the generator's order is behind the floor or a timed one: refine the timed ones too,
+                # and search from the floor for an order better in one figure and no worse in the other
+                extra = (refined_pool(place, m, scored, costs, cap, objective, top=TOP) or [])[len(scored) :]
+                pool += extra
+                kept += [c for c in extra if not_worse(c[2], base[2])]
+                if pick(place, m, kept, costs, cap, objective)[1] is base[1]:
+                    better = local_search.improve_both(place, m, base[1], costs, cap, base[2])
+                    if better is not None:
+                        pool.append((f"{base[0]}+both", better[0], better[1]))
+                        kept.append(pool[-1])
             ceiling = min((c[2].key(objective)[0] for c in guarded), default=float("inf"))
             if any(c[2].key(objective)[0] <= ceiling + 1e-9 * max(1.0, abs(ceiling)) for c in kept):
                 pool = kept
