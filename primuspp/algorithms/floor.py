@@ -19,6 +19,7 @@ from primuspp.algorithms import local_search
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.portfolio import Score, lower_bounds, pick, score
 from primuspp.algorithms.refine import refined_pool
+from primuspp.errors import ValidationError
 from primuspp.schedule.costs import CostModel, StageCosts
 from primuspp.schedule.placement import Placement
 
@@ -92,8 +93,14 @@ def with_floor(
             sc = score(place, m, gorder, costs, fractions)
             if sc.peak <= cap + 1e-9:
                 guarded.append((gname, gorder, sc))
-        scored = [(name, o, score(place, m, o, costs, fractions)) for name, o in timed]
-        scored = [c for c in scored if c[2].peak <= cap + 1e-9]
+        scored = []
+        for name, o in timed:
+            try:
+                sc = score(place, m, o, costs, fractions)
+            except ValidationError:  # a construction that cannot happen; never let it fail a generator
+                continue
+            if sc.peak <= cap + 1e-9:
+                scored.append((name, o, sc))
         pool = [own, *guarded, *scored]
         base = next((c for c in scored if floor >= 0 and c[1] is timed[floor][1]), None)
         if base is not None:  # None: the floor is over the cap (B keeping more than F saved)

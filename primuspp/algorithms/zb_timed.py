@@ -65,6 +65,8 @@ class _Build:
         mb = self.count[kind][r]
         if mb >= self.m or (kind == _W and mb >= self.count[_B][r]):
             raise _Stuck
+        if kind == _B and self.end[_F][r][mb] < 0:  # its own forward not run yet
+            raise _Stuck
         start = max(self.clock[r], self.arrival(kind, r, mb))
         if self.count[_F][r] > 0:
             self.idle[r] += start - self.clock[r]
