@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from primuspp.algorithms import w_pass
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, memory_units, score, timed_score
+from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units, score, timed_score
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
@@ -179,6 +179,11 @@ def improve(
     budget = min(MAX_EVALS, WORK // max(n_nodes, 1))
     fractions = costs.fractions()
     cur = start or score(placement, m, order, costs, fractions)
+    span_lb, step_lb = lower_bounds(placement, order, costs)
+    if cur.max_span <= span_lb + 1e-9 * max(1.0, span_lb) and cur.makespan <= step_lb + 1e-9 * max(
+        1.0, step_lb
+    ):
+        return None  # both figures at their lower bounds (zbv at F = B = W): no swap can shorten either
     other = "step" if objective == "span" else "span"
 
     def first(new: Score, old: Score) -> bool:
