@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from primuspp.algorithms import greedy, one_f_one_b, zero_bubble
+from primuspp.algorithms import greedy, one_f_one_b, zb_timed, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
@@ -71,7 +71,7 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
     zb_req = GenerationRequest(
         p, 1, m, planning_costs(req.costs, req.params), {"effort": req.params.get("effort", "auto")}
     )
-    candidates.append(("zero-bubble", zero_bubble.generate_cost_aware(zb_req)))
+    candidates.append(("zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)))
     candidates.append(("1f1b", one_f_one_b.generate(req)))
     if small:  # the leaders also get the W post-pass (refine)
         name, order, _ = pick_refined(placement, m, candidates, costs, cap, "step")
@@ -79,6 +79,19 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
         name, order, _ = pick(placement, m, candidates, costs, cap, "step")
     req.report["candidate"] = name
     return order
+
+
+def _planning(req: GenerationRequest) -> CostModel:
+    return planning_costs(req.costs, req.params)
+
+
+def _guards(req: GenerationRequest) -> list[tuple[str, ComputeOrder]]:
+    """The orders the result must match in step time: the registered zero-bubble's and 1F1B's."""
+    # called only after a full search (`floor.with_floor`): zero-bubble's is full too, with the same
+    # parameters as a sweep's zero-bubble run (whose table `with_floor` keeps)
+    params = {"effort": req.params.get("effort", "auto")}
+    zb_req = GenerationRequest(req.pp, 1, req.micro_batches, _planning(req), params)
+    return [("zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)), ("1f1b", one_f_one_b.generate(req))]
 
 
 def refuse(p: int, v: int, m: int, params: dict) -> str | None:
@@ -100,7 +113,7 @@ ALGORITHM = Algorithm(
     vpp_default=1,
     vpp_rule="1",
     vpp_ok=lambda v: v == 1,
-    generate=generate,
+    generate=zb_timed.floored(generate, default_cap, "step", planning=_planning, guards=_guards),
     refuse=refuse,
     params=(
         Param("max_mem", float, None, "per-rank activation cap in microbatch units (default p, 1F1B's peak)"),

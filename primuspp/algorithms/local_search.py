@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 from primuspp.algorithms import w_pass
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, memory_units, score
+from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units, score, timed_score
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
@@ -179,6 +179,11 @@ def improve(
     budget = min(MAX_EVALS, WORK // max(n_nodes, 1))
     fractions = costs.fractions()
     cur = start or score(placement, m, order, costs, fractions)
+    span_lb, step_lb = lower_bounds(placement, order, costs)
+    if cur.max_span <= span_lb + 1e-9 * max(1.0, span_lb) and cur.makespan <= step_lb + 1e-9 * max(
+        1.0, step_lb
+    ):
+        return None  # both figures at their lower bounds (zbv at F = B = W): no swap can shorten either
     other = "step" if objective == "span" else "span"
 
     def first(new: Score, old: Score) -> bool:
@@ -206,6 +211,8 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
     limit = cap if cap is not None else cur.peak
     improved = False
     tried: set[tuple[int, int, Node]] = set()
+    # each rank's peak in `current`: a swap changes one rank, whose peak alone is recounted
+    peaks = [order_memory(seq, units, fractions, keep_curve=False)[1] for seq in current]
     while budget > 0:
         timing = node_times(placement, m, current, costs)
         moved = False
@@ -218,22 +225,58 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
                 continue
             tried.add(sig)
             new_seq = [*seq[:j], seq[i], *seq[j:i], *seq[i + 1 :]]
-            grows = seq[i].kind is _F or (seq[i].kind is _B and fractions[seq[i].stage] < 0)
             trial = [*current[:r], new_seq, *current[r + 1 :]]
-            if grows and order_memory(new_seq, units, fractions, keep_curve=False)[1] > limit + 1e-9:
+            rank_peak = order_memory(new_seq, units, fractions, keep_curve=False)[1]
+            repaired = rank_peak > limit + 1e-9
+            if repaired:
                 # over the cap: run pending W's earlier where memory needs them (and into waits they fit)
                 trial = w_pass.replace_w(placement, m, trial, costs, "fit", True, [limit] * len(trial))
                 if trial is None:
                     continue
             budget -= 1
             try:
-                sc = score(placement, m, trial, costs, fractions)
+                if repaired:
+                    trial_peaks = [order_memory(q, units, fractions, keep_curve=False)[1] for q in trial]
+                else:
+                    trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
+                sc = timed_score(placement, m, trial, costs, max(trial_peaks, default=0.0))
             except ValidationError:  # cannot happen for a swap of a non-input; be safe
                 continue
             if better(sc, cur):
-                current, cur, improved, moved = trial, sc, True, True
+                current, cur, improved, moved, peaks = trial, sc, True, True, trial_peaks
                 tried.clear()
                 break
         if not moved:
             break
     return ((current, cur) if improved else None), budget
+
+
+def improve_both(
+    placement: Placement,
+    m: int,
+    order: ComputeOrder,
+    costs: StageCosts,
+    cap: float | None,
+    start: Score | None = None,
+) -> tuple[ComputeOrder, Score] | None:
+    """Like `improve`, but a swap is kept only when neither the longest span nor the step time grows and
+    one of them shrinks: the result dominates `order` (None if no such swap was found). Walks the span's
+    critical chain, then the step time's."""
+    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+        return None
+    budget = min(MAX_EVALS, WORK // max(sum(len(s) for s in order), 1))
+    cur = start or score(placement, m, order, costs, costs.fractions())
+
+    def dominates(new: Score, old: Score) -> bool:
+        if new.max_span > old.max_span or new.makespan > old.makespan:
+            return False
+        return new.max_span < old.max_span or new.makespan < old.makespan or new.peak < old.peak
+
+    result = None
+    current = [list(seq) for seq in order]
+    for chain in ("span", "step"):
+        found, budget = _search(placement, m, current, costs, cap, cur, dominates, chain, budget)
+        if found is not None:
+            current, cur = found
+            result = found
+    return result

@@ -60,6 +60,12 @@ def order_peak(
 def score(
     placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, b_free: float | Sequence[float]
 ) -> Score:
+    units = memory_units(placement, costs.activation)
+    return timed_score(placement, m, order, costs, order_peak(order, units, b_free))
+
+
+def timed_score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, peak: float) -> Score:
+    """`score` with the peak already known (a search that changed one rank recounts that rank only)."""
     timing = node_times(placement, m, order, costs)
     first, last = float("inf"), float("-inf")
     max_span = 0.0
@@ -73,8 +79,7 @@ def score(
         if lo is not None:
             first, last = min(first, lo), max(last, hi)
             max_span = max(max_span, hi - lo)
-    units = memory_units(placement, costs.activation)
-    return Score(last - first if last > first else 0.0, max_span, order_peak(order, units, b_free))
+    return Score(last - first if last > first else 0.0, max_span, peak)
 
 
 def pick(
@@ -106,3 +111,26 @@ def pick(
     if best is None:  # every generator includes a candidate that fits any admissible cap
         raise ScheduleError(f"no candidate schedule fits an activation cap of {cap:g}", key="max_mem")
     return best
+
+
+def lower_bounds(placement: Placement, order: ComputeOrder, costs: StageCosts) -> tuple[float, float]:
+    """(longest span, step time) no order of the same nodes can go below: a rank's span is at least its
+    busy time, and it cannot start before the first forward's activation can reach it (the route's earlier
+    forwards plus `comm` per rank crossed), so the step ends no earlier than that plus its busy time."""
+    earliest = [float("inf")] * placement.pp
+    for route in placement.routes:
+        t, prev = 0.0, None
+        for s in route:
+            r = placement.stage_rank[s]
+            if prev is not None and prev != r:
+                t += costs.comm
+            earliest[r] = min(earliest[r], t)
+            t += costs.forward[s]
+            prev = r
+    span = step = 0.0
+    for r, seq in enumerate(order):
+        busy = sum(costs.duration(n) for n in seq if n.kind.is_compute)
+        span = max(span, busy)
+        if seq:
+            step = max(step, earliest[r] + busy)
+    return span, step

@@ -33,6 +33,23 @@ def pick_refined(
 ) -> tuple[str, ComputeOrder, Score]:
     """`portfolio.pick` over `candidates` plus the W-pass variants of the `top` best of them; a variant is
     named `CANDIDATE+VARIANT` (e.g. `zb/explicit+w-fit`)."""
+    pool = refined_pool(placement, m, candidates, costs, cap, objective, top)
+    if pool is None:  # nothing fits: let `pick` refuse with its message
+        return pick(placement, m, candidates, costs, cap, objective)
+    return pick(placement, m, pool, costs, cap, objective)
+
+
+def refined_pool(
+    placement: Placement,
+    m: int,
+    candidates: Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]],
+    costs: StageCosts,
+    cap: float | None,
+    objective: str = "span",
+    top: int | None = None,
+) -> list[tuple[str, ComputeOrder, Score]] | None:
+    """The candidates within `cap`, scored, followed by their refined variants (`pick_refined` picks from
+    this list); None when no candidate fits `cap`."""
     fractions = costs.fractions()
     if top is None:
         small = sum(len(seq) for seq in candidates[0][1]) <= SMALL if candidates else True
@@ -42,8 +59,8 @@ def pick_refined(
         sc = cand[2] if len(cand) == 3 else score(placement, m, cand[1], costs, fractions)
         if cap is None or sc.peak <= cap + 1e-9:
             scored.append((cand[0], cand[1], sc))
-    if not scored:  # let `pick` refuse with its message
-        return pick(placement, m, candidates, costs, cap, objective)
+    if not scored:
+        return None
     ranked = sorted(range(len(scored)), key=lambda i: (scored[i][2].key(objective), i))
     extra: list[tuple[str, ComputeOrder, Score]] = []
     seen: set[tuple[float, float, float]] = set()
@@ -79,4 +96,4 @@ def pick_refined(
         better = local_search.improve(placement, m, order, costs, cap, objective, sc)
         if better is not None:
             searched.append((f"{name}+swaps", better[0], better[1]))
-    return pick(placement, m, [*pool, *searched], costs, cap, objective)
+    return [*pool, *searched]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms import greedy, v_auto_blocks, v_blocks, vshape
+from primuspp.algorithms import greedy, v_auto_blocks, v_blocks, vshape, zbv_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
@@ -157,7 +157,7 @@ ZBV = Algorithm(
     summary="zero-bubble V: two chunks per rank, B/W split, 1F1B's memory",
     memory="p",
     constraints="v = 2, any p >= 1, m >= 1",
-    generate=_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT)),
+    generate=zbv_timed.floored(_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT))),
     params=(OFFLOAD, EFFORT),
     **_COMMON,
 )

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import memory_units
+from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
@@ -251,8 +252,8 @@ def fill_gaps(
     eps = 1e-9 * scale
     current = [list(seq) for seq in order]
     changed = False
+    timing = node_times(placement, m, current, costs)
     for _ in range(rounds):
-        timing = node_times(placement, m, current, costs)
         f_end, g_end = timing.forward_end, timing.grad_end
 
         moved_any = False
@@ -272,6 +273,8 @@ def fill_gaps(
             head = [0] * len(where)
             moved = [False] * len(seq)
             into: dict[int, list[int]] = {}  # gap before position i -> moved positions, in order
+            at = {(n.kind, n.microbatch, n.stage): i for i, n in enumerate(seq)}
+            moved_to: dict[int, int] = {}  # moved position -> the gap it went into
             for i in range(1, len(seq)):
                 a, b = ends[i - 1], starts[i]
                 if moved[i] or b - a <= eps:
@@ -290,6 +293,8 @@ def fill_gaps(
                             continue
                         j = pos[h]
                         y = seq[j]
+                        if not _inputs_before(y, i, at, moved_to, placement, r):
+                            continue  # a zero-length producer may end in time and still come later
                         start = max(cursor, _ready(y, r, placement, f_end, g_end, comm))
                         end = start + dur[y.kind][y.stage]
                         if end <= b + eps and (best is None or end < best[0]):
@@ -298,6 +303,7 @@ def fill_gaps(
                         break
                     end, j, k = best
                     moved[j] = True
+                    moved_to[j] = i
                     into.setdefault(i, []).append(j)
                     head[k] += 1
                     cursor = end
@@ -315,9 +321,35 @@ def fill_gaps(
             nxt_order.append(new)
         if not moved_any:
             break
+        try:  # zero-length nodes can meet at one instant on two ranks and wait for each other
+            timing = node_times(placement, m, nxt_order, costs)
+        except ValidationError:
+            break
         current = nxt_order
         changed = True
     return current if changed else None
+
+
+def _inputs_before(y: Node, i: int, at: dict, moved_to: dict[int, int], placement: Placement, r: int) -> bool:
+    """Whether every producer of `y` on rank `r` runs before the gap at position `i` (or was moved into
+    it already, so it precedes `y` there)."""
+    s, mb = y.stage, y.microbatch
+    if y.kind is _F:
+        q = placement.prev_stage[s]
+        producers = [(_F, mb, q)] if q >= 0 and placement.stage_rank[q] == r else []
+    elif y.kind is _B:
+        q = placement.next_stage[s]
+        producers = [(_F, mb, s)] + ([(_B, mb, q)] if q >= 0 and placement.stage_rank[q] == r else [])
+    else:
+        producers = [(_B, mb, s)]
+    for key in producers:
+        j = at.get(key)
+        if j is None:
+            continue
+        gap = moved_to.get(j)
+        if gap != i and (j if gap is None else gap) >= i:
+            return False
+    return True
 
 
 def _ready(node: Node, r: int, placement: Placement, f_end, g_end, comm: float) -> float:

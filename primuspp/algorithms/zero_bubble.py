@@ -11,7 +11,7 @@ and re-places W's with the cost model (`cost_aware.best_linear`); the constructi
 
 from __future__ import annotations
 
-from primuspp.algorithms import cost_aware, greedy
+from primuspp.algorithms import cost_aware, greedy, zb_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.orders import B, F, W, node, nodes, one_f_one_b
@@ -69,7 +69,7 @@ ALGORITHM = Algorithm(
     vpp_default=1,
     vpp_rule="1",
     vpp_ok=lambda v: v == 1,
-    generate=generate_cost_aware,
+    generate=zb_timed.floored(generate_cost_aware, lambda p, params: float(p)),
     uses_costs=True,
     params=(EFFORT,),
 )
