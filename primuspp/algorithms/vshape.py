@@ -220,7 +220,15 @@ class SlotSchedule:
 
     def squeeze_explicit(self, cap: int) -> None:
         """Move each op (in slot order) to the earliest free slot allowed by its inputs and by `cap` live
-        chunk activations; W's are ops like the others."""
+        chunk activations; W's are ops like the others. Runs the fast path (`v_squeeze`) where it applies,
+        else the reference below: the same moves."""
+        from primuspp.algorithms import v_squeeze
+
+        if not v_squeeze.squeeze_explicit(self, cap, self._ops_by_slot((_F, _B, _W))):
+            self.squeeze_explicit_reference(cap)
+
+    def squeeze_explicit_reference(self, cap: int) -> None:
+        """Reference of `squeeze_explicit`: the live chunks per slot as a list, updated slot by slot."""
         mem = [self._profile(r) for r in range(self.p)]
         slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for op in self._ops_by_slot((_F, _B, _W)):
@@ -266,17 +274,42 @@ class SlotSchedule:
 
     # -- squeeze with derived W's -------------------------------------------------------------------------
 
-    def squeeze_derived(self, cap: int) -> None:
+    def squeeze_derived(self, cap: int, min_cap: int | None = None) -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
-        W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's."""
+        W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
+        the closed form (`v_squeeze`) where it applies and pays (`min_cap`, default from that module), else
+        the reference re-walk: the same moves."""
+        from primuspp.algorithms import v_squeeze
+
+        if min_cap is None:
+            min_cap = v_squeeze.CLOSED_FORM_CAP
+        self._strip_ws()
+
+        ops = self._ops_by_slot((_F, _B))
+        if not v_squeeze.derived_moves(self, cap, ops, min_cap):
+            self._derived_moves_reference(cap, ops)
+        for r in range(self.p):
+            self._place_ws(r)
+
+    def squeeze_derived_reference(self, cap: int) -> None:
+        """Reference of `squeeze_derived`: the walk re-walked slot by slot after each tried move."""
+        self._strip_ws()
+        self._derived_moves_reference(cap, self._ops_by_slot((_F, _B)))
+        for r in range(self.p):
+            self._place_ws(r)
+
+    def _strip_ws(self) -> None:
         slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for w in range(_W, len(slot), 3):
             t = slot[w]
             if t >= 0:
                 occ[rank[(w // 3) % n]][t] = -1
                 slot[w] = -1
+
+    def _derived_moves_reference(self, cap: int, ops: list[int]) -> None:
+        slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         states = [self._walk(r) for r in range(self.p)]
-        for op in self._ops_by_slot((_F, _B)):
+        for op in ops:
             key, kind = divmod(op, 3)
             s = key % n
             # earliest(op), inlined
@@ -306,8 +339,6 @@ class SlotSchedule:
                     slot[op] = t
                     break
                 lo = t + 1
-        for r in range(self.p):
-            self._place_ws(r)
 
     def _walk(self, r: int) -> tuple[list[int], list[int]]:
         """(pending B's, live chunks) before each slot, W's derived: a B adds a pending W, a free slot runs
