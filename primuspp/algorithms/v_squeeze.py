@@ -88,30 +88,27 @@ class _Wide:
             self.lo[j], self.hi[j] = value % 255, value // 255
 
 
-def squeeze_explicit(sched, cap: int, ops: list[int]) -> bool:
-    """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot; `ops` in slot
-    order. False (nothing changed) where a slot is already over the cap: the caller then runs the reference,
-    which allows that."""
+def squeeze_explicit(sched, cap: int, columns) -> bool:
+    """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot; `columns`
+    the ops in slot order with their kinds, stages and ranks (`SlotSchedule._op_columns`). False (nothing
+    changed) where a slot is already over the cap: the caller then runs the reference, which allows that."""
     rooms = []
     for r in range(sched.p):
         room = cap - np.asarray(sched._profile(r), dtype=np.int64)
         if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
             return False
         rooms.append(_Wide(room))
-    slot, occ, rank, n = sched.slot, sched.occ, sched.rank, sched.n
-    for op in ops:
-        key, kind = divmod(op, 3)
-        s = key % n
+    slot, occ, last = sched.slot, sched.occ, sched.n - 1
+    for op, kind, s, r in zip(*columns, strict=True):
         if kind == _F:
             e = slot[op - 3] + 1 if s else 0
         else:
             e = slot[op - 1] + 1
-            if kind == _B and s < n - 1 and slot[op + 3] >= e:
+            if kind == _B and s < last and slot[op + 3] >= e:
                 e = slot[op + 3] + 1
         cur = slot[op]
         if e >= cur:
             continue
-        r = rank[s]
         row = occ[r]
         lo = e
         if kind == _F:  # the activation now lives from the new slot on: the cap must hold there
@@ -188,29 +185,27 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
 CLOSED_FORM_CAP = 250
 
 
-def derived_moves(sched, cap: int, ops: list[int], min_cap: int = CLOSED_FORM_CAP) -> bool:
-    """The moves of `SlotSchedule.squeeze_derived_reference` (W's already stripped), `ops` the F's and B's
-    in slot order. False (nothing changed) below `min_cap` or where the closed form does not apply."""
+def derived_moves(sched, cap: int, columns, min_cap: int = CLOSED_FORM_CAP) -> bool:
+    """The moves of `SlotSchedule.squeeze_derived_reference` (W's already stripped), `columns` the F's and
+    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) below `min_cap` or where the
+    closed form does not apply."""
     if cap < min_cap:
         return False
     rows = [np.array(row, dtype=np.int64) for row in sched.occ]
     if not all(_walk_ok(row, cap) for row in rows):
         return False
     ranks = [_Rank(row, cap) for row in rows]
-    slot, occ, rank, n = sched.slot, sched.occ, sched.rank, sched.n
-    for op in ops:
-        key, kind = divmod(op, 3)
-        s = key % n
+    slot, occ, last = sched.slot, sched.occ, sched.n - 1
+    for op, kind, s, r in zip(*columns, strict=True):
         if kind == _F:
             e = slot[op - 3] + 1 if s else 0
         else:
             e = slot[op - 1] + 1
-            if s < n - 1 and slot[op + 3] >= e:
+            if s < last and slot[op + 3] >= e:
                 e = slot[op + 3] + 1
         cur = slot[op]
         if e >= cur:
             continue
-        r = rank[s]
         row, st = occ[r], ranks[r]
         lo = e
         if kind == _F:  # one more live chunk on [t, cur] at least: the last full slot there bounds t

@@ -50,7 +50,7 @@ def test_over_the_cap_falls_back_to_the_reference():
     base = vshape.SlotSchedule(6, 12, *vshape.offsets(6, vshape.ZB))
     cap = base.peak() - 2
     fast, ref = base.copy(), base.copy()
-    assert not v_squeeze.squeeze_explicit(fast, cap, fast._ops_by_slot((0, 1, 2)))
+    assert not v_squeeze.squeeze_explicit(fast, cap, fast._op_columns((0, 1, 2)))
     fast.squeeze_explicit(cap)
     ref.squeeze_explicit_reference(cap)
     assert _same(fast, ref)
