@@ -18,6 +18,7 @@ _F, _B, _W = 0, 1, 2
 _DELTAS = (-3, -2, -1, 1, 2, 3)
 #: byte maps of a +-d on base-255 low digits, keeping the 255 mark
 _WIDE = {d: bytes(255 if i == 255 else (i + d) % 255 for i in range(256)) for d in _DELTAS}
+_INC, _DEC = _WIDE[1], _WIDE[-1]
 #: largest count `_Wide` holds
 WIDE_MAX = 255 * 256 - 1
 
@@ -113,9 +114,11 @@ def squeeze_explicit(sched, cap: int, columns) -> bool:
         lo = e
         if kind == _F:  # the activation now lives from the new slot on: the cap must hold there
             room = rooms[r]
-            lo = room.last_at_most(e, cur, 0) + 1
-            if lo < e:
-                lo = e
+            low, high = room.lo, room.hi
+            j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
+            while j >= 0 and high[j]:
+                j = low.rfind(0, e, j)
+            lo = j + 1 if j >= e else e
             if lo == cur:
                 continue
         try:
@@ -123,10 +126,18 @@ def squeeze_explicit(sched, cap: int, columns) -> bool:
         except ValueError:
             continue
         row[cur], row[t], slot[op] = -1, op, t
-        if kind == _F:
-            room.shift(t, cur, -1)
-        elif kind == _W:
-            rooms[r].shift(t + 1, cur + 1, 1)
+        if kind == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
+            if low.find(0, t, cur) < 0:
+                low[t:cur] = low[t:cur].translate(_DEC)
+            else:
+                room.shift(t, cur, -1)
+        elif kind == _W:  # headroom + 1 on [t + 1, cur + 1)
+            room = rooms[r]
+            low = room.lo
+            if low.find(254, t + 1, cur + 1) < 0:
+                low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
+            else:
+                room.shift(t + 1, cur + 1, 1)
     return True
 
 
@@ -181,15 +192,15 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
 
 
 #: the closed form's fixed cost per tried move (a dozen C calls) beats the reference's walk of about p slots
-#: only for long walks: it runs from this cap (live chunks) on, p >= about 128 for zbv
-CLOSED_FORM_CAP = 250
+#: only for long walks, from about this many ranks on (measured on zbv and v-half at p = 64, 128, 256)
+CLOSED_FORM_P = 192
 
 
-def derived_moves(sched, cap: int, columns, min_cap: int = CLOSED_FORM_CAP) -> bool:
+def derived_moves(sched, cap: int, columns, min_p: int = CLOSED_FORM_P) -> bool:
     """The moves of `SlotSchedule.squeeze_derived_reference` (W's already stripped), `columns` the F's and
-    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) below `min_cap` or where the
-    closed form does not apply."""
-    if cap < min_cap:
+    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) below `min_p` ranks or where
+    the closed form does not apply."""
+    if sched.p < min_p:
         return False
     rows = [np.array(row, dtype=np.int64) for row in sched.occ]
     if not all(_walk_ok(row, cap) for row in rows):
@@ -232,14 +243,27 @@ def _try_move(st: _Rank, row: list[int], op: int, kind: int, t: int, cur: int) -
         d, c = 1, 2
     else:
         d, c = 2, 1
-    bounds = [t + 1]  # delta is 0 on [t+1, first idle + 1), then 1, ..., at most d
-    u = t
+    u = fpend.first_at_most(t, cur, 0)
+    if u < 0:  # the common case, no idle slot in [t, cur): delta 0 throughout, nothing changes past cur
+        if t + 1 < cur and froom.first_at_most(t + 1, cur, c) >= 0:
+            return False
+        row[cur], row[t] = -1, op
+        pend.shift(t + 1, cur + 1, d)
+        fpend.shift(t + 1, cur + 1, d)
+        room.shift(t + 1, cur + 1, -c)
+        froom.shift(t + 1, cur + 1, -c)
+        if kind == _F:
+            froom.put(t, room.get(t))
+            froom.put(cur, -1)
+        fpend.put(t, -1)
+        fpend.put(cur, pend.get(cur))
+        return True
+    bounds = [t + 1, u + 1]  # delta is 0 on [t+1, first idle + 1), then 1, ..., at most d
     while len(bounds) <= d:
-        u = fpend.first_at_most(u, cur, 0)
+        u = fpend.first_at_most(u + 1, cur, 0)
         if u < 0:
             break
         bounds.append(u + 1)
-        u += 1
     steps = len(bounds) - 1
     bounds.append(cur + 1)
     for delta in range(steps + 1):  # an F in [t+1, cur) left with live >= cap
