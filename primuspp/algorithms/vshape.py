@@ -13,6 +13,9 @@ cool-down. Two squeeze passes then move every op, in slot order, to the earliest
 the cap allow: first with W's placed explicitly, then with W's stripped and re-derived (each free slot runs
 the oldest pending W), so F and B may take the slots W's held. The per-rank order by slot is the result;
 its memory depends on the order only, so it holds under any cost model.
+
+The squeezes here are the readable references; `v_squeeze` holds their fast paths (the same moves, with
+the per-slot counts in bytearrays), which `squeeze_explicit` and `squeeze_derived` run where they apply.
 """
 
 from __future__ import annotations
@@ -299,7 +302,6 @@ class SlotSchedule:
         if min_p is None:
             min_p = v_squeeze.CLOSED_FORM_P
         self._strip_ws()
-
         columns = self._op_columns((_F, _B))
         if not v_squeeze.derived_moves(self, cap, columns, min_p):
             self._derived_moves_reference(cap, columns)
@@ -314,6 +316,7 @@ class SlotSchedule:
             self._place_ws(r)
 
     def _strip_ws(self) -> None:
+        """Take every W off its slot (the derived squeeze re-derives them)."""
         slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for w in range(_W, len(slot), 3):
             t = slot[w]
