@@ -191,16 +191,17 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
     return bool(np.all(live[:-1][is_f] < cap)) and cap <= WIDE_MAX
 
 
-#: the closed form's fixed cost per tried move (a dozen C calls) beats the reference's walk of about p slots
-#: only for long walks, from about this many ranks on (measured on zbv and v-half at p = 64, 128, 256)
-CLOSED_FORM_P = 192
+#: the closed form's fixed cost per tried move (a dozen C calls) beats the reference's walk only for long
+#: walks, which come with a wide cap: measured, it wins for zbv at p = 256 (cap 512, 1.7x), ties for v-half
+#: at p = 200 (cap 202) and loses below (zbv p = 128, v-min p = 192, every p = 64)
+CLOSED_FORM_CAP = 384
 
 
-def derived_moves(sched, cap: int, columns, min_p: int = CLOSED_FORM_P) -> bool:
+def derived_moves(sched, cap: int, columns, min_cap: int = CLOSED_FORM_CAP) -> bool:
     """The moves of `SlotSchedule.squeeze_derived_reference` (W's already stripped), `columns` the F's and
-    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) below `min_p` ranks or where
-    the closed form does not apply."""
-    if sched.p < min_p:
+    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) for a cap under `min_cap` live
+    chunks or where the closed form does not apply."""
+    if cap < min_cap:
         return False
     rows = [np.array(row, dtype=np.int64) for row in sched.occ]
     if not all(_walk_ok(row, cap) for row in rows):

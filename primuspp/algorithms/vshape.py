@@ -292,18 +292,18 @@ class SlotSchedule:
 
     # -- squeeze with derived W's -------------------------------------------------------------------------
 
-    def squeeze_derived(self, cap: int, min_p: int | None = None) -> None:
+    def squeeze_derived(self, cap: int, min_cap: int | None = None) -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
         W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
-        the closed form (`v_squeeze`) where it applies and pays (from `min_p` ranks, default from that
+        the closed form (`v_squeeze`) where it applies and pays (caps from `min_cap`, default from that
         module), else the reference re-walk: the same moves."""
         from primuspp.algorithms import v_squeeze
 
-        if min_p is None:
-            min_p = v_squeeze.CLOSED_FORM_P
+        if min_cap is None:
+            min_cap = v_squeeze.CLOSED_FORM_CAP
         self._strip_ws()
         columns = self._op_columns((_F, _B))
-        if not v_squeeze.derived_moves(self, cap, columns, min_p):
+        if not v_squeeze.derived_moves(self, cap, columns, min_cap):
             self._derived_moves_reference(cap, columns)
         for r in range(self.p):
             self._place_ws(r)

@@ -40,7 +40,7 @@ def test_derived_squeeze_closed_form_matches_reference(p, m, explicit_first):
             if explicit_first:
                 start.squeeze_explicit_reference(cap)
             fast, ref = start.copy(), start.copy()
-            fast.squeeze_derived(cap, min_p=0)  # the closed form at every size
+            fast.squeeze_derived(cap, min_cap=0)  # the closed form at every size
             ref.squeeze_derived_reference(cap)
             assert _same(fast, ref), (p, m, block.name, cap)
 
@@ -54,7 +54,7 @@ def test_over_the_cap_falls_back_to_the_reference():
     fast.squeeze_explicit(cap)
     ref.squeeze_explicit_reference(cap)
     assert _same(fast, ref)
-    fast.squeeze_derived(cap, min_p=0)
+    fast.squeeze_derived(cap, min_cap=0)
     ref.squeeze_derived_reference(cap)
     assert _same(fast, ref)
 
@@ -69,7 +69,7 @@ def test_wide_caps_match_reference():
     fast.squeeze_explicit(cap)
     ref.squeeze_explicit_reference(cap)
     assert _same(fast, ref)
-    fast.squeeze_derived(cap, min_p=0)
+    fast.squeeze_derived(cap, min_cap=0)
     ref.squeeze_derived_reference(cap)
     assert _same(fast, ref)
 
