@@ -3,9 +3,9 @@
 Why a second copy: nearly every op of a V schedule moves, each by up to about p slots, so the references'
 per-slot Python work (the memory profile shifted slot by slot, the walk re-walked after every tried move)
 made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
-in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. Counts that may exceed a byte
-(caps of 253 chunks and more, p >= 127) are two base-255 digits (`_Wide`); the low digit's 255 is left
-free to mark a slot a count does not apply to.
+in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
+digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
+a count does not apply to.
 
 tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference (slots and rows).
 """
@@ -163,23 +163,17 @@ class _Rank:
     __slots__ = ("fpend", "froom", "pend", "room", "size")
 
     def __init__(self, ops: np.ndarray, cap: int) -> None:
-        is_f = (ops >= 0) & (ops % 3 == _F)
-        is_b = (ops >= 0) & ~is_f
-        free = ops < 0
-        before_b = np.concatenate(([0], np.cumsum(is_b)))
-        before_f = np.concatenate(([0], np.cumsum(is_f)))
-        before_free = np.concatenate(([0], np.cumsum(free)))
-        run = before_free + np.minimum.accumulate(before_b - before_free)
-        pend, room = before_b - run, cap - (before_f - run)
+        is_f, free, pend, live = _walk(ops)
+        room = cap - live
         self.size = len(ops) + 1
         self.pend, self.room = _Wide(pend), _Wide(room)
         self.froom = _Wide(room, np.concatenate((is_f, [False])))
         self.fpend = _Wide(pend, np.concatenate((free, [False])))
 
 
-def _walk_ok(ops: np.ndarray, cap: int) -> bool:
-    """Whether the derived walk of a row keeps every F within the cap (live before it < cap), which the
-    closed form needs (the reference allows a cap broken already); the counts then fit `_Wide`."""
+def _walk(ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(F slots, free slots, pending W's before each slot, live chunks before each slot) of a row with
+    W's derived (`SlotSchedule._walk`, as arrays)."""
     is_f = (ops >= 0) & (ops % 3 == _F)
     is_b = (ops >= 0) & ~is_f
     free = ops < 0
@@ -187,7 +181,13 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
     before_f = np.concatenate(([0], np.cumsum(is_f)))
     before_free = np.concatenate(([0], np.cumsum(free)))
     run = before_free + np.minimum.accumulate(before_b - before_free)
-    live = before_f - run
+    return is_f, free, before_b - run, before_f - run
+
+
+def _walk_ok(ops: np.ndarray, cap: int) -> bool:
+    """Whether the derived walk of a row keeps every F within the cap (live before it < cap), which the
+    closed form needs (the reference allows a cap broken already); the counts then fit `_Wide`."""
+    is_f, _, _, live = _walk(ops)
     return bool(np.all(live[:-1][is_f] < cap)) and cap <= WIDE_MAX
 
 
