@@ -13,6 +13,9 @@ cool-down. Two squeeze passes then move every op, in slot order, to the earliest
 the cap allow: first with W's placed explicitly, then with W's stripped and re-derived (each free slot runs
 the oldest pending W), so F and B may take the slots W's held. The per-rank order by slot is the result;
 its memory depends on the order only, so it holds under any cost model.
+
+The squeezes here are the readable references; `v_squeeze` holds their fast paths (the same moves, with
+the per-slot counts in bytearrays), which `squeeze_explicit` and `squeeze_derived` run where they apply.
 """
 
 from __future__ import annotations
@@ -105,29 +108,50 @@ def _chains(p: int, block: Block, delta: int, extra: int, slide: bool) -> tuple[
     return fo, bo
 
 
+def _ws_slots(ops):
+    """(free slots that take a W, those W's) for one rank's row (numpy, -1 = free): each free slot runs the
+    W of the oldest completed B whose W has not run, if any.
+
+    As a queue walked slot by slot: a B enqueues its W, a free slot takes the head if any. The slots that
+    take one are those where the count of W's placed so far grows: that count before slot t is free(t) +
+    min over s <= t of (B's(s) - free(s)), counting in slots [0, s) (a queueing identity), computed for all
+    t at once."""
+    import numpy as np
+
+    is_b = (ops >= 0) & (ops % 3 == _B)
+    free = ops < 0
+    before_b = np.concatenate(([0], np.cumsum(is_b)))
+    before_free = np.concatenate(([0], np.cumsum(free)))
+    placed = before_free + np.minimum.accumulate(before_b - before_free)
+    takes = np.nonzero(free & (placed[1:] > placed[:-1]))[0]
+    return takes, ops[is_b][: len(takes)] + 1
+
+
 class SlotSchedule:
     """Ops of a V schedule on unit slots. An op id is (mb * stages + stage) * 3 + kind; `occ[r][t]` is the
     op rank r runs in slot t (-1: free), `slot[op]` the inverse."""
 
     def __init__(self, p: int, m: int, fo: list[int], bo: list[int], tighten: bool = True) -> None:
+        import numpy as np
+
         self.p, self.m, self.n = p, m, 2 * p
         n = self.n
         self.rank = rank = [min(s, n - 1 - s) for s in range(n)]
-        self.slot = slot = [-1] * (3 * n * m)
         base = min(fo)
         width = max(bo) - base + PERIOD * m + 3 * m + 2
-        self.occ = occ = [[-1] * width for _ in range(p)]
-        for k in range(m):
-            shift = PERIOD * k - base
-            for s in range(n):
-                row = occ[rank[s]]
-                op = (k * n + s) * 3
-                t = fo[s] + shift
-                row[t], slot[op] = op, t
-                t = bo[s] + shift
-                row[t], slot[op + _B] = op + _B, t
+        # microbatch k's F and B of stage s at the block's slots shifted by 6k (distinct modulo 6 on a rank)
+        f_op = (np.arange(m)[:, None] * n + np.arange(n)[None, :]) * 3
+        shift = PERIOD * np.arange(m)[:, None] - base
+        f_t, b_t = np.asarray(fo)[None, :] + shift, np.asarray(bo)[None, :] + shift
+        rows = np.broadcast_to(np.asarray(rank)[None, :], f_op.shape)
+        slot = np.full(3 * n * m, -1, dtype=np.int64)
+        occ = np.full((p, width), -1, dtype=np.int64)
+        slot[f_op], slot[f_op + _B] = f_t, b_t
+        occ[rows, f_t], occ[rows, b_t] = f_op, f_op + _B
         for r in range(p):
-            self._place_ws(r)
+            takes, ws = _ws_slots(occ[r])
+            occ[r, takes], slot[ws] = ws, takes
+        self.slot, self.occ = slot.tolist(), occ.tolist()
         if tighten:
             self._tighten()
 
@@ -144,23 +168,11 @@ class SlotSchedule:
         return self.rank[(op // 3) % self.n]
 
     def _place_ws(self, r: int) -> None:
-        """Fill free slots with the W's of completed B's, oldest first (the W's then hold those slots).
-
-        As a queue walked slot by slot: a B enqueues its W, a free slot takes the head if any. The slots
-        that take one are those where the count of W's placed so far grows: that count before slot t is
-        free(t) + min over s <= t of (B's(s) - free(s)), counting in slots [0, s) (a queueing identity),
-        computed for all t at once."""
+        """Fill rank r's free slots with the W's of completed B's, oldest first (`_ws_slots`)."""
         import numpy as np
 
         row, slot = self.occ[r], self.slot
-        ops = np.array(row, dtype=np.int64)
-        is_b = (ops >= 0) & (ops % 3 == _B)
-        free = ops < 0
-        before_b = np.concatenate(([0], np.cumsum(is_b)))
-        before_free = np.concatenate(([0], np.cumsum(free)))
-        placed = before_free + np.minimum.accumulate(before_b - before_free)
-        takes = np.nonzero(free & (placed[1:] > placed[:-1]))[0]
-        ws = ops[is_b][: len(takes)] + 1
+        takes, ws = _ws_slots(np.array(row, dtype=np.int64))
         for t, w in zip(takes.tolist(), ws.tolist(), strict=True):
             row[t], slot[w] = w, t
 
@@ -172,16 +184,13 @@ class SlotSchedule:
         width = len(occ[0])
         new_occ = [[-1] * width for _ in range(p)]
         ready = [0] * p
-        rank = self.rank
-        for op in self._ops_by_slot((_F, _B, _W)):
-            r = rank[(op // 3) % n]
+        for op, kind, s, r in zip(*self._op_columns((_F, _B, _W)), strict=True):
             # earliest(op), inlined (see `_earliest`)
-            kind = op % 3
             if kind == _F:
-                e = slot[op - 3] + 1 if (op // 3) % n else 0
+                e = slot[op - 3] + 1 if s else 0
             else:
                 e = slot[op - 1] + 1
-                if kind == _B and (op // 3) % n < n - 1:
+                if kind == _B and s < n - 1:
                     b = slot[op + 3] + 1
                     if b > e:
                         e = b
@@ -192,6 +201,15 @@ class SlotSchedule:
             new_occ[r][u] = op
             ready[r] = u + 1
         self.occ = new_occ
+
+    def _op_columns(self, kinds: tuple[int, ...]) -> tuple[list[int], list[int], list[int], list[int]]:
+        """`_ops_by_slot` with each op's kind, stage and rank beside it (the hot loops' inputs)."""
+        import numpy as np
+
+        ops = np.array(self._ops_by_slot(kinds), dtype=np.int64)
+        stage = ops // 3 % self.n
+        rank = np.asarray(self.rank, dtype=np.int64)[stage]
+        return ops.tolist(), (ops % 3).tolist(), stage.tolist(), rank.tolist()
 
     def _ops_by_slot(self, kinds: tuple[int, ...]) -> list[int]:
         """Ops of the given kinds ordered by slot, then rank."""
@@ -220,7 +238,15 @@ class SlotSchedule:
 
     def squeeze_explicit(self, cap: int) -> None:
         """Move each op (in slot order) to the earliest free slot allowed by its inputs and by `cap` live
-        chunk activations; W's are ops like the others."""
+        chunk activations; W's are ops like the others. Runs the fast path (`v_squeeze`) where it applies,
+        else the reference below: the same moves."""
+        from primuspp.algorithms import v_squeeze
+
+        if not v_squeeze.squeeze_explicit(self, cap, self._op_columns((_F, _B, _W))):
+            self.squeeze_explicit_reference(cap)
+
+    def squeeze_explicit_reference(self, cap: int) -> None:
+        """Reference of `squeeze_explicit`: the live chunks per slot as a list, updated slot by slot."""
         mem = [self._profile(r) for r in range(self.p)]
         slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for op in self._ops_by_slot((_F, _B, _W)):
@@ -266,19 +292,43 @@ class SlotSchedule:
 
     # -- squeeze with derived W's -------------------------------------------------------------------------
 
-    def squeeze_derived(self, cap: int) -> None:
+    def squeeze_derived(self, cap: int, min_cap: int | None = None) -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
-        W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's."""
+        W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
+        the closed form (`v_squeeze`) where it applies and pays (caps from `min_cap`, default from that
+        module), else the reference re-walk: the same moves."""
+        from primuspp.algorithms import v_squeeze
+
+        if min_cap is None:
+            min_cap = v_squeeze.CLOSED_FORM_CAP
+        self._strip_ws()
+        columns = self._op_columns((_F, _B))
+        if not v_squeeze.derived_moves(self, cap, columns, min_cap):
+            self._derived_moves_reference(cap, columns)
+        for r in range(self.p):
+            self._place_ws(r)
+
+    def squeeze_derived_reference(self, cap: int) -> None:
+        """Reference of `squeeze_derived`: the walk re-walked slot by slot after each tried move."""
+        self._strip_ws()
+        self._derived_moves_reference(cap, self._op_columns((_F, _B)))
+        for r in range(self.p):
+            self._place_ws(r)
+
+    def _strip_ws(self) -> None:
+        """Take every W off its slot (the derived squeeze re-derives them)."""
         slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for w in range(_W, len(slot), 3):
             t = slot[w]
             if t >= 0:
                 occ[rank[(w // 3) % n]][t] = -1
                 slot[w] = -1
+
+    def _derived_moves_reference(self, cap: int, columns) -> None:
+        """The moves of the derived squeeze, `columns` the F's and B's in slot order (`_op_columns`)."""
+        slot, occ, n = self.slot, self.occ, self.n
         states = [self._walk(r) for r in range(self.p)]
-        for op in self._ops_by_slot((_F, _B)):
-            key, kind = divmod(op, 3)
-            s = key % n
+        for op, kind, s, r in zip(*columns, strict=True):
             # earliest(op), inlined
             if kind == _F:
                 e = slot[op - 3] + 1 if s else 0
@@ -289,7 +339,6 @@ class SlotSchedule:
             cur = slot[op]
             if e >= cur:
                 continue
-            r = rank[s]
             row = occ[r]
             lo = e
             if kind == _F:  # necessary: one more live activation on [t, cur] (derived W's only move later)
@@ -306,8 +355,6 @@ class SlotSchedule:
                     slot[op] = t
                     break
                 lo = t + 1
-        for r in range(self.p):
-            self._place_ws(r)
 
     def _walk(self, r: int) -> tuple[list[int], list[int]]:
         """(pending B's, live chunks) before each slot, W's derived: a B adds a pending W, a free slot runs
@@ -369,15 +416,15 @@ class SlotSchedule:
     # -- result ---------------------------------------------------------------------------------------------
 
     def order(self) -> list[list[Node]]:
-        n = self.n
+        import numpy as np
+
         out = []
         for row in self.occ:
-            seq = []
-            for op in row:
-                if op >= 0:
-                    key = op // 3
-                    seq.append(Node(_KINDS[op % 3], key // n, key % n))
-            out.append(seq)
+            ops = np.array(row, dtype=np.int64)
+            ops = ops[ops >= 0]
+            key = ops // 3
+            kinds = [_KINDS[k] for k in (ops % 3).tolist()]
+            out.append(list(map(Node, kinds, (key // self.n).tolist(), (key % self.n).tolist())))
         return out
 
     def peak(self) -> int:

@@ -226,6 +226,19 @@ _PLANS: dict[object, tuple[tuple[int, int, str], ...]] = {
 }
 
 
+#: the kinds whose effects `order_memory` writes out, as long as the table says just that (else None: the
+#: plans run for them too)
+_WRITTEN_OUT = tuple(
+    kind if _PLANS[kind.text] == plan else None
+    for kind, plan in (
+        (_K.F, ((0, -1, ALLOC),)),
+        (_K.B, ((1, -1, FREE_B),)),
+        (_K.W, ((1, -1, FREE_REST),)),
+        (_K.BW, ((1, -1, FREE_ALL),)),
+    )
+)
+
+
 def _composite_plan(node: Node) -> tuple[tuple[int, int, str], ...]:
     """Its parts' effects, all starts before all ends (an FB's F allocates as it begins, its B frees at the
     end), cached by the part kinds."""
@@ -262,32 +275,61 @@ def order_memory(
     resident: dict[tuple[int, int], float] = {}
     offloaded: dict[tuple[int, int], float] = {}
     plans = _PLANS
+    # the simple kinds' effects written out (F allocates at its start; B frees its part, W the rest, BW
+    # all at their ends): the same arithmetic as the plans below, without walking a plan per node
+    f_kind, b_kind, w_kind, bw_kind = _WRITTEN_OUT
     for i, node in enumerate(nodes):
-        plan = plans.get(node.kind.text)
-        if plan is None:
-            plan = _composite_plan(node)
-        for ph, j, e in plan:
-            part = node if j < 0 else node.parts[j]
-            s = part.stage
-            if e is ALLOC:
-                level += amount[s]
-            elif e is FREE_B:
-                key = (part.microbatch, s)
-                freed = amount[s] * b_free[s]
-                resident[key] = resident.get(key, amount[s]) - freed
-                level -= freed
-            elif e is FREE_REST:
-                level -= resident.pop((part.microbatch, s), amount[s] * (1 - b_free[s]))
-            elif e is FREE_ALL:
-                level -= amount[s]
-            else:
-                level += _apply(e, part, amount, b_free, resident, offloaded)
-            if -1e-9 < level < 1e-9:
-                level = 0.0
-            if keep_curve:
-                add(((ends if ph else starts)[i], level))
-            if level > peak:
-                peak = level
+        kind = node.kind
+        if kind is f_kind:
+            level += amount[node.stage]
+            when = starts[i]
+        elif kind is b_kind:
+            s = node.stage
+            key = (node.microbatch, s)
+            freed = amount[s] * b_free[s]
+            resident[key] = resident.get(key, amount[s]) - freed
+            level -= freed
+            when = ends[i]
+        elif kind is w_kind:
+            s = node.stage
+            level -= resident.pop((node.microbatch, s), amount[s] * (1 - b_free[s]))
+            when = ends[i]
+        elif kind is bw_kind:
+            level -= amount[node.stage]
+            when = ends[i]
+        else:
+            plan = plans.get(kind.text)
+            if plan is None:
+                plan = _composite_plan(node)
+            for ph, j, e in plan:
+                part = node if j < 0 else node.parts[j]
+                s = part.stage
+                if e is ALLOC:
+                    level += amount[s]
+                elif e is FREE_B:
+                    key = (part.microbatch, s)
+                    freed = amount[s] * b_free[s]
+                    resident[key] = resident.get(key, amount[s]) - freed
+                    level -= freed
+                elif e is FREE_REST:
+                    level -= resident.pop((part.microbatch, s), amount[s] * (1 - b_free[s]))
+                elif e is FREE_ALL:
+                    level -= amount[s]
+                else:
+                    level += _apply(e, part, amount, b_free, resident, offloaded)
+                if -1e-9 < level < 1e-9:
+                    level = 0.0
+                if keep_curve:
+                    add(((ends if ph else starts)[i], level))
+                if level > peak:
+                    peak = level
+            continue
+        if -1e-9 < level < 1e-9:
+            level = 0.0
+        if keep_curve:
+            add((when, level))
+        if level > peak:
+            peak = level
     return curve, peak
 
 

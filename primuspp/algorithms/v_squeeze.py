@@ -1,0 +1,301 @@
+"""Fast paths of the V squeezes (`vshape.SlotSchedule`), move for move the same as the readable ones there.
+
+Why a second copy: nearly every op of a V schedule moves, each by up to about p slots, so the references'
+per-slot Python work (the memory profile shifted slot by slot, the walk re-walked after every tried move)
+made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
+in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
+digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
+a count does not apply to.
+
+tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference (slots and rows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_F, _B, _W = 0, 1, 2
+_DELTAS = (-3, -2, -1, 1, 2, 3)
+#: byte maps of a +-d on base-255 low digits, keeping the 255 mark
+_WIDE = {d: bytes(255 if i == 255 else (i + d) % 255 for i in range(256)) for d in _DELTAS}
+_INC, _DEC = _WIDE[1], _WIDE[-1]
+#: largest count `_Wide` holds
+WIDE_MAX = 255 * 256 - 1
+
+
+class _Wide:
+    """Non-negative counts per slot as two base-255 digits (`lo`, `hi`); `lo` 255 marks a slot outside
+    the set the counts are kept for (it stays 255 under shifts). numpy views share the bytes for the rare
+    carry across digits."""
+
+    __slots__ = ("hi", "hi_n", "lo", "lo_n")
+
+    def __init__(self, values: np.ndarray, member: np.ndarray | None = None) -> None:
+        lo, hi = values % 255, values // 255
+        if member is not None:
+            lo, hi = np.where(member, lo, 255), np.where(member, hi, 0)
+        self.lo = bytearray(lo.astype(np.uint8).tobytes())
+        self.hi = bytearray(hi.astype(np.uint8).tobytes())
+        self.lo_n = np.frombuffer(self.lo, dtype=np.uint8)
+        self.hi_n = np.frombuffer(self.hi, dtype=np.uint8)
+
+    def shift(self, a: int, b: int, d: int) -> None:
+        """counts[a:b] += d (|d| <= 3)."""
+        if a >= b:
+            return
+        lo = self.lo
+        for v in range(255 - d, 255) if d > 0 else range(-d):
+            if lo.find(v, a, b) >= 0:  # some low digit wraps: carry into the high one
+                seg = self.lo_n[a:b]
+                if d > 0:
+                    self.hi_n[a:b] += ((seg >= 255 - d) & (seg != 255)).view(np.uint8)
+                else:
+                    self.hi_n[a:b] -= (seg < -d).view(np.uint8)
+                break
+        lo[a:b] = lo[a:b].translate(_WIDE[d])
+
+    def first_at_most(self, a: int, b: int, k: int) -> int:
+        """First slot in [a, b) whose count is <= k (k < 255), or -1."""
+        lo, hi, best = self.lo, self.hi, -1
+        for v in range(k + 1):
+            j = lo.find(v, a, b)
+            while j >= 0 and hi[j]:
+                j = lo.find(v, j + 1, b)
+            if j >= 0:
+                best, b = j, j
+        return best
+
+    def last_at_most(self, a: int, b: int, k: int) -> int:
+        """Last slot in [a, b) whose count is <= k (k < 255), or -1."""
+        lo, hi, best = self.lo, self.hi, -1
+        for v in range(k + 1):
+            j = lo.rfind(v, a, b)
+            while j >= 0 and hi[j]:
+                j = lo.rfind(v, a, j)
+            if j >= 0:
+                best, a = j, j + 1
+        return best
+
+    def get(self, j: int) -> int:
+        """The count at slot j (-1: marked)."""
+        lo = self.lo[j]
+        return -1 if lo == 255 else lo + 255 * self.hi[j]
+
+    def put(self, j: int, value: int) -> None:
+        """Set slot j's count (-1: mark it)."""
+        if value < 0:
+            self.lo[j], self.hi[j] = 255, 0
+        else:
+            self.lo[j], self.hi[j] = value % 255, value // 255
+
+
+def squeeze_explicit(sched, cap: int, columns) -> bool:
+    """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot; `columns`
+    the ops in slot order with their kinds, stages and ranks (`SlotSchedule._op_columns`). False (nothing
+    changed) where a slot is already over the cap: the caller then runs the reference, which allows that."""
+    rooms = []
+    for r in range(sched.p):
+        room = cap - np.asarray(sched._profile(r), dtype=np.int64)
+        if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
+            return False
+        rooms.append(_Wide(room))
+    slot, occ, last = sched.slot, sched.occ, sched.n - 1
+    for op, kind, s, r in zip(*columns, strict=True):
+        if kind == _F:
+            e = slot[op - 3] + 1 if s else 0
+        else:
+            e = slot[op - 1] + 1
+            if kind == _B and s < last and slot[op + 3] >= e:
+                e = slot[op + 3] + 1
+        cur = slot[op]
+        if e >= cur:
+            continue
+        row = occ[r]
+        lo = e
+        if kind == _F:  # the activation now lives from the new slot on: the cap must hold there
+            room = rooms[r]
+            low, high = room.lo, room.hi
+            j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
+            while j >= 0 and high[j]:
+                j = low.rfind(0, e, j)
+            lo = j + 1 if j >= e else e
+            if lo == cur:
+                continue
+        try:
+            t = row.index(-1, lo, cur)
+        except ValueError:
+            continue
+        row[cur], row[t], slot[op] = -1, op, t
+        if kind == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
+            if low.find(0, t, cur) < 0:
+                low[t:cur] = low[t:cur].translate(_DEC)
+            else:
+                room.shift(t, cur, -1)
+        elif kind == _W:  # headroom + 1 on [t + 1, cur + 1)
+            room = rooms[r]
+            low = room.lo
+            if low.find(254, t + 1, cur + 1) < 0:
+                low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
+            else:
+                room.shift(t + 1, cur + 1, 1)
+    return True
+
+
+# -- the derived squeeze ---------------------------------------------------------------------------------
+#
+# The reference keeps, per rank, the walk of the row with W's derived: pend(u) and live(u), the pending W's
+# and the live chunks before slot u, and re-walks them slot by slot after each tried move. Here the change a
+# move makes is computed in closed form. Write x(u) = B's - free slots before u and M(u) its running
+# minimum; W's run before u = free slots + M(u), and M drops by one after each idle slot (free, no W
+# pending). Moving an op from slot cur to the free slot t adds D to x on [t+1, cur] (D = 1 for an F: one
+# free slot fewer; 2 for a B: also one B more), so M grows by delta(u) = min(D, idle slots in [t, u)) there,
+# and past cur by min(delta(cur), the least pend since cur), which reaches 0 where the walks rejoin. Then
+# on [t+1, cur] pend += D - delta and live += (3 - D) - delta (an F is one more live chunk), past cur both
+# -= delta: a handful of range shifts. The move fails if some F (the moved one at t included) would start
+# with live >= cap; given that no F of the current row does (checked once, kept by every move), only F's in
+# [t, cur) can, where live grows.
+
+
+class _Rank:
+    """One rank's walk as `_Wide` counts: pending W's (`pend`), headroom cap - live (`room`), and the same
+    two kept only at free slots (`fpend`: an idle slot is a 0 there) and at F slots (`froom`)."""
+
+    __slots__ = ("fpend", "froom", "pend", "room", "size")
+
+    def __init__(self, ops: np.ndarray, cap: int) -> None:
+        is_f, free, pend, live = _walk(ops)
+        room = cap - live
+        self.size = len(ops) + 1
+        self.pend, self.room = _Wide(pend), _Wide(room)
+        self.froom = _Wide(room, np.concatenate((is_f, [False])))
+        self.fpend = _Wide(pend, np.concatenate((free, [False])))
+
+
+def _walk(ops: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(F slots, free slots, pending W's before each slot, live chunks before each slot) of a row with
+    W's derived (`SlotSchedule._walk`, as arrays)."""
+    is_f = (ops >= 0) & (ops % 3 == _F)
+    is_b = (ops >= 0) & ~is_f
+    free = ops < 0
+    before_b = np.concatenate(([0], np.cumsum(is_b)))
+    before_f = np.concatenate(([0], np.cumsum(is_f)))
+    before_free = np.concatenate(([0], np.cumsum(free)))
+    run = before_free + np.minimum.accumulate(before_b - before_free)
+    return is_f, free, before_b - run, before_f - run
+
+
+def _walk_ok(ops: np.ndarray, cap: int) -> bool:
+    """Whether the derived walk of a row keeps every F within the cap (live before it < cap), which the
+    closed form needs (the reference allows a cap broken already); the counts then fit `_Wide`."""
+    is_f, _, _, live = _walk(ops)
+    return bool(np.all(live[:-1][is_f] < cap)) and cap <= WIDE_MAX
+
+
+#: the closed form's fixed cost per tried move (a dozen C calls) beats the reference's walk only for long
+#: walks, which come with a wide cap: measured, it wins for zbv at p = 256 (cap 512, 1.7x), ties for v-half
+#: at p = 200 (cap 202) and loses below (zbv p = 128, v-min p = 192, every p = 64)
+CLOSED_FORM_CAP = 384
+
+
+def derived_moves(sched, cap: int, columns, min_cap: int = CLOSED_FORM_CAP) -> bool:
+    """The moves of `SlotSchedule.squeeze_derived_reference` (W's already stripped), `columns` the F's and
+    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) for a cap under `min_cap` live
+    chunks or where the closed form does not apply."""
+    if cap < min_cap:
+        return False
+    rows = [np.array(row, dtype=np.int64) for row in sched.occ]
+    if not all(_walk_ok(row, cap) for row in rows):
+        return False
+    ranks = [_Rank(row, cap) for row in rows]
+    slot, occ, last = sched.slot, sched.occ, sched.n - 1
+    for op, kind, s, r in zip(*columns, strict=True):
+        if kind == _F:
+            e = slot[op - 3] + 1 if s else 0
+        else:
+            e = slot[op - 1] + 1
+            if s < last and slot[op + 3] >= e:
+                e = slot[op + 3] + 1
+        cur = slot[op]
+        if e >= cur:
+            continue
+        row, st = occ[r], ranks[r]
+        lo = e
+        if kind == _F:  # one more live chunk on [t, cur] at least: the last full slot there bounds t
+            j = st.room.last_at_most(e, cur + 1, 0)
+            lo = j + 1 if j >= e else e
+        while lo < cur:
+            try:
+                t = row.index(-1, lo, cur)
+            except ValueError:
+                break
+            if _try_move(st, row, op, kind, t, cur):
+                slot[op] = t
+                break
+            lo = t + 1
+    return True
+
+
+def _try_move(st: _Rank, row: list[int], op: int, kind: int, t: int, cur: int) -> bool:
+    """Move `op` from slot cur to the free slot t unless an F would then break the cap; keep the walk."""
+    pend, room, froom, fpend = st.pend, st.room, st.froom, st.fpend
+    if kind == _F:
+        if room.get(t) == 0:  # the moved F itself
+            return False
+        d, c = 1, 2
+    else:
+        d, c = 2, 1
+    u = fpend.first_at_most(t, cur, 0)
+    if u < 0:  # the common case, no idle slot in [t, cur): delta 0 throughout, nothing changes past cur
+        if t + 1 < cur and froom.first_at_most(t + 1, cur, c) >= 0:
+            return False
+        row[cur], row[t] = -1, op
+        pend.shift(t + 1, cur + 1, d)
+        fpend.shift(t + 1, cur + 1, d)
+        room.shift(t + 1, cur + 1, -c)
+        froom.shift(t + 1, cur + 1, -c)
+        if kind == _F:
+            froom.put(t, room.get(t))
+            froom.put(cur, -1)
+        fpend.put(t, -1)
+        fpend.put(cur, pend.get(cur))
+        return True
+    bounds = [t + 1, u + 1]  # delta is 0 on [t+1, first idle + 1), then 1, ..., at most d
+    while len(bounds) <= d:
+        u = fpend.first_at_most(u + 1, cur, 0)
+        if u < 0:
+            break
+        bounds.append(u + 1)
+    steps = len(bounds) - 1
+    bounds.append(cur + 1)
+    for delta in range(steps + 1):  # an F in [t+1, cur) left with live >= cap
+        a, b, k = bounds[delta], min(bounds[delta + 1], cur), c - delta
+        if a < b and k >= 0 and froom.first_at_most(a, b, k) >= 0:
+            return False
+    row[cur], row[t] = -1, op
+    for delta in range(steps + 1):
+        a, b = bounds[delta], bounds[delta + 1]
+        if a < b:
+            if d != delta:
+                pend.shift(a, b, d - delta)
+                fpend.shift(a, b, d - delta)
+            if c != delta:
+                room.shift(a, b, delta - c)
+                froom.shift(a, b, delta - c)
+    dc, a, size = steps, cur + 1, st.size
+    while dc > 0 and a < size:  # past cur: both -= delta until the walks rejoin
+        b = pend.first_at_most(a, size, dc - 1)
+        if b < 0:
+            b = size
+        pend.shift(a, b, -dc)
+        fpend.shift(a, b, -dc)
+        room.shift(a, b, dc)
+        froom.shift(a, b, dc)
+        if b == size:
+            break
+        dc, a = pend.get(b), b
+    if kind == _F:  # the F-headroom follows the F
+        froom.put(t, room.get(t))
+        froom.put(cur, -1)
+    fpend.put(t, -1)
+    fpend.put(cur, pend.get(cur))
+    return True

@@ -1,0 +1,97 @@
+"""The fast squeezes of `v_squeeze` make exactly the moves of the readable references in `vshape`."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from primuspp.algorithms import v_family, v_squeeze, vshape
+
+BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
+SIZES = ((1, 1), (1, 4), (2, 3), (3, 5), (4, 8), (5, 2), (7, 17), (8, 24), (13, 9), (16, 40))
+
+
+def _same(a: vshape.SlotSchedule, b: vshape.SlotSchedule) -> bool:
+    return a.slot == b.slot and a.occ == b.occ
+
+
+@pytest.mark.parametrize("p,m", SIZES)
+def test_explicit_squeeze_matches_reference(p, m):
+    for block in BLOCKS:
+        base = vshape.SlotSchedule(p, m, *vshape.offsets(p, block))
+        peak = base.peak()
+        for cap in (peak, peak + 1, peak + 3):
+            fast, ref = base.copy(), base.copy()
+            fast.squeeze_explicit(cap)
+            ref.squeeze_explicit_reference(cap)
+            assert _same(fast, ref), (p, m, block.name, cap)
+
+
+@pytest.mark.parametrize("p,m", SIZES)
+@pytest.mark.parametrize("explicit_first", [False, True])
+def test_derived_squeeze_closed_form_matches_reference(p, m, explicit_first):
+    for block in BLOCKS:
+        base = vshape.SlotSchedule(p, m, *vshape.offsets(p, block))
+        peak = base.peak()
+        for cap in (peak, peak + 1, peak + 3):
+            start = base.copy()
+            if explicit_first:
+                start.squeeze_explicit_reference(cap)
+            fast, ref = start.copy(), start.copy()
+            fast.squeeze_derived(cap, min_cap=0)  # the closed form at every size
+            ref.squeeze_derived_reference(cap)
+            assert _same(fast, ref), (p, m, block.name, cap)
+
+
+def test_over_the_cap_falls_back_to_the_reference():
+    # a cap below the block's own peak: the fast paths decline and the references run
+    base = vshape.SlotSchedule(6, 12, *vshape.offsets(6, vshape.ZB))
+    cap = base.peak() - 2
+    fast, ref = base.copy(), base.copy()
+    assert not v_squeeze.squeeze_explicit(fast, cap, fast._op_columns((0, 1, 2)))
+    fast.squeeze_explicit(cap)
+    ref.squeeze_explicit_reference(cap)
+    assert _same(fast, ref)
+    fast.squeeze_derived(cap, min_cap=0)
+    ref.squeeze_derived_reference(cap)
+    assert _same(fast, ref)
+
+
+def test_wide_caps_match_reference():
+    # caps over 255 live chunks: the two-digit counts carry across digits
+    p, m = 128, 132
+    base = vshape.SlotSchedule(p, m, *vshape.offsets(p, vshape.ZB))
+    cap = base.peak()
+    assert cap > 255
+    fast, ref = base.copy(), base.copy()
+    fast.squeeze_explicit(cap)
+    ref.squeeze_explicit_reference(cap)
+    assert _same(fast, ref)
+    fast.squeeze_derived(cap, min_cap=0)
+    ref.squeeze_derived_reference(cap)
+    assert _same(fast, ref)
+
+
+def test_wide_counts_shift_and_search_like_a_plain_array():
+    rng = random.Random(7)
+    n = 300
+    values = np.array([rng.randrange(0, 1200) for _ in range(n)], dtype=np.int64)
+    member = np.array([rng.random() < 0.7 for _ in range(n)])
+    wide = v_squeeze._Wide(values.copy(), member)
+    plain = values.copy()
+    for _ in range(3000):
+        a = rng.randrange(n)
+        b = rng.randrange(a, n + 1)
+        d = rng.choice(v_squeeze._DELTAS)
+        if (plain[a:b][member[a:b]] + d).min(initial=0) < 0:
+            continue
+        wide.shift(a, b, d)
+        plain[a:b] += d
+        k = rng.randrange(4)
+        hits = [j for j in range(a, b) if member[j] and plain[j] <= k]
+        assert wide.first_at_most(a, b, k) == (hits[0] if hits else -1)
+        assert wide.last_at_most(a, b, k) == (hits[-1] if hits else -1)
+    expected = [int(v) if ok else -1 for v, ok in zip(plain, member, strict=True)]
+    assert [wide.get(j) for j in range(n)] == expected
