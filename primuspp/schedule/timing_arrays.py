@@ -6,7 +6,9 @@ the node's own rank never delays it (the rank was busy until then), so only the 
 Given `ready`, a rank's recurrence is a max-plus scan: with `D` the running sum of the durations,
 `end = D + maximum.accumulate(ready - (D - d))`. The cross-rank inputs are not known in advance, so the ranks
 are swept in turn (0..p-1, then p-1..0, ...), each from the latest ends of the others, until a sweep changes
-nothing: a pipeline's data flows one way per sweep, so a handful of sweeps settle it.
+nothing: a pipeline's data flows one way per sweep, so with equal costs a handful of sweeps settle it (with
+per-rank costs the critical path can zigzag between ranks and need dozens: past a budget of rank passes
+the loop takes over).
 
 The scan adds in another order than the loop, so it is used only where that cannot change a bit: every
 duration and `comm` a multiple of 2^-20 and every time below 2^32 (then every sum is exact). Where a table
@@ -202,8 +204,10 @@ def _sweep(n_ranks: int, first: Any, d: Any, cons: Any, prods: Any, comm: Any, r
     seen: list[tuple[int, ...] | None] = [
         None
     ] * n_ranks  # the feeders' versions a rank was last computed from
-    budget = max(8, n // (40 * max(n_ranks, 1)))
-    sweeps = 0
+    # rank passes allowed: about a quarter of what the loop costs (a pass ~ 250 nodes of the loop); equal
+    # costs settle in 2-7 sweeps, per-rank costs can need dozens (the critical path zigzags)
+    budget = max(8 * n_ranks + 64, n // 250)
+    passes = 0
     forward = True
     while True:
         changed = False
@@ -212,6 +216,7 @@ def _sweep(n_ranks: int, first: Any, d: Any, cons: Any, prods: Any, comm: Any, r
             if seen[r] == state:
                 continue
             seen[r] = state
+            passes += 1
             a, b = int(first[r]), int(first[r + 1])
             ready = ends[src[0, a:b]] + add[0, a:b]
             for k in range(1, n_slots):
@@ -221,9 +226,8 @@ def _sweep(n_ranks: int, first: Any, d: Any, cons: Any, prods: Any, comm: Any, r
                 ends[a:b] = new
                 version[r] += 1
                 changed = True
-        sweeps += 1
         if not changed:
             return ends[:n]
-        if sweeps > budget:
+        if passes > budget:
             return None
         forward = not forward

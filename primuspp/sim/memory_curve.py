@@ -19,7 +19,7 @@ import numpy as np
 from primuspp.schedule.compact import KINDS
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 
-_KNOWN = {ALLOC, FREE_B, FREE_REST, FREE_ALL}
+_CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
 _SNAP_RESTARTS = 32  # more snaps than this on one rank: finish that rank with a plain loop
 
 
@@ -47,7 +47,7 @@ def memory_levels(
         effects = [(0, n, e) for n, e in enumerate(sem.at_start)] + [
             (1, n, e) for n, e in enumerate(sem.at_end)
         ]
-        if any(e not in _KNOWN for _, _, e in effects):
+        if any(e not in _CODES for _, _, e in effects):
             return None
         if effects:
             sel = np.nonzero(kind == code)[0]
@@ -57,17 +57,13 @@ def memory_levels(
     ev_row = np.concatenate([g[0] for g in groups])
     ev_phase = np.concatenate([np.full(len(g[0]), g[1], dtype=np.int64) for g in groups])
     ev_ord = np.concatenate([np.full(len(g[0]), g[2], dtype=np.int64) for g in groups])
-    ev_effect = np.concatenate([np.full(len(g[0]), i, dtype=np.int64) for i, g in enumerate(groups)])
+    ev_effect = np.concatenate([np.full(len(g[0]), _CODES[g[3]], dtype=np.int8) for g in groups])
     # the loop's order: node, phase, part, the effect's place in its list
     order = np.lexsort((ev_ord, part[ev_row], ev_phase, gidx[ev_row]))
     ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
     s = stage[ev_row]
     delta = np.empty(len(ev_row), dtype=np.float64)
-    effect_name = np.array([g[3] for g in groups], dtype=object)[ev_effect]
-    is_alloc = effect_name == ALLOC
-    is_b = effect_name == FREE_B
-    is_rest = effect_name == FREE_REST
-    is_all = effect_name == FREE_ALL
+    is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))
     delta[is_alloc] = amount_a[s[is_alloc]]
     delta[is_all] = -amount_a[s[is_all]]
     delta[is_b] = -freed_b[s[is_b]]
