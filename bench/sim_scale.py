@@ -6,8 +6,9 @@ Prints the best of --repeat runs (this machine is shared and noisy) and the tabl
 algorithm alone (its compute order); `build s` adds lowering and validation (`build_schedule`); `simulate s`
 and `sim cpu s` are the simulation alone (wall, CPU); `total cpu s` is build + simulate in CPU seconds of
 this process (less disturbed by other work than wall time).
-`--growth` runs each size in a fresh process (one run each) and prints build + simulate seconds, the peak
-resident memory (RSS) of that process, and the growth exponent of the time in p*m (least squares on logs).
+`--growth` runs each size in a fresh process (one run each) and prints build + simulate seconds (and the
+simulation's alone), the peak resident memory (RSS) of that process (and after the build, before the
+simulation), and the growth exponents of the times in p*m (least squares on logs).
 """
 
 from __future__ import annotations
@@ -60,21 +61,34 @@ def one_run(name: str, pp: int, mb: int) -> dict:
     costs = CostModel(1000, 1000, 1000)
     wall, cpu = time.perf_counter(), time.process_time()
     sched = build_schedule(name, pp, None, mb, costs, max_nodes=10**9)
+    build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sim_cpu = time.process_time()
     simulate(sched, costs)
     return {
         "wall_s": time.perf_counter() - wall,
         "cpu_s": time.process_time() - cpu,
+        "sim_cpu_s": time.process_time() - sim_cpu,
         "nodes": sched.num_nodes(),
+        "build_rss_mb": build_rss,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of log(seconds) on log(p*m)."""
+    xs = [math.log(x) for x, _ in points]
+    ys = [math.log(max(y, 1e-6)) for _, y in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
 def growth(names: list[str], sizes: list[str]) -> None:
     table = Table(title="growth: build + simulate, one fresh process per size", title_justify="left")
-    for col in ("algorithm", "p", "m", "nodes", "wall s", "cpu s", "peak RSS MB", "exponent"):
+    cols = ("algorithm", "p", "m", "nodes", "wall s", "cpu s", "sim cpu s", "peak RSS MB", "after build MB")
+    for col in (*cols, "exponent"):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
     for name in names:
-        points = []
+        points, sim_points = [], []
         for size in sizes:
             pp, mb = (int(x) for x in size.split("x"))
             out = subprocess.run(
@@ -85,6 +99,7 @@ def growth(names: list[str], sizes: list[str]) -> None:
             ).stdout
             got = json.loads(out.strip().splitlines()[-1])
             points.append((pp * mb, got["cpu_s"]))
+            sim_points.append((pp * mb, got["sim_cpu_s"]))
             table.add_row(
                 name,
                 str(pp),
@@ -92,14 +107,13 @@ def growth(names: list[str], sizes: list[str]) -> None:
                 f"{got['nodes']:,}",
                 f"{got['wall_s']:.2f}",
                 f"{got['cpu_s']:.2f}",
+                f"{got['sim_cpu_s']:.2f}",
                 f"{got['rss_mb']:.0f}",
+                f"{got['build_rss_mb']:.0f}",
                 "",
             )
-        xs = [math.log(x) for x, _ in points]
-        ys = [math.log(y) for _, y in points]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-        table.add_row(name, "", "", "", "", "", "", f"{slope:.2f} (cpu s vs p*m)")
+        table.add_row(name, *[""] * (len(cols) - 1), f"{_slope(points):.2f} (cpu s vs p*m)")
+        table.add_row(name, *[""] * (len(cols) - 1), f"{_slope(sim_points):.2f} (sim cpu s vs p*m)")
     Console(width=120).print(table)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
