@@ -82,7 +82,8 @@ def node_times(
     if _FAST_OK and sum(len(seq) for seq in order) >= ARRAY_MIN_NODES:
         from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
 
-        got = timing_arrays.solve(placement, num_microbatches, order, costs)
+        exact = timing_arrays.exact_costs(costs)
+        got = timing_arrays.solve(placement, num_microbatches, order, costs) if exact else None
         if got is not None:
             return _as_lists(order, got)
     return node_times_events(placement, num_microbatches, order, costs)

@@ -83,6 +83,16 @@ def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
     return d
 
 
+def exact_costs(costs: StageCosts) -> bool:
+    """Whether `costs` can time a table exactly as array passes: every duration, `comm` and overlap factor a
+    multiple of 2^-20 (`solve` checks the node durations themselves again). A cheap test a caller can make
+    before building arrays for costs that would only send it to the loop."""
+    values = [x for row in kind_durations(costs).values() for x in row]
+    values.append(float(costs.comm))
+    values.extend(float(getattr(costs, sem.overlap)) for sem in SEMANTICS.values() if sem.overlap)
+    return all((x * _QUANTUM).is_integer() for x in values)
+
+
 def solve(
     placement: Placement,
     num_microbatches: int,

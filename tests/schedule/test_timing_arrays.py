@@ -62,6 +62,8 @@ def test_non_dyadic_costs_go_to_the_loop():
     table = build_schedule("1f1b", 4, None, 8, THIRDS)
     sc = THIRDS.for_placement(table.placement)
     assert timing_arrays.solve(table.placement, 8, table.compute_order(), sc) is None
+    assert not timing_arrays.exact_costs(sc)
+    assert all(timing_arrays.exact_costs(c.for_placement(table.placement)) for c in DYADIC.values())
     # node_times still answers, through the loop
     assert (
         node_times(table.placement, 8, table.compute_order(), sc).ends
