@@ -61,13 +61,15 @@ _FAST_OK = (
 class Timing:
     """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (non-compute nodes get zero-length slots).
     `forward_end[key]` / `grad_end[key]`, key = microbatch * stages + stage: when the activation / the input
-    grad of (microbatch, stage) was produced."""
+    grad of (microbatch, stage) was produced. `arrays`: the same times as flat numpy arrays
+    (`timing_arrays.NodeTimeArrays`) when the array passes computed them, else None."""
 
     order: Sequence[Sequence[Node]]
     starts: list[list[float]]
     ends: list[list[float]]
     forward_end: list[float | None]
     grad_end: list[float | None]
+    arrays: Any = None
 
 
 #: from this many nodes on, `node_times` tries the array passes first (below, the loop is quicker)
@@ -75,15 +77,20 @@ ARRAY_MIN_NODES = 2_000
 
 
 def node_times(
-    placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], costs: StageCosts
+    placement: Placement,
+    num_microbatches: int,
+    order: Sequence[Sequence[Node]],
+    costs: StageCosts,
+    rows: dict[str, Any] | None = None,
 ) -> Timing:
     """Fast path of `node_times_reference` (same results, several times faster): the array passes of
-    `timing_arrays` where they apply, else the loop `node_times_events`."""
+    `timing_arrays` where they apply, else the loop `node_times_events`. `rows`: the order's
+    `compact.order_arrays`, when the caller has them (else they are built when the arrays are tried)."""
     if _FAST_OK and sum(len(seq) for seq in order) >= ARRAY_MIN_NODES:
         from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
 
         exact = timing_arrays.exact_costs(costs)
-        got = timing_arrays.solve(placement, num_microbatches, order, costs) if exact else None
+        got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if exact else None
         if got is not None:
             return _as_lists(order, got)
     return node_times_events(placement, num_microbatches, order, costs)
@@ -123,7 +130,7 @@ def _as_lists(order: Sequence[Sequence[Node]], got: Any) -> Timing:
     ends = [got.ends[a:b].tolist() for a, b in itertools.pairwise(bounds)]
     f_end = [None if t != t else t for t in got.forward_end.tolist()]
     g_end = [None if t != t else t for t in got.grad_end.tolist()]
-    return Timing(order, starts, ends, f_end, g_end)
+    return Timing(order, starts, ends, f_end, g_end, got)
 
 
 def node_times_events(
