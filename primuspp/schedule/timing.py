@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from primuspp.errors import ValidationError
@@ -69,7 +69,7 @@ class Timing:
     ends: list[list[float]]
     forward_end: list[float | None]
     grad_end: list[float | None]
-    arrays: Any = None
+    arrays: Any = field(default=None, compare=False, repr=False)
 
 
 #: from this many nodes on, `node_times` tries the array passes first (below, the loop is quicker)
