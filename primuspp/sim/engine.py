@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primuspp.gcpause import without_gc
 from primuspp.schedule.compact import KINDS, LoweredRanks, order_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import stage_peers
@@ -38,7 +37,6 @@ class SimResult:
     metrics: Metrics
 
 
-@without_gc
 def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | None = None) -> SimResult:
     """Discrete-event run of `table`: compute nodes occupy their rank; a SEND makes its tensor arrive at the
     peer `comm` later without occupying compute; a consumer starts at max(rank free, arrival)."""

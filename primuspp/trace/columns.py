@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from primuspp.gcpause import gc_paused
+
 
 class LazyList(Sequence):
     """A list built by `build()` on first use; `length` is known up front (len() builds nothing)."""
@@ -29,7 +31,8 @@ class LazyList(Sequence):
         """The built list (a new list is not made on each call: do not mutate it)."""
         if self._items is None:
             assert self._build is not None
-            self._items = self._build()
+            with gc_paused():  # many small acyclic objects at once (see gcpause)
+                self._items = self._build()
             self._build = None
         return self._items
 
