@@ -50,49 +50,15 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     starts, ends = times.starts, times.ends
     n_ranks = len(order)
     node_first = times.first
-    chunk = np.asarray(placement.stage_chunk, dtype=np.int64)
-
-    # one interval per compute node: its kind, its (first part's) microbatch and stage
-    kind, mb, stage, part = rows["kind"], rows["mb"], rows["stage"], rows["part"]
-    head = part == 0  # one row per node, in node order
-    node_kind = rows["node_kind"]
-    is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[node_kind]
-    nodes = np.flatnonzero(is_compute)
-    n_mb, n_stage = mb[head][nodes], stage[head][nodes]
-    i_kind, i_start, i_end = node_kind[nodes], starts[nodes], ends[nodes]
-    i_chunk = chunk[n_stage]
-    cuts = np.searchsorted(nodes, node_first).tolist()
-    composite = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
-    backs: list[dict[int, tuple[str, int, int, int]] | None] = [None] * n_ranks
-    owner = node_first[rows["rank"]] + rows["index"]
-    comp_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))
-    if len(comp_rows):
-        # an FB's backward part: (kind, microbatch, stage, chunk) of its second part
-        pos = np.searchsorted(nodes, owner[comp_rows])
-        rank_of = rows["rank"][comp_rows]
-        for r, p, k, b_mb, b_s in zip(
-            rank_of.tolist(),
-            (pos - np.asarray(cuts)[rank_of]).tolist(),
-            kind[comp_rows].tolist(),
-            mb[comp_rows].tolist(),
-            stage[comp_rows].tolist(),
-            strict=True,
-        ):
-            d = backs[r]
-            if d is None:
-                d = backs[r] = {}
-            d[p] = (_NAMES[k], b_mb, b_s, int(chunk[b_s]))
+    owner = node_first[rows["rank"]] + rows["index"]  # each row's node, in the flat numbering
+    is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[rows["node_kind"]]
+    intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk)
 
     # memory: the one memory model, as array passes where the table allows it
     act, fractions = stage_costs.activation, stage_costs.fractions()
     levels = memory_levels(rows, node_first, starts, ends, act, fractions)
     ranks = []
     for r in range(n_ranks):
-        lo, hi = cuts[r], cuts[r + 1]
-        intervals = IntervalColumns(
-            _NAMES, i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi],
-            backs[r],
-        )  # fmt: skip
         if levels is not None:
             t, level, peak = levels[r]
             memory = CurveColumns(t, level)
@@ -100,7 +66,7 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
             a, b = int(node_first[r]), int(node_first[r + 1])
             memory, peak = order_memory(order[r], act, fractions, starts[a:b].tolist(), ends[a:b].tolist())
             memory.insert(0, (0.0, 0.0))
-        ranks.append(RankTimeline(r, intervals, memory, peak))
+        ranks.append(RankTimeline(r, intervals[r], memory, peak))
 
     label = name or table.algorithm
     timeline = Timeline(
@@ -115,6 +81,43 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
         _transfers(rows, owner, is_compute, times, placement, stage_costs.comm),
     )
     return SimResult(label, table, costs, timeline, timeline_metrics(timeline))
+
+
+def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -> list[IntervalColumns]:
+    """Per rank, one interval per compute node: its kind, its (first part's) microbatch and stage, its times;
+    an FB's backward part alongside, as (kind, microbatch, stage, chunk) of its second part."""
+    kind, mb, stage, part = rows["kind"], rows["mb"], rows["stage"], rows["part"]
+    node_kind = rows["node_kind"]
+    chunk = np.asarray(stage_chunk, dtype=np.int64)
+    head = part == 0  # one row per node, in node order
+    nodes = np.flatnonzero(is_compute)
+    n_mb, n_stage = mb[head][nodes], stage[head][nodes]
+    i_kind, i_start, i_end, i_chunk = node_kind[nodes], starts[nodes], ends[nodes], chunk[n_stage]
+    cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
+    n_ranks = len(cuts) - 1
+    backs: list[dict[int, tuple[str, int, int, int]] | None] = [None] * n_ranks
+    composite = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
+    back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))
+    if len(back_rows):
+        rank_of = rows["rank"][back_rows]
+        where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[rank_of]
+        for r, i, k, b_mb, b_s in zip(
+            rank_of.tolist(),
+            where.tolist(),
+            kind[back_rows].tolist(),
+            mb[back_rows].tolist(),
+            stage[back_rows].tolist(),
+            strict=True,
+        ):
+            if backs[r] is None:
+                backs[r] = {}
+            backs[r][i] = (_NAMES[k], b_mb, b_s, int(chunk[b_s]))  # type: ignore[index]
+    out = []
+    for r in range(n_ranks):
+        lo, hi = cuts[r], cuts[r + 1]
+        cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
+        out.append(IntervalColumns(_NAMES, *cols, backs[r]))
+    return out
 
 
 def _transfers(rows, owner, is_compute, times, placement, comm: float) -> TransferColumns:
