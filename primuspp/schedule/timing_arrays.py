@@ -211,9 +211,8 @@ def _sweep(n_ranks: int, first: Any, d: Any, cons: Any, prods: Any, comm: Any, r
             feeders[x // n_ranks].add(x % n_ranks)
     ends = np.zeros(n + 1, dtype=np.float64)  # ends[n]: the "no input" slot, time 0.0
     version = [0] * n_ranks  # bumped when a rank's ends change
-    seen: list[tuple[int, ...] | None] = [
-        None
-    ] * n_ranks  # the feeders' versions a rank was last computed from
+    # the feeders' versions each rank was last computed from
+    seen: list[tuple[int, ...] | None] = [None] * n_ranks
     # rank passes allowed: about a quarter of what the loop costs (a pass ~ 250 nodes of the loop); equal
     # costs settle in 2-7 sweeps, per-rank costs can need dozens (the critical path zigzags)
     budget = max(8 * n_ranks + 64, n // 250)
