@@ -20,7 +20,9 @@ from primuspp.schedule.compact import KINDS
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
-_SNAP_RESTARTS = 32  # more snaps than this on one rank: finish that rank with a plain loop
+_SNAP_RESTARTS = 32
+#: take the events in row order when no kind has more than one effect (a test turns it off)
+ONE_EFFECT_ROWS = True  # more snaps than this on one rank: finish that rank with a plain loop
 
 
 def memory_levels(
@@ -40,27 +42,42 @@ def memory_levels(
     amount_a = np.asarray(amount, dtype=np.float64)
     bfree_a = np.asarray(b_free, dtype=np.float64)
     freed_b = amount_a * bfree_a  # as order_memory: amount[s] * b_free[s]
-    # (row selector, phase, ordinal, effect) for every effect of every kind present
-    groups = []
+    # (phase, ordinal, effect) of every effect of every kind present
+    plans = {}
     for code in np.unique(kind).tolist():
         sem = SEMANTICS[KINDS[code]]
-        effects = [(0, n, e) for n, e in enumerate(sem.at_start)] + [
-            (1, n, e) for n, e in enumerate(sem.at_end)
-        ]
-        if any(e not in _CODES for _, _, e in effects):
+        plan = [(0, n, e) for n, e in enumerate(sem.at_start)] + [(1, n, e) for n, e in enumerate(sem.at_end)]
+        if any(e not in _CODES for _, _, e in plan):
             return None
-        if effects:
-            sel = np.nonzero(kind == code)[0]
-            groups.extend((sel, ph, n, e) for ph, n, e in effects)
-    if not groups:
+        plans[code] = plan
+    if not any(plans.values()):
         return [(np.zeros(0), np.zeros(0), 0.0) for _ in range(len(node_first) - 1)]
-    ev_row = np.concatenate([g[0] for g in groups])
-    ev_phase = np.concatenate([np.full(len(g[0]), g[1], dtype=np.int64) for g in groups])
-    ev_ord = np.concatenate([np.full(len(g[0]), g[2], dtype=np.int64) for g in groups])
-    ev_effect = np.concatenate([np.full(len(g[0]), _CODES[g[3]], dtype=np.int8) for g in groups])
-    # the loop's order: node, phase, part, the effect's place in its list
-    order = np.lexsort((ev_ord, part[ev_row], ev_phase, gidx[ev_row]))
-    ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
+    if ONE_EFFECT_ROWS and max(len(plan) for plan in plans.values()) == 1:
+        # one effect per row at most (the registry's kinds): the events in row order, which is the loop's
+        # order unless a composite node's parts act in the other order (checked below)
+        has = np.zeros(len(KINDS), dtype=bool)
+        phase_of = np.zeros(len(KINDS), dtype=np.int64)
+        effect_of = np.zeros(len(KINDS), dtype=np.int8)
+        for code, plan in plans.items():
+            if plan:
+                has[code], phase_of[code], effect_of[code] = True, plan[0][0], _CODES[plan[0][2]]
+        ev_row = np.flatnonzero(has[kind])
+        ev_phase, ev_effect = phase_of[kind[ev_row]], effect_of[kind[ev_row]]
+        ev_ord = np.zeros(len(ev_row), dtype=np.int64)
+    else:
+        groups = [
+            (np.flatnonzero(kind == code), ph, n, e) for code, plan in plans.items() for ph, n, e in plan
+        ]
+        ev_row = np.concatenate([g[0] for g in groups])
+        ev_phase = np.concatenate([np.full(len(g[0]), g[1], dtype=np.int64) for g in groups])
+        ev_ord = np.concatenate([np.full(len(g[0]), g[2], dtype=np.int64) for g in groups])
+        ev_effect = np.concatenate([np.full(len(g[0]), _CODES[g[3]], dtype=np.int8) for g in groups])
+    # the loop's order: node, phase, part, the effect's place in its list (as one integer key)
+    n_part, n_ord = int(part.max(initial=0)) + 1, int(ev_ord.max(initial=0)) + 1
+    sort_key = ((gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]) * n_ord + ev_ord
+    if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
+        order = np.argsort(sort_key, kind="stable")
+        ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
     s = stage[ev_row]
     delta = np.empty(len(ev_row), dtype=np.float64)
     is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))

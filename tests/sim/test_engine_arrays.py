@@ -92,3 +92,18 @@ def test_the_timeline_views_build_nothing_until_read():
     assert result.metrics.p2p_transfers == len(result.timeline.transfers)
     again = pickle.loads(pickle.dumps(result.timeline))
     assert again == result.timeline and isinstance(again.ranks[0].intervals, list)
+
+
+def test_memory_events_grouped_by_kind_sort_to_the_same_curve(monkeypatch):
+    """The general event path (kinds with several effects) sorts to the curve the one-effect path reads."""
+    from primuspp.sim import memory_curve
+
+    for name in ("zbv", "dualpipe", "1f1b-interleaved"):
+        costs = _costs(4)["per-rank"]
+        table = build_schedule(name, 4, None, 8, costs)
+        first = simulate(table, costs)
+        monkeypatch.setattr(memory_curve, "ONE_EFFECT_ROWS", False)
+        again = simulate(table, costs)
+        monkeypatch.setattr(memory_curve, "ONE_EFFECT_ROWS", True)
+        for a, b in zip(first.timeline.ranks, again.timeline.ranks, strict=True):
+            assert repr(list(a.memory)) == repr(list(b.memory)) and a.peak_memory == b.peak_memory
