@@ -95,28 +95,19 @@ def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -
     i_kind, i_start, i_end, i_chunk = node_kind[nodes], starts[nodes], ends[nodes], chunk[n_stage]
     cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
     n_ranks = len(cuts) - 1
-    backs: list[dict[int, tuple[str, int, int, int]] | None] = [None] * n_ranks
     composite = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
-    back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))
-    if len(back_rows):
-        rank_of = rows["rank"][back_rows]
-        where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[rank_of]
-        for r, i, k, b_mb, b_s in zip(
-            rank_of.tolist(),
-            where.tolist(),
-            kind[back_rows].tolist(),
-            mb[back_rows].tolist(),
-            stage[back_rows].tolist(),
-            strict=True,
-        ):
-            if backs[r] is None:
-                backs[r] = {}
-            backs[r][i] = (_NAMES[k], b_mb, b_s, int(chunk[b_s]))  # type: ignore[index]
+    back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))  # rank-major, as all rows
+    b_rank = rows["rank"][back_rows]
+    b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
+    b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
+    b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
     out = []
     for r in range(n_ranks):
         lo, hi = cuts[r], cuts[r + 1]
         cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
-        out.append(IntervalColumns(_NAMES, *cols, backs[r]))
+        b_lo, b_hi = b_cuts[r], b_cuts[r + 1]
+        backward = tuple(col[b_lo:b_hi] for col in b_cols) if b_hi > b_lo else None
+        out.append(IntervalColumns(_NAMES, *cols, backward))
     return out
 
 

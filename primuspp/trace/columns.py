@@ -67,9 +67,9 @@ class LazyList(Sequence):
 
 class IntervalColumns(LazyList):
     """One rank's compute intervals as columns (`cols`: numpy arrays of equal length: kind codes into
-    `kinds`, microbatch, stage, chunk, start, end; `backward`: {row: an FB's backward part as (kind,
-    microbatch, stage, chunk)}, None when no row has one). `timeline_metrics` reads `start`/`end` without
-    building objects."""
+    `kinds`, microbatch, stage, chunk, start, end; `backward`: the FB rows' backward parts as columns (row,
+    kind code, microbatch, stage, chunk), None when no row has one). `timeline_metrics` reads `start`/`end`
+    without building objects."""
 
     __slots__ = ("backward", "chunk", "end", "kind", "kinds", "mb", "stage", "start")
 
@@ -82,7 +82,7 @@ class IntervalColumns(LazyList):
         chunk: Any,
         start: Any,
         end: Any,
-        backward: dict[int, tuple[str, int, int, int]] | None = None,
+        backward: tuple[Any, Any, Any, Any, Any] | None = None,
     ) -> None:
         self.kinds, self.kind, self.mb, self.stage, self.chunk = kinds, kind, mb, stage, chunk
         self.start, self.end, self.backward = start, end, backward
@@ -101,8 +101,10 @@ class IntervalColumns(LazyList):
             self.end.tolist(),
         )
         out = [Interval(*row) for row in zip(*cols, strict=True)]
-        for i, back in (self.backward or {}).items():
-            out[i].backward = back
+        if self.backward is not None:
+            where, kind, mb, stage, chunk = (col.tolist() for col in self.backward)
+            for i, k, b_mb, b_s, b_c in zip(where, kind, mb, stage, chunk, strict=True):
+                out[i].backward = (names[k], b_mb, b_s, b_c)
         return out
 
 

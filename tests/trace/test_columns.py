@@ -28,14 +28,14 @@ def test_a_lazy_list_is_its_list():
 
 def test_interval_columns_build_intervals():
     view = IntervalColumns(
-        ("F", "B", "FB"),
+        ("F", "B", "FB"),  # kind codes
         np.array([0, 2]),
         np.array([0, 1]),
         np.array([1, 1]),
         np.array([0, 0]),
         np.array([0.0, 2.5]),
         np.array([1.5, 4.0]),
-        {1: ("B", 0, 1, 0)},
+        tuple(np.array([x]) for x in (1, 1, 0, 1, 0)),  # row 1: B0.1, chunk 0
     )
     assert view == [Interval("F", 0, 1, 0, 0.0, 1.5), Interval("FB", 1, 1, 0, 2.5, 4.0, ("B", 0, 1, 0))]
     assert all(type(x) is float for iv in view for x in (iv.start, iv.end))
