@@ -2,8 +2,10 @@
 
 Each rank runs its nodes in order; a node starts when its rank is free and its inputs have arrived (the
 producer's end, plus `comm` when the producer lives on another rank). Sends never block: this is the
-asynchronous model the simulator uses. One pass in dependency order, no rescans: a rank that meets a missing
-input parks on that input and is woken when it is produced.
+asynchronous model the simulator uses. Three forms, one result: `node_times_reference` reads the semantics
+table node by node; `node_times_events` is one pass in dependency order, no rescans (a rank that meets a
+missing input parks on that input and is woken when it is produced); `timing_arrays.solve` computes the same
+times as array passes where it can prove them bit-identical. `node_times` picks the fastest that applies.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from primuspp.schedule.semantics import (
 
 _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
 
-# `node_times` is the fast path: one branch per kind, written out, with durations from the table
-# (`kind_durations`). It runs only while the semantics table says what its branches do: for any other
-# table (a new node kind, a changed rule) `node_times_reference`, which reads the table for every node,
-# takes over, so a new kind is timed correctly before anyone touches this file.
+# `node_times_events` (and the array passes, which rely on the same rules) is the fast path: one branch per
+# kind, written out, with durations from the table (`kind_durations`). It runs only while the semantics table
+# says what its branches do: for any other table (a new node kind, a changed rule) `node_times_reference`,
+# which reads the table for every node, takes over, so a new kind is timed correctly before anyone touches
+# this file.
 _FAST_RULES = {
     _F: ((ACT_PREV,), (ACT,)),
     _B: ((SAVED, GRAD_NEXT), (GRAD,)),
@@ -109,7 +112,8 @@ def node_time_arrays(
 
     from primuspp.schedule import timing_arrays
 
-    got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if _FAST_OK else None
+    fast = _FAST_OK and timing_arrays.exact_costs(costs)
+    got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if fast else None
     if got is not None:
         return got
     timing = node_times_events(placement, num_microbatches, order, costs)
