@@ -3,10 +3,12 @@
 Usage: python bench/sim_scale.py [--pp 64] [--mb 512] [--repeat 3] [--algo NAME ...]
        python bench/sim_scale.py --growth [--algo zbv] [--sizes 32x256 64x512 128x1024 256x2048]
 Prints the best of --repeat runs (this machine is shared and noisy) and the table size. `order s` is the
-algorithm alone (its compute order); `build s` adds lowering and validation (`build_schedule`); `total
-cpu s` is build + simulate in CPU seconds of this process (less disturbed by other work than wall time).
-`--growth` runs each size in a fresh process (one run each) and prints build + simulate seconds, the peak
-resident memory (RSS) of that process, and the growth exponent of the time in p*m (least squares on logs).
+algorithm alone (its compute order); `build s` adds lowering and validation (`build_schedule`); `simulate s`
+and `sim cpu s` are the simulation alone (wall, CPU); `total cpu s` is build + simulate in CPU seconds of
+this process (less disturbed by other work than wall time).
+`--growth` runs each size in a fresh process (one run each) and prints build + simulate seconds (and the
+simulation's alone), the peak resident memory (RSS) of that process (and after the build, before the
+simulation), and the growth exponents of the times in p*m (least squares on logs).
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ from primuspp.sim import simulate
 SKIP = {"zb-optimal"}  # an exact MILP: timed by its own time limit, not a generator
 
 
-def best_of(repeat: int, fn):
-    best, value = float("inf"), None
+def best_of(repeat: int, fn, cpu: list[float] | None = None):
+    """Best wall seconds of `repeat` runs and the last value; the best CPU seconds go to `cpu[0]`."""
+    best, best_cpu, value = float("inf"), float("inf"), None
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         value = fn()
         best = min(best, time.perf_counter() - start)
+        best_cpu = min(best_cpu, time.process_time() - start_cpu)
+    if cpu is not None:
+        cpu[:] = [best_cpu]
     return best, value
 
 
@@ -55,21 +61,34 @@ def one_run(name: str, pp: int, mb: int) -> dict:
     costs = CostModel(1000, 1000, 1000)
     wall, cpu = time.perf_counter(), time.process_time()
     sched = build_schedule(name, pp, None, mb, costs, max_nodes=10**9)
+    build_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    sim_cpu = time.process_time()
     simulate(sched, costs)
     return {
         "wall_s": time.perf_counter() - wall,
         "cpu_s": time.process_time() - cpu,
+        "sim_cpu_s": time.process_time() - sim_cpu,
         "nodes": sched.num_nodes(),
+        "build_rss_mb": build_rss,
         "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
+def _slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of log(seconds) on log(p*m)."""
+    xs = [math.log(x) for x, _ in points]
+    ys = [math.log(max(y, 1e-6)) for _, y in points]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
 def growth(names: list[str], sizes: list[str]) -> None:
     table = Table(title="growth: build + simulate, one fresh process per size", title_justify="left")
-    for col in ("algorithm", "p", "m", "nodes", "wall s", "cpu s", "peak RSS MB", "exponent"):
+    cols = ("algorithm", "p", "m", "nodes", "wall s", "cpu s", "sim cpu s", "peak RSS MB", "after build MB")
+    for col in (*cols, "exponent"):
         table.add_column(col, justify="left" if col == "algorithm" else "right")
     for name in names:
-        points = []
+        points, sim_points = [], []
         for size in sizes:
             pp, mb = (int(x) for x in size.split("x"))
             out = subprocess.run(
@@ -80,6 +99,7 @@ def growth(names: list[str], sizes: list[str]) -> None:
             ).stdout
             got = json.loads(out.strip().splitlines()[-1])
             points.append((pp * mb, got["cpu_s"]))
+            sim_points.append((pp * mb, got["sim_cpu_s"]))
             table.add_row(
                 name,
                 str(pp),
@@ -87,14 +107,13 @@ def growth(names: list[str], sizes: list[str]) -> None:
                 f"{got['nodes']:,}",
                 f"{got['wall_s']:.2f}",
                 f"{got['cpu_s']:.2f}",
+                f"{got['sim_cpu_s']:.2f}",
                 f"{got['rss_mb']:.0f}",
+                f"{got['build_rss_mb']:.0f}",
                 "",
             )
-        xs = [math.log(x) for x, _ in points]
-        ys = [math.log(y) for _, y in points]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
-        table.add_row(name, "", "", "", "", "", "", f"{slope:.2f} (cpu s vs p*m)")
+        table.add_row(name, *[""] * (len(cols) - 1), f"{_slope(points):.2f} (cpu s vs p*m)")
+        table.add_row(name, *[""] * (len(cols) - 1), f"{_slope(sim_points):.2f} (sim cpu s vs p*m)")
     Console(width=120).print(table)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
@@ -119,7 +138,18 @@ def main() -> None:
     table = Table(
         title=f"primuspp scale: p={args.pp}, m={args.mb} (best of {args.repeat})", title_justify="left"
     )
-    cols = ("algorithm", "v", "nodes", "order s", "build s", "simulate s", "total cpu s", "step", "steady")
+    cols = (
+        "algorithm",
+        "v",
+        "nodes",
+        "order s",
+        "build s",
+        "simulate s",
+        "sim cpu s",
+        "total cpu s",
+        "step",
+        "steady",
+    )
     for col in cols:
         table.add_column(col, justify="left" if col == "algorithm" else "right")
     for name in args.algo or [a for a in ALGORITHMS if a not in SKIP]:
@@ -128,10 +158,11 @@ def main() -> None:
         try:
             gen_s, sched = best_of(args.repeat, build)
         except ScheduleError as err:
-            table.add_row(name, "-", "-", "refused", str(err), "", "", "", "")
+            table.add_row(name, "-", "-", "refused", str(err), "", "", "", "", "")
             continue
         order_s, _ = best_of(args.repeat, partial(order_only, name, args.pp, args.mb, costs))
-        sim_s, result = best_of(args.repeat, partial(simulate, sched, costs))
+        sim_cpu: list[float] = []
+        sim_s, result = best_of(args.repeat, partial(simulate, sched, costs), sim_cpu)
         cpu = time.process_time()
         simulate(build(), costs)
         cpu = time.process_time() - cpu
@@ -141,7 +172,8 @@ def main() -> None:
             f"{sched.num_nodes():,}",
             f"{order_s:.2f}",
             f"{gen_s:.2f}",
-            f"{sim_s:.2f}",
+            f"{sim_s:.3f}",
+            f"{sim_cpu[0]:.3f}",
             f"{cpu:.2f}",
             f"{result.metrics.step_time:,.0f}",
             f"{result.metrics.steady_bubble_rate:.2%}",

@@ -2,14 +2,18 @@
 
 Each rank runs its nodes in order; a node starts when its rank is free and its inputs have arrived (the
 producer's end, plus `comm` when the producer lives on another rank). Sends never block: this is the
-asynchronous model the simulator uses. One pass in dependency order, no rescans: a rank that meets a missing
-input parks on that input and is woken when it is produced.
+asynchronous model the simulator uses. Three forms, one result: `node_times_reference` reads the semantics
+table node by node; `node_times_events` is one pass in dependency order, no rescans (a rank that meets a
+missing input parks on that input and is woken when it is produced); `timing_arrays.solve` computes the same
+times as array passes where it can prove them bit-identical. `node_times` picks the fastest that applies.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
@@ -31,10 +35,11 @@ from primuspp.schedule.semantics import (
 
 _F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
 
-# `node_times` is the fast path: one branch per kind, written out, with durations from the table
-# (`kind_durations`). It runs only while the semantics table says what its branches do: for any other
-# table (a new node kind, a changed rule) `node_times_reference`, which reads the table for every node,
-# takes over, so a new kind is timed correctly before anyone touches this file.
+# `node_times_events` (and the array passes, which rely on the same rules) is the fast path: one branch per
+# kind, written out, with durations from the table (`kind_durations`). It runs only while the semantics table
+# says what its branches do: for any other table (a new node kind, a changed rule) `node_times_reference`,
+# which reads the table for every node, takes over, so a new kind is timed correctly before anyone touches
+# this file.
 _FAST_RULES = {
     _F: ((ACT_PREV,), (ACT,)),
     _B: ((SAVED, GRAD_NEXT), (GRAD,)),
@@ -59,21 +64,86 @@ _FAST_OK = (
 class Timing:
     """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (non-compute nodes get zero-length slots).
     `forward_end[key]` / `grad_end[key]`, key = microbatch * stages + stage: when the activation / the input
-    grad of (microbatch, stage) was produced."""
+    grad of (microbatch, stage) was produced. `arrays`: the same times as flat numpy arrays
+    (`timing_arrays.NodeTimeArrays`) when the array passes computed them, else None."""
 
     order: Sequence[Sequence[Node]]
     starts: list[list[float]]
     ends: list[list[float]]
     forward_end: list[float | None]
     grad_end: list[float | None]
+    arrays: Any = field(default=None, compare=False, repr=False)
+
+
+#: from this many nodes on, `node_times` tries the array passes first (below, the loop is quicker)
+ARRAY_MIN_NODES = 2_000
 
 
 def node_times(
+    placement: Placement,
+    num_microbatches: int,
+    order: Sequence[Sequence[Node]],
+    costs: StageCosts,
+    rows: dict[str, Any] | None = None,
+) -> Timing:
+    """Fast path of `node_times_reference` (same results, several times faster): the array passes of
+    `timing_arrays` where they apply, else the loop `node_times_events`. `rows`: the order's
+    `compact.order_arrays`, when the caller has them (else they are built when the arrays are tried)."""
+    if _FAST_OK and sum(len(seq) for seq in order) >= ARRAY_MIN_NODES:
+        from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
+
+        exact = timing_arrays.exact_costs(costs)
+        got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if exact else None
+        if got is not None:
+            return _as_lists(order, got)
+    return node_times_events(placement, num_microbatches, order, costs)
+
+
+def node_time_arrays(
+    placement: Placement,
+    num_microbatches: int,
+    order: Sequence[Sequence[Node]],
+    costs: StageCosts,
+    rows: dict[str, Any] | None = None,
+) -> Any:
+    """`node_times` as flat numpy arrays (`timing_arrays.NodeTimeArrays`); `rows`: the order's
+    `compact.order_arrays` when the caller has them (a lowered table keeps them)."""
+    import numpy as np
+
+    from primuspp.schedule import timing_arrays
+
+    fast = _FAST_OK and timing_arrays.exact_costs(costs)
+    got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if fast else None
+    if got is not None:
+        return got
+    timing = node_times_events(placement, num_microbatches, order, costs)
+    first = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum([len(seq) for seq in order], out=first[1:])
+    return timing_arrays.NodeTimeArrays(
+        first,
+        np.array([t for row in timing.starts for t in row], dtype=np.float64),
+        np.array([t for row in timing.ends for t in row], dtype=np.float64),
+        np.array([np.nan if t is None else t for t in timing.forward_end], dtype=np.float64),
+        np.array([np.nan if t is None else t for t in timing.grad_end], dtype=np.float64),
+    )
+
+
+def _as_lists(order: Sequence[Sequence[Node]], got: Any) -> Timing:
+    bounds = got.first.tolist()
+    starts = [got.starts[a:b].tolist() for a, b in itertools.pairwise(bounds)]
+    ends = [got.ends[a:b].tolist() for a, b in itertools.pairwise(bounds)]
+    f_end = [None if t != t else t for t in got.forward_end.tolist()]
+    g_end = [None if t != t else t for t in got.grad_end.tolist()]
+    return Timing(order, starts, ends, f_end, g_end, got)
+
+
+def node_times_events(
     placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], costs: StageCosts
 ) -> Timing:
+    """The one-pass loop form of `node_times_reference`: in dependency order, a rank that meets a missing
+    input parks on it and is woken when it is produced. Any table, any costs; it words a cycle's error."""
     n_stages = placement.num_stages
     nxt, prv, srank = placement.next_stage, placement.prev_stage, placement.stage_rank
-    """Fast path of `node_times_reference` (same results, several times faster)."""
     if not _FAST_OK:
         return node_times_reference(placement, num_microbatches, order, costs)
     dur = kind_durations(costs)

@@ -1,17 +1,31 @@
-"""The simulator: run a lowered table under a cost model and measure it."""
+"""The simulator: run a lowered table under a cost model and measure it.
+
+The run is a few array passes over the table's compute order (`compact.order_arrays`: one row per node,
+one per part of a composite node): the times of every node (`timing.node_time_arrays`), then the intervals,
+transfers and memory curves as numpy columns. The timeline's lists (`RankTimeline.intervals`,
+`Timeline.transfers`, `RankTimeline.memory`) are lazy views of those columns (`trace.columns`): their objects
+are built only when someone reads them, and the metrics are reductions over the columns.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from primuspp.gcpause import without_gc
-from primuspp.schedule.costs import CostModel, StageCosts
+import numpy as np
+
+from primuspp.schedule.compact import KINDS, LoweredRanks, order_arrays
+from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, order_memory
 from primuspp.schedule.table import ScheduleTable
-from primuspp.schedule.timing import node_times
+from primuspp.schedule.timing import node_time_arrays
+from primuspp.sim.memory_curve import memory_levels
+from primuspp.trace.columns import CurveColumns, IntervalColumns, TransferColumns
 from primuspp.trace.metrics import Metrics, timeline_metrics
-from primuspp.trace.timeline import Interval, RankTimeline, Timeline, Transfer
+from primuspp.trace.timeline import RankTimeline, Timeline
+
+_NAMES = tuple(k.text for k in KINDS)
+_TAGS = ("F", "B")  # a transfer's tag: the activation (F) or the input grad (B)
 
 
 @dataclass(frozen=True)
@@ -23,7 +37,6 @@ class SimResult:
     metrics: Metrics
 
 
-@without_gc
 def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | None = None) -> SimResult:
     """Discrete-event run of `table`: compute nodes occupy their rank; a SEND makes its tensor arrive at the
     peer `comm` later without occupying compute; a consumer starts at max(rank free, arrival)."""
@@ -32,51 +45,29 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     stage_costs = costs.for_placement(placement)
     # Comm nodes neither take time nor block in this model: time the compute and memory nodes alone.
     order = table.compute_order()
-    timing = node_times(placement, table.num_microbatches, order, stage_costs)
-    f_end, g_end = timing.forward_end, timing.grad_end
-    chunk = placement.stage_chunk
-    n_stages = placement.num_stages
-    fwd_peer, bwd_peer = stage_peers(placement)
-    comm = stage_costs.comm
-    # per kind (semantics; keyed by text, which hashes in C where an Enum member hashes in Python): for
-    # each datum it produces, the rank it goes to from each stage, when it was produced, the transfer's tag
-    route = {ACT: (fwd_peer, f_end, "F"), GRAD: (bwd_peer, g_end, "B")}
-    outs = {kind.text: tuple(route[what] for what in sem.produces) for kind, sem in SEMANTICS.items()}
-    composite = {kind.text: bool(sem.parts) for kind, sem in SEMANTICS.items()}
+    rows = table.ranks.rows if isinstance(table.ranks, LoweredRanks) else order_arrays(order)
+    times = node_time_arrays(placement, table.num_microbatches, order, stage_costs, rows)
+    starts, ends = times.starts, times.ends
+    n_ranks = len(order)
+    node_first = times.first
+    owner = node_first[rows["rank"]] + rows["index"]  # each row's node, in the flat numbering
+    is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[rows["node_kind"]]
+    intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk)
+
+    # memory: the one memory model, as array passes where the table allows it
+    act, fractions = stage_costs.activation, stage_costs.fractions()
+    levels = memory_levels(rows, node_first, starts, ends, act, fractions)
     ranks = []
-    transfers = []
-    for r, nodes in enumerate(order):
-        starts, ends = timing.starts[r], timing.ends[r]
-        intervals: list[Interval] = []
-        add = intervals.append
-        for i, node in enumerate(nodes):
-            kind = node.kind
-            if not kind.is_compute:
-                continue
-            s = node.stage
-            if not composite[kind.text]:
-                add(Interval(kind.text, node.microbatch, s, chunk[s], starts[i], ends[i]))
-                # a valid table sends every cross-rank output once, when it is produced (semantics: what
-                # each kind produces; an activation goes to the next stage's rank, a grad to the previous)
-                for peers, sent, tag in outs[kind.text]:
-                    peer = peers[s]
-                    if peer >= 0:
-                        t = sent[node.microbatch * n_stages + s]
-                        transfers.append(Transfer(tag, node.microbatch, s, r, peer, t, t + comm))
-                continue
-            # a composite (FB): one interval, its backward part alongside; its parts' outputs
-            bp = node.parts[1]
-            back = (bp.kind.text, bp.microbatch, bp.stage, chunk[bp.stage])
-            add(Interval(kind.text, node.microbatch, s, chunk[s], starts[i], ends[i], back))
-            for part in node.parts:
-                for peers, sent, tag in outs[part.kind.text]:
-                    ps = part.stage
-                    peer = peers[ps]
-                    if peer >= 0:
-                        t = sent[part.microbatch * n_stages + ps]
-                        transfers.append(Transfer(tag, part.microbatch, ps, r, peer, t, t + comm))
-        memory, peak = _memory_curve(nodes, starts, ends, stage_costs)
-        ranks.append(RankTimeline(r, intervals, memory, peak))
+    for r in range(n_ranks):
+        if levels is not None:
+            t, level, peak = levels[r]
+            memory = CurveColumns(t, level)
+        else:
+            a, b = int(node_first[r]), int(node_first[r + 1])
+            memory, peak = order_memory(order[r], act, fractions, starts[a:b].tolist(), ends[a:b].tolist())
+            memory.insert(0, (0.0, 0.0))
+        ranks.append(RankTimeline(r, intervals[r], memory, peak))
+
     label = name or table.algorithm
     timeline = Timeline(
         label,
@@ -87,17 +78,69 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
         table.algorithm,
         "simulated",
         "0",
-        transfers,
+        _transfers(rows, owner, is_compute, times, placement, stage_costs.comm),
     )
     return SimResult(label, table, costs, timeline, timeline_metrics(timeline))
 
 
-def _memory_curve(nodes, starts, ends, costs: StageCosts) -> tuple[list[tuple[float, float]], float]:
-    """Activation memory over time, from the one memory model (`semantics.order_memory`): each effect at
-    its node's start or end. A rank's events are in table order, which is their order in time, so an
-    earlier node's free precedes a later node's allocation at the same instant and a zero-length F
-    allocates before the B that frees it (sorting frees first made zero costs go negative, peak 0)."""
-    act = costs.activation
-    curve, peak = order_memory(nodes, act, costs.fractions(), starts, ends)
-    curve.insert(0, (0.0, 0.0))
-    return curve, peak
+def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -> list[IntervalColumns]:
+    """Per rank, one interval per compute node: its kind, its (first part's) microbatch and stage, its times;
+    an FB's backward part alongside, as (kind, microbatch, stage, chunk) of its second part."""
+    kind, mb, stage, part = rows["kind"], rows["mb"], rows["stage"], rows["part"]
+    node_kind = rows["node_kind"]
+    chunk = np.asarray(stage_chunk, dtype=np.int64)
+    head = part == 0  # one row per node, in node order
+    nodes = np.flatnonzero(is_compute)
+    n_mb, n_stage = mb[head][nodes], stage[head][nodes]
+    i_kind, i_start, i_end, i_chunk = node_kind[nodes], starts[nodes], ends[nodes], chunk[n_stage]
+    cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
+    n_ranks = len(cuts) - 1
+    composite = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
+    back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))  # rank-major, as all rows
+    b_rank = rows["rank"][back_rows]
+    b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
+    b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
+    b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
+    out = []
+    for r in range(n_ranks):
+        lo, hi = cuts[r], cuts[r + 1]
+        cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
+        b_lo, b_hi = b_cuts[r], b_cuts[r + 1]
+        backward = tuple(col[b_lo:b_hi] for col in b_cols) if b_hi > b_lo else None
+        out.append(IntervalColumns(_NAMES, *cols, backward))
+    return out
+
+
+def _transfers(rows, owner, is_compute, times, placement, comm: float) -> TransferColumns:
+    """Every cross-rank output of a compute node, once, when it is produced (semantics: what each kind
+    produces; an activation goes to the next stage's rank, a grad to the previous), in the order of the
+    nodes, their parts, and the data each part produces."""
+    fwd_peer, bwd_peer = stage_peers(placement)
+    route = {ACT: (np.asarray(fwd_peer, dtype=np.int64), times.forward_end, 0),
+             GRAD: (np.asarray(bwd_peer, dtype=np.int64), times.grad_end, 1)}  # fmt: skip
+    kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
+    n_stages = placement.num_stages
+    pieces = []
+    for code in np.unique(kind).tolist():
+        made = SEMANTICS[KINDS[code]].produces
+        if not made:
+            continue
+        sel = np.flatnonzero((kind == code) & is_compute[owner])
+        for ordinal, what in enumerate(made):
+            peers, sent, tag = route[what]
+            peer = peers[stage[sel]]
+            ok = peer >= 0
+            r_sel = sel[ok]
+            t = sent[mb[r_sel] * n_stages + stage[r_sel]]
+            pieces.append((r_sel, ordinal, tag, peer[ok], t))
+    if not pieces:
+        empty = np.zeros(0, dtype=np.int64)
+        return TransferColumns(_TAGS, empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0))
+    row = np.concatenate([p[0] for p in pieces])
+    ordinal = np.concatenate([np.full(len(p[0]), p[1], dtype=np.int64) for p in pieces])
+    order = np.lexsort((ordinal, row))
+    row = row[order]
+    tag = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int8) for p in pieces])[order]
+    dst = np.concatenate([p[3] for p in pieces])[order]
+    sent = np.concatenate([p[4] for p in pieces])[order]
+    return TransferColumns(_TAGS, tag, mb[row], stage[row], rows["rank"][row], dst, sent, sent + comm)

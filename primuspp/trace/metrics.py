@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from primuspp.trace.columns import IntervalColumns
 from primuspp.trace.timeline import Timeline
 
 
@@ -48,7 +49,13 @@ def timeline_metrics(timeline: Timeline) -> Metrics:
     per_rank = []
     first, last = float("inf"), float("-inf")
     for rt in timeline.ranks:
-        if rt.intervals:
+        ivs = rt.intervals
+        if isinstance(ivs, IntervalColumns) and ivs:
+            # the simulator's columns: the same values without building the intervals (the busy time
+            # summed by Python's sum, in the same order, as below)
+            lo, hi = float(ivs.start.min()), float(ivs.end.max())
+            busy = sum((ivs.end - ivs.start).tolist())
+        elif ivs:
             lo = min(iv.start for iv in rt.intervals)
             hi = max(iv.end for iv in rt.intervals)
             busy = sum(iv.end - iv.start for iv in rt.intervals)

@@ -1,0 +1,144 @@
+"""The memory model (`semantics.order_memory`) as array passes, for the simulator's curves.
+
+Same events, same order, same float operations as `order_memory`: each node's effects at its start, then
+at its end (a composite node: every part's start effects, then every part's end effects), the level a running
+sum of the changes with values within 1e-9 of zero snapped to 0.0. The running sum is numpy's cumulative
+sum, which adds left to right as the loop does; a snap restarts it. Effects are read from the semantics
+table: a table whose kinds have effects other than allocating and freeing (OFFLOAD/RELOAD), or whose frees do
+not pair up (a second B or W of the same microbatch and stage), gets None and the caller uses
+`order_memory` itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from primuspp.schedule.compact import KINDS
+from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
+
+_CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
+_SNAP_RESTARTS = 32
+#: take the events in row order when no kind has more than one effect (a test turns it off)
+ONE_EFFECT_ROWS = True  # more snaps than this on one rank: finish that rank with a plain loop
+
+
+def memory_levels(
+    rows: dict[str, Any],
+    node_first: Any,
+    starts: Any,
+    ends: Any,
+    amount: Sequence[float],
+    b_free: Sequence[float],
+) -> list[tuple[Any, Any, float]] | None:
+    """Per rank (times, levels, peak) of `order_memory` over the nodes of `rows` (`compact.order_arrays`;
+    `node_first[r]`: rank r's first node in the flat, rank-major numbering `starts`/`ends` use), or None
+    when the arrays cannot reproduce it (see the module docstring)."""
+    kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
+    gidx = node_first[rows["rank"]] + rows["index"]
+    part = rows["part"]
+    amount_a = np.asarray(amount, dtype=np.float64)
+    bfree_a = np.asarray(b_free, dtype=np.float64)
+    freed_b = amount_a * bfree_a  # as order_memory: amount[s] * b_free[s]
+    # (phase, ordinal, effect) of every effect of every kind present
+    plans = {}
+    for code in np.unique(kind).tolist():
+        sem = SEMANTICS[KINDS[code]]
+        plan = [(0, n, e) for n, e in enumerate(sem.at_start)] + [(1, n, e) for n, e in enumerate(sem.at_end)]
+        if any(e not in _CODES for _, _, e in plan):
+            return None
+        plans[code] = plan
+    if not any(plans.values()):
+        return [(np.zeros(0), np.zeros(0), 0.0) for _ in range(len(node_first) - 1)]
+    if ONE_EFFECT_ROWS and max(len(plan) for plan in plans.values()) == 1:
+        # one effect per row at most (the registry's kinds): the events in row order, which is the loop's
+        # order unless a composite node's parts act in the other order (checked below)
+        has = np.zeros(len(KINDS), dtype=bool)
+        phase_of = np.zeros(len(KINDS), dtype=np.int64)
+        effect_of = np.zeros(len(KINDS), dtype=np.int8)
+        for code, plan in plans.items():
+            if plan:
+                has[code], phase_of[code], effect_of[code] = True, plan[0][0], _CODES[plan[0][2]]
+        ev_row = np.flatnonzero(has[kind])
+        ev_phase, ev_effect = phase_of[kind[ev_row]], effect_of[kind[ev_row]]
+        ev_ord = np.zeros(len(ev_row), dtype=np.int64)
+    else:
+        groups = [
+            (np.flatnonzero(kind == code), ph, n, e) for code, plan in plans.items() for ph, n, e in plan
+        ]
+        ev_row = np.concatenate([g[0] for g in groups])
+        ev_phase = np.concatenate([np.full(len(g[0]), g[1], dtype=np.int64) for g in groups])
+        ev_ord = np.concatenate([np.full(len(g[0]), g[2], dtype=np.int64) for g in groups])
+        ev_effect = np.concatenate([np.full(len(g[0]), _CODES[g[3]], dtype=np.int8) for g in groups])
+    # the loop's order: node, phase, part, the effect's place in its list (as one integer key)
+    n_part, n_ord = int(part.max(initial=0)) + 1, int(ev_ord.max(initial=0)) + 1
+    sort_key = ((gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]) * n_ord + ev_ord
+    if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
+        order = np.argsort(sort_key, kind="stable")
+        ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
+    s = stage[ev_row]
+    delta = np.empty(len(ev_row), dtype=np.float64)
+    is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))
+    delta[is_alloc] = amount_a[s[is_alloc]]
+    delta[is_all] = -amount_a[s[is_all]]
+    delta[is_b] = -freed_b[s[is_b]]
+    if is_rest.any():
+        # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default
+        n_stages = len(amount_a)
+        key = mb[ev_row] * n_stages + s
+        size = int(key.max()) + 1 if len(key) else 0
+        b_keys, rest_keys = key[is_b], key[is_rest]
+        if np.bincount(b_keys, minlength=size).max(initial=0) > 1:
+            return None
+        if np.bincount(rest_keys, minlength=size).max(initial=0) > 1:
+            return None
+        ev_rank = rows["rank"][ev_row]
+        where_b = np.full(size, -1, dtype=np.int64)
+        where_b[b_keys] = np.nonzero(is_b)[0]
+        rest_at = np.nonzero(is_rest)[0]
+        b_at = where_b[rest_keys]
+        seen = (b_at >= 0) & (b_at < rest_at)
+        seen &= ev_rank[np.maximum(b_at, 0)] == ev_rank[rest_at]
+        rs = s[is_rest]
+        delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
+    ev_gidx = gidx[ev_row]
+    times = np.where(ev_phase == 0, starts[ev_gidx], ends[ev_gidx])
+    n_ranks = len(node_first) - 1
+    bounds = np.searchsorted(ev_gidx, node_first)
+    out = []
+    for r in range(n_ranks):
+        lo, hi = int(bounds[r]), int(bounds[r + 1])
+        levels = _running_level(delta[lo:hi])
+        peak = float(levels.max()) if len(levels) else 0.0
+        out.append((times[lo:hi], levels, peak if peak > 0.0 else 0.0))
+    return out
+
+
+def _running_level(delta: Any) -> Any:
+    """0.0 plus each change in turn, a level within 1e-9 of zero set to 0.0 (as `order_memory`)."""
+    out = np.empty(len(delta), dtype=np.float64)
+    lo, restarts = 0, 0
+    while lo < len(delta):
+        # a leading 0.0 so the first value is 0.0 + delta (as the loop adds it), not delta itself
+        run = np.cumsum(np.concatenate(([0.0], delta[lo:])))[1:]
+        near = (run > -1e-9) & (run < 1e-9) & ((run != 0.0) | np.signbit(run))
+        hits = np.flatnonzero(near)
+        if not len(hits):
+            out[lo:] = run
+            return out
+        k = int(hits[0])
+        out[lo : lo + k] = run[:k]
+        out[lo + k] = 0.0
+        lo += k + 1
+        restarts += 1
+        if restarts > _SNAP_RESTARTS:
+            level = 0.0
+            for i, d in enumerate(delta[lo:].tolist(), start=lo):
+                level += d
+                if -1e-9 < level < 1e-9:
+                    level = 0.0
+                out[i] = level
+            return out
+    return out

@@ -1,0 +1,125 @@
+"""The array form of the timing (`timing_arrays.solve`): identical to the loop wherever it answers, and it
+answers where its proof holds (equal or dyadic costs) — it steps aside (None) everywhere else."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from primuspp.algorithms.registry import ALGORITHMS, build_schedule
+from primuspp.errors import ValidationError
+from primuspp.schedule import timing, timing_arrays
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.placement import make_placement
+from primuspp.schedule.timing import node_times, node_times_events, node_times_reference
+from tests.schedule.random_orders import random_order
+
+PLACEMENTS = (("linear", 4, 1), ("loop", 4, 2), ("v", 4, 2), ("bidirectional", 4, 2))
+NAMES = [n for n in ALGORITHMS if n != "zb-optimal"]
+#: costs the array form proves exact (multiples of 2^-20), and one it must leave to the loop (thirds)
+DYADIC = {
+    "equal": CostModel(1000, 1000, 1000),
+    "per-rank": CostModel((900.0, 937.25, 974.5, 1011.75), 1500.0, (700.0, 713.0, 726.0, 700.0), comm=55.0),
+    "fb": CostModel(2.0, 3.0, 1.0, comm=0.5, fb_overlap=0.75),
+}
+THIRDS = CostModel(1.0 / 3, 1.0, 1.0)
+
+
+def _flat(rows):
+    return np.array([t for row in rows for t in row], dtype=np.float64)
+
+
+def _same(placement, m, order, stage_costs, got) -> None:
+    loop = node_times_events(placement, m, order, stage_costs)
+    assert np.array_equal(got.starts, _flat(loop.starts))
+    assert np.array_equal(got.ends, _flat(loop.ends))
+    for arr, ref in ((got.forward_end, loop.forward_end), (got.grad_end, loop.grad_end)):
+        assert [None if t != t else t for t in arr.tolist()] == ref
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("cname", list(DYADIC))
+def test_arrays_are_the_loop_on_every_algorithm(name, cname):
+    costs = DYADIC[cname]
+    for pp, m in ((4, 8), (4, 13)):
+        try:
+            table = build_schedule(name, pp, None, m, costs)
+        except Exception:
+            continue
+        sc = costs.for_placement(table.placement)
+        order = table.compute_order()
+        got = timing_arrays.solve(table.placement, m, order, sc, table.ranks.rows)
+        if cname == "equal":
+            assert got is not None, "equal costs: the sweeps settle and the proof holds"
+        if got is not None:
+            _same(table.placement, m, order, sc, got)
+
+
+def test_non_dyadic_costs_go_to_the_loop():
+    table = build_schedule("1f1b", 4, None, 8, THIRDS)
+    sc = THIRDS.for_placement(table.placement)
+    assert timing_arrays.solve(table.placement, 8, table.compute_order(), sc) is None
+    assert not timing_arrays.exact_costs(sc)
+    assert all(timing_arrays.exact_costs(c.for_placement(table.placement)) for c in DYADIC.values())
+    # node_times still answers, through the loop
+    assert (
+        node_times(table.placement, 8, table.compute_order(), sc).ends
+        == node_times_reference(table.placement, 8, table.compute_order(), sc).ends
+    )
+
+
+@pytest.mark.parametrize(
+    "kind,pp,vpp", [("linear", 4, 1), ("loop", 4, 2), ("v", 4, 2), ("bidirectional", 4, 2)]
+)
+def test_arrays_are_the_loop_on_random_orders(kind, pp, vpp):
+    """Random orders with FB nodes, OFFLOAD/RELOAD and B/W splits: identical wherever the arrays answer."""
+    placement = make_placement(kind, pp, vpp)
+    rng = random.Random(5)
+    answered = 0
+    for costs in DYADIC.values():
+        for _ in range(6):
+            order = random_order(placement, 6, rng)
+            sc = costs.for_placement(placement)
+            got = timing_arrays.solve(placement, 6, order, sc)
+            if got is not None:
+                answered += 1
+                _same(placement, 6, order, sc, got)
+    assert answered > 0
+
+
+def test_a_deadlock_is_left_to_the_loop_which_names_it(monkeypatch):
+    placement = make_placement("linear", 2, 1)
+    f = lambda mb, s: Node(NodeKind.F, mb, s)  # noqa: E731
+    b = lambda mb, s: Node(NodeKind.BW, mb, s)  # noqa: E731
+    # rank 0 runs B0.0 before F1.0, but rank 1 runs F1.1 (needs F1.0) before B0.1 (which B0.0 needs)
+    order = [[f(0, 0), b(0, 0), f(1, 0), b(1, 0)], [f(0, 1), f(1, 1), b(0, 1), b(1, 1)]]
+    sc = CostModel().for_placement(placement)
+    assert timing_arrays.solve(placement, 2, order, sc) is None
+    monkeypatch.setattr(timing, "ARRAY_MIN_NODES", 0)
+    with pytest.raises(ValidationError, match="dependency cycle"):
+        node_times(placement, 2, order, sc)
+
+
+def test_an_input_made_later_on_the_same_rank_is_left_to_the_loop():
+    placement = make_placement("linear", 1, 1)
+    order = [[Node(NodeKind.BW, 0, 0), Node(NodeKind.F, 0, 0)]]
+    sc = CostModel().for_placement(placement)
+    assert timing_arrays.solve(placement, 1, order, sc) is None
+    with pytest.raises(ValidationError):
+        node_times_events(placement, 1, order, sc)
+
+
+def test_node_times_takes_the_arrays_above_the_threshold(monkeypatch):
+    """`node_times` (the list form every planner reads) is the loop's result on either side of the switch."""
+    table = build_schedule("zbv", 4, None, 16, DYADIC["per-rank"])
+    sc = DYADIC["per-rank"].for_placement(table.placement)
+    order = table.compute_order()
+    below = node_times(table.placement, 16, order, sc)
+    monkeypatch.setattr(timing, "ARRAY_MIN_NODES", 0)
+    above = node_times(table.placement, 16, order, sc)
+    assert timing_arrays.solve(table.placement, 16, order, sc) is not None
+    assert above.starts == below.starts and above.ends == below.ends
+    assert above.forward_end == below.forward_end and above.grad_end == below.grad_end
