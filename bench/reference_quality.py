@@ -42,6 +42,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from primuspp.algorithms.floor import forget
 from primuspp.algorithms.portfolio import memory_units, order_peak
 from primuspp.algorithms.registry import build_schedule
 from primuspp.errors import PrimusppError
@@ -340,6 +341,7 @@ def main() -> int:
                     ref = figures(reference_table(ref_order, p, m, pair.v), costs)
                     if "max_mem" in params and ref.peak < params["max_mem"] - TOL:
                         params["max_mem"] = ref.peak  # v-auto at the memory the reference's table holds
+                    forget()  # the floored generators' memos: gen s times the generator
                     start = time.perf_counter()
                     try:
                         table = build_schedule(pair.algo, p, pair.v, m, costs, **params)
