@@ -78,6 +78,7 @@ class ActivationMeter:
     def set_exclude(self, tensors: Iterable[torch.Tensor]) -> None:
         """Storages never counted (parameters): call again if they move (e.g. `module.to(device)`)."""
         self._exclude = {t.untyped_storage().data_ptr() for t in tensors}
+        self._pack_uncollected: Callable[[torch.Tensor], Any] | None = None  # begin_saving(None)'s hook
 
     def reset_peak(self) -> None:
         self.peak = self.current
@@ -91,8 +92,14 @@ class ActivationMeter:
     def begin_saving(self, record: SavedRecord | None) -> None:
         """`saving(record)` without a context manager object (the runner's form, once per F node): then
         `end_saving()` after the forward, also when it raised. `record` None: count the tensors but keep no
-        record of them (nothing will OFFLOAD them)."""
-        _push_hooks(self._packer(record), _unpack)
+        record of them (nothing will OFFLOAD them): one hook then serves every forward."""
+        if record is not None:
+            pack = self._packer(record)
+        else:
+            pack = self._pack_uncollected
+            if pack is None:
+                pack = self._pack_uncollected = self._packer(None)
+        _push_hooks(pack, _unpack)
 
     end_saving = staticmethod(torch._C._autograd._pop_saved_tensors_default_hooks)
 

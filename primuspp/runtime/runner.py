@@ -177,6 +177,7 @@ class StepState:
         "recvs",
         "run_fb",
         "sends",
+        "templates",
     )
 
     def __init__(
@@ -206,10 +207,11 @@ class StepState:
         self.recvs: list[tuple[tuple[str, int, int, int], Any]] = []
         self.ahead, self.all_recvs = runner.recv_ahead, runner._recvs
         self.recv_ahead_bytes = runner.recv_ahead_bytes
+        self.templates = runner._templates
         self.posted = 0  # receives posted so far (receives ahead)
         self.buffer_end = [0]  # receive buffer bytes before each receive, and in all
         if self.ahead != 0:
-            spec_of, end, size = self.boundary_spec, self.buffer_end, {}
+            spec_of, end, size = self.boundary_spec, self.buffer_end, runner._spec_bytes
             total = 0
             for op in self.all_recvs:
                 spec = spec_of(*op.boundary)
@@ -426,7 +428,7 @@ def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
                 t = t.contiguous()
             sends.append((op.record, mark()))
         else:
-            t = torch.empty(spec.shape, dtype=spec.dtype, device=st.device)
+            t = _receive_buffer(st, spec)
         tensors.append(t)
     requests = st.p2p.post(ops, tensors)  # type: ignore[union-attr]
     ins, pending = st.ins, st.pending_sends
@@ -438,6 +440,19 @@ def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
     if len(pending) > st.prune_at:  # release sent tensors whose transfer is over (NCCL)
         pending[:] = [r for r in pending if not r.done()]
         st.prune_at = max(32, 2 * len(pending))  # amortised: gloo only knows after wait()
+
+
+def _receive_buffer(st: StepState, spec: Any) -> torch.Tensor:
+    """`torch.empty(spec.shape, dtype=spec.dtype, device=...)`, made as `empty_like` of a one-element template
+    expanded to the shape (cached per spec): 1.6 us instead of 3.5 (`torch.empty` parses a shape tuple
+    slowly), for every receive."""
+    try:
+        template = st.templates.get(spec)
+    except TypeError:  # a spec that is not hashable (a list as shape)
+        return torch.empty(spec.shape, dtype=spec.dtype, device=st.device)
+    if template is None:
+        template = st.templates[spec] = torch.empty((), dtype=spec.dtype, device=st.device).expand(spec.shape)
+    return torch.empty_like(template, memory_format=torch.contiguous_format)
 
 
 def _post_recvs(st: StepState, done: int) -> None:
@@ -511,6 +526,10 @@ class ScheduleRunner:
         self.program: list[Instruction] = self._compile(table.ranks[rank])
         #: the rank has memory nodes (OFFLOAD/RELOAD): F then keeps a record of the tensors it saved
         self.offloads = any(ins.run is _run_memory for ins in self.program)
+        #: bytes of a tensor of each boundary spec seen (the receive budget's sizes), and its receive
+        #: buffers' template (`_receive_buffer`)
+        self._spec_bytes: dict[Any, int] = {}
+        self._templates: dict[Any, torch.Tensor] = {}
         #: every receive of the step, in program order (posted ahead from this list)
         self._recvs = tuple(op for ins in self.program for op in ins.ops if not op.send)
         if p2p is None and any(ins.ops for ins in self.program):
