@@ -37,7 +37,22 @@ class _Saved:
         self.host = False
 
     def __del__(self) -> None:
-        self.meter._release(self.key, self.host)
+        meter = self.meter
+        if self.host:
+            meter._release(self.key, True)
+            return
+        # `_release(key)` inlined: this runs for every saved tensor autograd frees
+        lock = meter._lock
+        lock.acquire()
+        try:
+            entry = meter._entries.get(self.key)
+            if entry is not None:  # None only at interpreter shutdown
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del meter._entries[self.key]
+                    meter.current -= entry[0]
+        finally:
+            lock.release()
 
 
 class SavedRecord:
