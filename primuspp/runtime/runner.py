@@ -412,23 +412,13 @@ def _run_memory(st: StepState, ins: Instruction) -> None:
 def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
     """Post one batch: sends take their slot's tensor, receives get a fresh buffer from `boundary_spec`."""
     tensors = []
-    spec_of, outs, mark, sends = st.boundary_spec, st.outs, st.mark, st.sends
+    spec_of, mark, sends = st.boundary_spec, st.mark, st.sends
     for op in ops:
-        spec = spec_of(*op.boundary)
         if op.send:
-            t = outs[op.forward].pop(op.key)
-            if (t.shape != spec.shape and tuple(t.shape) != tuple(spec.shape)) or t.dtype != spec.dtype:
-                raise RuntimeError(
-                    f"{op.label}: tensor is {tuple(t.shape)} {t.dtype} but the executor's "
-                    f"boundary_spec says {tuple(spec.shape)} {spec.dtype}"
-                )
-            if t.requires_grad:
-                t = t.detach()
-            if not t.is_contiguous():
-                t = t.contiguous()
+            t = _send_tensor(st, op)
             sends.append((op.record, mark()))
         else:
-            t = _receive_buffer(st, spec)
+            t = _receive_buffer(st, spec_of(*op.boundary))
         tensors.append(t)
     requests = st.p2p.post(ops, tensors)  # type: ignore[union-attr]
     ins, pending = st.ins, st.pending_sends
@@ -440,6 +430,22 @@ def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
     if len(pending) > st.prune_at:  # release sent tensors whose transfer is over (NCCL)
         pending[:] = [r for r in pending if not r.done()]
         st.prune_at = max(32, 2 * len(pending))  # amortised: gloo only knows after wait()
+
+
+def _send_tensor(st: StepState, op: CommOp) -> torch.Tensor:
+    """The tensor a send takes from its slot, checked against `boundary_spec`, detached and contiguous."""
+    t = st.outs[op.forward].pop(op.key)
+    spec = st.boundary_spec(*op.boundary)
+    if (t.shape != spec.shape and tuple(t.shape) != tuple(spec.shape)) or t.dtype != spec.dtype:
+        raise RuntimeError(
+            f"{op.label}: tensor is {tuple(t.shape)} {t.dtype} but the executor's "
+            f"boundary_spec says {tuple(spec.shape)} {spec.dtype}"
+        )
+    if t.requires_grad:
+        t = t.detach()
+    if not t.is_contiguous():
+        t = t.contiguous()
+    return t
 
 
 def _receive_buffer(st: StepState, spec: Any) -> torch.Tensor:
@@ -476,8 +482,23 @@ def _run_batch(st: StepState, ins: Instruction) -> None:
 def _run_batch_ahead(st: StepState, ins: Instruction) -> None:
     """A comm batch when receives run ahead: its sends now, receives up to the limits."""
     if ins.sends:
-        _post(st, ins.sends)
-    _post_recvs(st, ins.recv_end)
+        _post_sends(st, ins.sends)
+    if st.posted != len(st.all_recvs):
+        _post_recvs(st, ins.recv_end)
+
+
+def _post_sends(st: StepState, ops: tuple[CommOp, ...]) -> None:
+    """`_post` of a batch of sends only (with receives posted ahead, every batch but the first)."""
+    tensors = []
+    mark, sends = st.mark, st.sends
+    for op in ops:
+        tensors.append(_send_tensor(st, op))
+        sends.append((op.record, mark()))
+    pending = st.pending_sends
+    pending += st.p2p.post(ops, tensors)  # type: ignore[union-attr]
+    if len(pending) > st.prune_at:  # release sent tensors whose transfer is over (NCCL)
+        pending[:] = [r for r in pending if not r.done()]
+        st.prune_at = max(32, 2 * len(pending))
 
 
 # -- the runner -------------------------------------------------------------------------------------------
