@@ -1,7 +1,7 @@
 """Runner overhead against torch.distributed.pipelining, where compute is negligible (and where it is not).
 
     python bench/runner_overhead.py [--pp 4] [--mb 16] [--steps 30] [--recv-ahead N] [--hidden 8]
-        [--module auto|split|linear]
+        [--module auto|split|linear] [--no-meter]
 
 4 ranks (gloo, one thread each), one Linear(H, H) per stage (H = --hidden, default 8: compute negligible,
 the runners' own cost shows; 2048: compute dominates), 16 microbatches of 1 row. For 1f1b and zbv, the
@@ -19,7 +19,9 @@ zbv: the registry's `zbv` if this build has it; otherwise the exact order torch'
 computes, converted into a table (F → F, I → B, W → W) and lowered by ours. Torch's stages use nn.Linear
 (it splits B and W by graph surgery). Ours (--module auto, the default): SplitLinear (a real B/W split)
 where the table has B nodes (zbv), nn.Linear where it has none (1f1b: both sides then run the very same
-module, so the ratio is the runners'); --module split / linear forces one.
+module, so the ratio is the runners'); --module split / linear forces one. Ours counts activation memory
+as `TorchPipeline` does by default (saved-tensor hooks; torch's counts nothing); --no-meter switches that
+off, which shows the meter's share of our cost.
 """
 
 from __future__ import annotations
@@ -98,9 +100,13 @@ def _torch_schedule(name: str, rank: int, pp: int, m: int, modules: dict[int, nn
     return ScheduleZBVZeroBubble(stages, m, loss_fn=loss_fn)
 
 
-def _step_functions(name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead, hidden):
+def _step_functions(
+    name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead, hidden, meter=True
+):
     """One training step of each implementation, as argument-less callables."""
-    pipe = TorchPipeline(table, rank, ours_mods, loss_fn, TensorSpec((1, hidden)), recv_ahead=recv_ahead)
+    pipe = TorchPipeline(
+        table, rank, ours_mods, loss_fn, TensorSpec((1, hidden)), recv_ahead=recv_ahead, track_memory=meter
+    )
     sched = _torch_schedule(name, rank, pp, m, theirs_mods, hidden)
     first = 0 in theirs_mods
     last = (2 * pp - 1 if name == "zbv" else pp - 1) in theirs_mods
@@ -127,6 +133,7 @@ def worker(
     recv_ahead: int | None,
     hidden: int = 8,
     module: str = "auto",
+    meter: bool = True,
 ) -> dict:
     rank = ctx.rank
     torch.manual_seed(0)
@@ -141,7 +148,7 @@ def worker(
         for s in ours_mods:
             theirs_mods[s].load_state_dict(ours_mods[s].state_dict())
         ours, theirs = _step_functions(
-            name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead, hidden
+            name, table, rank, pp, m, ours_mods, theirs_mods, micro, x, y, recv_ahead, hidden, meter
         )
         times: dict[str, list[float]] = {"ours": [], "torch": [], "ours cpu": [], "torch cpu": []}
         pair = (("ours", ours), ("torch", theirs))
@@ -181,6 +188,11 @@ def main() -> None:
         help="our stages' layer: SplitLinear (split), nn.Linear (linear), or auto: SplitLinear only where "
         "the table splits B and W (zbv), so on 1f1b both sides run the same module",
     )
+    ap.add_argument(
+        "--no-meter",
+        action="store_true",
+        help="our pipeline without its activation meter (torch's has none): the meter's share of our cost",
+    )
     args = ap.parse_args()
     zbv, zbv_source = zbv_table(args.pp, args.mb)
     tables = {"1f1b": build_schedule("1f1b", args.pp, 1, args.mb), "zbv": zbv}
@@ -194,6 +206,7 @@ def main() -> None:
         args.recv_ahead,
         args.hidden,
         args.module,
+        not args.no_meter,
         backend="gloo",
     )
     assert results is not None
@@ -202,7 +215,7 @@ def main() -> None:
     table = Table(
         title=f"runner overhead: {args.pp} ranks (gloo), Linear({args.hidden}, {args.hidden}) per stage, "
         f"{args.mb} microbatches of 1 row, median of {args.steps} steps, receives ahead: {ahead}, "
-        f"our layers: {args.module}",
+        f"our layers: {args.module}{', no meter' if args.no_meter else ''}",
         title_justify="left",
     )
     cols = ("schedule", "ours ms", "torch ms", "ours / torch", "ours cpu ms", "torch cpu ms", "cpu ratio")

@@ -37,7 +37,22 @@ class _Saved:
         self.host = False
 
     def __del__(self) -> None:
-        self.meter._drop(self)
+        meter = self.meter
+        if self.host:
+            meter._release(self.key, True)
+            return
+        # `_release(key)` inlined: this runs for every saved tensor autograd frees
+        lock = meter._lock
+        lock.acquire()
+        try:
+            entry = meter._entries.get(self.key)
+            if entry is not None:  # None only at interpreter shutdown
+                entry[1] -= 1
+                if entry[1] == 0:
+                    del meter._entries[self.key]
+                    meter.current -= entry[0]
+        finally:
+            lock.release()
 
 
 class SavedRecord:
@@ -51,6 +66,9 @@ class SavedRecord:
 
     def live(self) -> list[_Saved]:
         return [h for ref in self.handles if (h := ref()) is not None]
+
+
+_push_hooks = torch._C._autograd._push_saved_tensors_default_hooks
 
 
 def _unpack(packed: Any) -> torch.Tensor:
@@ -75,6 +93,7 @@ class ActivationMeter:
     def set_exclude(self, tensors: Iterable[torch.Tensor]) -> None:
         """Storages never counted (parameters): call again if they move (e.g. `module.to(device)`)."""
         self._exclude = {t.untyped_storage().data_ptr() for t in tensors}
+        self._pack_uncollected: Callable[[torch.Tensor], Any] | None = None  # begin_saving(None)'s hook
 
     def reset_peak(self) -> None:
         self.peak = self.current
@@ -85,14 +104,49 @@ class ActivationMeter:
         """Context in which autograd's saved tensors are counted into `record`."""
         return torch.autograd.graph.saved_tensors_hooks(self._packer(record), _unpack)
 
-    def _packer(self, record: SavedRecord) -> Callable[[torch.Tensor], Any]:
-        handles = record.handles
+    def begin_saving(self, record: SavedRecord | None) -> None:
+        """`saving(record)` without a context manager object (the runner's form, once per F node): then
+        `end_saving()` after the forward, also when it raised. `record` None: count the tensors but keep no
+        record of them (nothing will OFFLOAD them): one hook then serves every forward."""
+        if record is not None:
+            pack = self._packer(record)
+        else:
+            pack = self._pack_uncollected
+            if pack is None:
+                pack = self._pack_uncollected = self._packer(None)
+        _push_hooks(pack, _unpack)
+
+    end_saving = staticmethod(torch._C._autograd._pop_saved_tensors_default_hooks)
+
+    def _packer(self, record: SavedRecord | None) -> Callable[[torch.Tensor], Any]:
+        """The pack hook of one record: `_track` and `_acquire` inlined (it runs for every saved tensor)."""
+        append = record.handles.append if record is not None else None
+        exclude, entries, lock, ref = self._exclude, self._entries, self._lock, weakref.ref
 
         def pack(tensor: torch.Tensor) -> Any:
-            handle = self._track(tensor)
-            if handle is None:
+            try:
+                storage = tensor.untyped_storage()
+                key = storage.data_ptr()
+            except (RuntimeError, NotImplementedError):  # tensors without a plain storage
                 return tensor
-            handles.append(weakref.ref(handle))
+            if key == 0 or key in exclude:
+                return tensor
+            nbytes = storage.nbytes()
+            handle = _Saved(tensor, self, key, nbytes)
+            lock.acquire()
+            try:
+                entry = entries.get(key)
+                if entry is not None:
+                    entry[1] += 1
+                else:
+                    entries[key] = [nbytes, 1]
+                    self.current += nbytes
+                    if self.current > self.peak:
+                        self.peak = self.current
+            finally:
+                lock.release()
+            if append is not None:
+                append(ref(handle))
             return handle
 
         return pack
@@ -133,7 +187,9 @@ class ActivationMeter:
 
     def _release(self, key: int, host: bool = False) -> None:
         entries = self._host_entries if host else self._entries
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not `with`: this runs for every saved tensor autograd frees
+        try:
             entry = entries.get(key)
             if entry is None:  # only at interpreter shutdown
                 return
@@ -144,9 +200,8 @@ class ActivationMeter:
                     self.host_current -= entry[0]
                 else:
                     self.current -= entry[0]
-
-    def _drop(self, handle: _Saved) -> None:
-        self._release(handle.key, handle.host)
+        finally:
+            lock.release()
 
     # -- OFFLOAD / RELOAD ---------------------------------------------------------------------------------
 

@@ -103,11 +103,7 @@ class TorchPipeline:
         if self._replicated:
             params_of = {s: list(m.parameters()) for s, m in self.stages.items()}
             sum_replica_grads(self.table.placement, self.rank, params_of, self.p2p)
-        scaled = self.executor.losses
-        values = (
-            torch.stack(list(scaled.values())).tolist() if len(scaled) > 1 else map(float, scaled.values())
-        )
-        losses = dict(zip(scaled, values, strict=True))  # one conversion for all (not one per microbatch)
+        losses = self.executor.scaled_losses()  # one division and conversion for all microbatches
         self.executor.losses = {}
         return StepResult(losses, measured)
 
