@@ -289,17 +289,23 @@ def _part_tables() -> tuple[Any, Any, Any]:
 
 
 def lower_compact(
-    placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], timing
+    placement: Placement,
+    num_microbatches: int,
+    order: Sequence[Sequence[Node]],
+    timing,
+    rows: dict | None = None,
 ) -> LoweredRanks:
     """The fast lowering (same nodes, same places as `lowering.lower_comms_reference`): `timing` is the
-    unit-cost run of `order` (`timing.node_times` under `unit_costs`)."""
+    unit-cost run of `order`, as `timing.node_times` gives it (per-rank lists) or as
+    `timing.node_time_arrays` does (flat arrays: nothing to convert); `rows`: `order_arrays(order)` when
+    the caller has them."""
     import numpy as np
 
     from primuspp.schedule.lowering import stage_peers
 
     order = tuple(tuple(seq) for seq in order)
     n_ranks = len(order)
-    arr = order_arrays(order)
+    arr = rows if rows is not None else order_arrays(order)
     kind, mb, stage, rank, index, part = (arr[k] for k in ("kind", "mb", "stage", "rank", "index", "part"))
     lengths0 = np.array([len(seq) for seq in order], dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
@@ -318,8 +324,11 @@ def lower_compact(
     n_compute = np.diff(cfirst)
 
     n_all = int(first[-1])
-    starts = np.fromiter(chain.from_iterable(timing.starts), dtype=np.float64, count=n_all)
-    ends = np.fromiter(chain.from_iterable(timing.ends), dtype=np.float64, count=n_all)
+    if isinstance(timing.starts, np.ndarray):  # flat already (`node_time_arrays`)
+        starts, ends = timing.starts, timing.ends
+    else:
+        starts = np.fromiter(chain.from_iterable(timing.starts), dtype=np.float64, count=n_all)
+        ends = np.fromiter(chain.from_iterable(timing.ends), dtype=np.float64, count=n_all)
     cstarts = starts[node_compute]  # rank-major, each rank's compute starts in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank

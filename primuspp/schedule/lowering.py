@@ -15,12 +15,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from primuspp.schedule.compact import LoweredRanks, lower_compact
+from primuspp.schedule.compact import LoweredRanks, lower_compact, order_arrays
 from primuspp.schedule.costs import unit_costs
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
-from primuspp.schedule.timing import node_times
+from primuspp.schedule.timing import ARRAY_MIN_NODES, node_time_arrays, node_times
 
 
 def stage_peers(placement: Placement) -> tuple[list[int], list[int]]:
@@ -39,8 +39,13 @@ def lower_comms(placement: Placement, num_microbatches: int, order: Sequence[Seq
 
     The result reads as a tuple of per-rank node tuples; it stores the comm nodes as arrays
     (`compact.LoweredRanks`). `lower_comms_reference` is the plain form (a test holds the two equal)."""
-    timing = node_times(placement, num_microbatches, order, unit_costs(placement))
-    return lower_compact(placement, num_microbatches, order, timing)
+    order = tuple(tuple(seq) for seq in order)
+    if sum(len(seq) for seq in order) < ARRAY_MIN_NODES:  # small: lists are quicker than numpy set-up
+        timing = node_times(placement, num_microbatches, order, unit_costs(placement))
+        return lower_compact(placement, num_microbatches, order, timing)
+    rows = order_arrays(order)  # built once: the timing's array passes and the lowering both read them
+    times = node_time_arrays(placement, num_microbatches, order, unit_costs(placement), rows)
+    return lower_compact(placement, num_microbatches, order, times, rows)
 
 
 def lower_comms_reference(
