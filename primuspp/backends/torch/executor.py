@@ -16,7 +16,7 @@ LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 Microbatch = tuple[torch.Tensor, torch.Tensor]
 
 _engine_backward = getattr(torch.autograd.graph, "_engine_run_backward", None)
-_engine = torch.autograd.Variable._execution_engine
+_engine = getattr(torch.autograd.Variable, "_execution_engine", None)  # a torch internal: None if absent
 _autograd_log = logging.getLogger("torch.autograd.graph")
 
 
@@ -39,7 +39,7 @@ def run_backward(y: torch.Tensor, grad: torch.Tensor, on_cpu: bool = False) -> N
         )
     if _engine_backward is None or has_torch_function((y, grad)):
         torch.autograd.backward(y, grad)
-    elif on_cpu and not _autograd_log.isEnabledFor(logging.DEBUG):
+    elif on_cpu and _engine is not None and not _autograd_log.isEnabledFor(logging.DEBUG):
         _engine.run_backward((y,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True)
     else:
         _engine_backward((y,), (grad,), False, False, (), allow_unreachable=True, accumulate_grad=True)
@@ -49,7 +49,15 @@ def _callable(module: nn.Module) -> Callable[..., torch.Tensor]:
     """What calling `module` runs: its `forward` itself when `Module.__call__` would go straight to it (no
     hooks on the module or global ones, not compiled, not tracing: the check of `Module._call_impl`), else
     the module. Saves the call machinery's Python (~2.5 us per forward); checked at each step's start, so a
-    hook registered during a step takes effect at the next one."""
+    hook registered during a step takes effect at the next one. These are torch internals: if a torch
+    version lacks one of them, the module itself is called (the general path)."""
+    try:
+        return _direct_forward(module)
+    except AttributeError:
+        return module
+
+
+def _direct_forward(module: nn.Module) -> Callable[..., torch.Tensor]:
     if (
         type(module).__call__ is not nn.Module.__call__
         or type(module)._call_impl is not nn.Module._call_impl
