@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from primuspp.schedule.compact import CODE, LoweredRanks
-from primuspp.schedule.semantics import ACT, ACT_PREV, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
+from primuspp.schedule.semantics import ACT, ACT_PREV, COMPLETION, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 
 if TYPE_CHECKING:
     from primuspp.schedule.table import ScheduleTable
@@ -38,8 +38,10 @@ def _rules_match() -> bool:
     }
     carries = {"SEND_F": ACT, "RECV_F": ACT_PREV, "SEND_B": GRAD, "RECV_B": GRAD_NEXT}
     compute = {t for t, sem in by_text.items() if sem.role == "compute" and not sem.parts}
+    complete = tuple((name, tuple(tuple(k.text for k in way) for way in ways)) for name, ways in COMPLETION)
     return (
         compute == set(simple)
+        and complete == (("forward", (("F",),)), ("backward", (("BW",), ("B", "W"))))
         and all((by_text[t].consumes, by_text[t].produces) == rule for t, rule in simple.items())
         and all(by_text[t].carries == what for t, what in carries.items())
         and {t for t, sem in by_text.items() if sem.role == "comm"} == set(carries)

@@ -10,8 +10,9 @@ from primuspp.errors import ValidationError
 
 
 class NodeKind(Enum):
-    """Node kinds. `is_compute`, `is_comm`, `is_memory`, `is_send` are plain member attributes (set below)
-    rather than properties: they are read for every node in every pass."""
+    """Node kinds. What each one means is `schedule/semantics.py`'s table; `is_compute`, `is_comm`,
+    `is_memory`, `is_send` are plain member attributes set from that table when it is imported (at the end
+    of this module), rather than properties: they are read for every node in every pass."""
 
     F = "F"
     B = "B"
@@ -32,16 +33,7 @@ class NodeKind(Enum):
     text: str  # == value, as a plain attribute (Enum.value is a slow descriptor on hot paths)
 
 
-COMPUTE_KINDS = frozenset({NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB})
-COMM_KINDS = frozenset({NodeKind.SEND_F, NodeKind.RECV_F, NodeKind.SEND_B, NodeKind.RECV_B})
-#: kinds that compute an input gradient (and so release the backward of the previous stage)
-GRAD_KINDS = frozenset({NodeKind.B, NodeKind.BW})
-
 for _kind in NodeKind:
-    _kind.is_compute = _kind in COMPUTE_KINDS
-    _kind.is_comm = _kind in COMM_KINDS
-    _kind.is_memory = _kind in (NodeKind.OFFLOAD, NodeKind.RELOAD)
-    _kind.is_send = _kind in (NodeKind.SEND_F, NodeKind.SEND_B)
     _kind.text = _kind.value
 
 
@@ -66,15 +58,17 @@ class Node:
 
 
 def fused(forward: Node, backward: Node) -> Node:
-    """An FB node running `forward` (an F) and `backward` (a B or BW) overlapped."""
-    if forward.kind is not NodeKind.F or backward.kind not in GRAD_KINDS:
+    """An FB node running `forward` (an F) and `backward` (a B or BW) overlapped: the kinds its parts may
+    have are the semantics table's."""
+    first, second = _semantics.SEMANTICS[NodeKind.FB].parts
+    if forward.kind not in first or backward.kind not in second:
         raise ValueError(f"FB needs an F and a B/BW, got {forward} and {backward}")
     return Node(NodeKind.FB, forward.microbatch, forward.stage, None, (forward, backward))
 
 
 def format_node(node: Node) -> str:
     kind = node.kind
-    if kind is NodeKind.FB:
+    if node.parts:
         return "+".join(format_node(p) for p in node.parts)
     text = f"{kind.value}{node.microbatch}.{node.stage}"
     if node.peer is not None:
@@ -82,8 +76,18 @@ def format_node(node: Node) -> str:
     return text
 
 
-_NODE_RE = re.compile(r"^(SEND_F|RECV_F|SEND_B|RECV_B|OFFLOAD|RELOAD|BW|F|B|W)(\d+)\.(\d+)(?:([<>])(\d+))?$")
 _KIND_BY_NAME = {k.value: k for k in NodeKind}
+_syntax: list = []  # [regex, kinds' list for the message], built on first use from the semantics table
+
+
+def _node_syntax() -> tuple[re.Pattern[str], str]:
+    """The text form of a non-composite node (any kind the table lists without parts; longest name first
+    so that BW is not read as B), and the list of those kinds for the error message."""
+    if not _syntax:
+        simple = [k.value for k in NodeKind if not _semantics.SEMANTICS[k].parts]
+        names = "|".join(sorted(simple, key=len, reverse=True))
+        _syntax.extend((re.compile(rf"^({names})(\d+)\.(\d+)(?:([<>])(\d+))?$"), ", ".join(simple)))
+    return _syntax[0], _syntax[1]
 
 
 def parse_node(text: str) -> Node:
@@ -96,11 +100,12 @@ def parse_node(text: str) -> Node:
             return fused(parse_node(pieces[0]), parse_node(pieces[1]))
         except ValueError as err:
             raise ValidationError(f"bad node {text!r}: {err}") from None
-    match = _NODE_RE.match(text.strip())
+    node_re, kinds = _syntax or _node_syntax()
+    match = node_re.match(text.strip())
     if match is None:
         raise ValidationError(
-            f"bad node {text!r}: expected KIND<mb>.<stage> with KIND in F, B, W, BW, SEND_F, RECV_F, SEND_B, "
-            "RECV_B, OFFLOAD, RELOAD (comm nodes end in >peer or <peer), e.g. F3.0, SEND_F3.0>1"
+            f"bad node {text!r}: expected KIND<mb>.<stage> with KIND in {kinds} (comm nodes end in >peer or "
+            "<peer), e.g. F3.0, SEND_F3.0>1"
         )
     name, mb, stage, arrow, peer = match.groups()
     kind = _KIND_BY_NAME[name]
@@ -112,3 +117,8 @@ def parse_node(text: str) -> Node:
     if arrow is not None:
         raise ValidationError(f"bad node {text!r}: only SEND/RECV nodes name a peer")
     return Node(kind, int(mb), int(stage))
+
+
+# The semantics table sets the kinds' flags above when it is imported; it imports this module first (for
+# Node and NodeKind, defined by now), so importing it here is safe in either order.
+from primuspp.schedule import semantics as _semantics  # noqa: E402

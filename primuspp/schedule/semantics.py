@@ -60,12 +60,17 @@ class KindSemantics:
     parts: tuple[tuple[NodeKind, ...], ...] = ()
     #: for a composite kind: the StageCosts field scaling the sum of its parts' durations
     overlap: str | None = None
+    #: what it leaves on its rank for later nodes of the same (mb, stage): F its saved activation (`SAVED`),
+    #: B the output grad W needs (`OWN_GRAD`)
+    leaves: tuple[str, ...] = ()
 
 
 _K = NodeKind
 SEMANTICS: dict[NodeKind, KindSemantics] = {
-    _K.F: KindSemantics(_K.F, "compute", (ACT_PREV,), (ACT,), (ALLOC,), (), ("forward",)),
-    _K.B: KindSemantics(_K.B, "compute", (SAVED, GRAD_NEXT), (GRAD,), (), (FREE_B,), ("backward",)),
+    _K.F: KindSemantics(_K.F, "compute", (ACT_PREV,), (ACT,), (ALLOC,), (), ("forward",), leaves=(SAVED,)),
+    _K.B: KindSemantics(
+        _K.B, "compute", (SAVED, GRAD_NEXT), (GRAD,), (), (FREE_B,), ("backward",), leaves=(OWN_GRAD,)
+    ),
     _K.W: KindSemantics(_K.W, "compute", (OWN_GRAD,), (), (), (FREE_REST,), ("wgrad",)),
     _K.BW: KindSemantics(
         _K.BW, "compute", (SAVED, GRAD_NEXT), (GRAD,), (), (FREE_ALL,), ("backward", "wgrad")
@@ -82,6 +87,35 @@ SEMANTICS: dict[NodeKind, KindSemantics] = {
 #: the comm kind that sends / receives each produced datum
 SEND_OF = {ACT: _K.SEND_F, GRAD: _K.SEND_B}
 RECV_OF = {ACT: _K.RECV_F, GRAD: _K.RECV_B}
+
+#: What every (microbatch, stage) on a route must get done, each exactly once: a name and the ways to do it,
+#: each way the kinds that run (in this order; a composite node's parts count as themselves). Validation
+#: checks every table against it and words its "missing ..." messages from it.
+COMPLETION: tuple[tuple[str, tuple[tuple[NodeKind, ...], ...]], ...] = (
+    ("forward", ((_K.F,),)),
+    ("backward", ((_K.BW,), (_K.B, _K.W))),
+)
+
+#: Memory effects that take a (mb, stage)'s saved activation off the device -> the effect that brings it
+#: back. A kind with the first opens the pair, one with the second closes it: validation requires every
+#: opening to be closed on the same rank, nothing that uses the saved activation to run in between, and
+#: something still resident to take away (after the stage's F, before a node frees it).
+STASHES = {TO_HOST: FROM_HOST}
+#: the effects that free (part of) the saved activation: nothing is left to take away after them
+FREES = (FREE_B, FREE_REST, FREE_ALL)
+
+
+def _mark_kinds() -> None:
+    """The per-member flags of `NodeKind` (read for every node in every pass), set from the table."""
+    for kind in NodeKind:
+        sem = SEMANTICS[kind]
+        kind.is_compute = sem.role == "compute"
+        kind.is_comm = sem.role == "comm"
+        kind.is_memory = sem.role == "memory"
+        kind.is_send = sem.role == "comm" and sem.carries in SEND_OF
+
+
+_mark_kinds()
 
 
 def simple_parts(node: Node) -> tuple[Node, ...]:

@@ -135,20 +135,31 @@ def test_fast_memory_is_the_reference(kind, pp, vpp):
             assert peak == max([0.0] + [lv for _, _, lv in expected])
 
 
-def test_validation_refuses_a_table_it_does_not_check(monkeypatch):
-    """Validation's per-kind checks are written out: a semantics table saying something else stops its
-    import, naming the kind, instead of validating by the wrong rules."""
-    import dataclasses
+def test_validation_follows_a_changed_table(monkeypatch):
+    """Validation reads its rules from the table: with the backward allowed only as B then W, a table using BW
+    is refused (the array validator steps aside, the walk words the message from the table)."""
     import importlib
 
-    from primuspp.schedule import validation
+    from primuspp.errors import ValidationError
+    from primuspp.schedule import compact_validation, validation
 
-    changed = dataclasses.replace(SEMANTICS[NodeKind.W], consumes=(semantics.SAVED,))
-    monkeypatch.setitem(SEMANTICS, NodeKind.W, changed)
-    with pytest.raises(ImportError, match="node kind W"):
+    table = build_schedule("1f1b", 2, None, 2)
+    validation.validate(table)
+    monkeypatch.setattr(
+        semantics, "COMPLETION", (("forward", ((NodeKind.F,),)), ("backward", ((NodeKind.B, NodeKind.W),)))
+    )
+    try:
+        importlib.reload(compact_validation)
         importlib.reload(validation)
-    monkeypatch.undo()
-    importlib.reload(validation)
+        assert not compact_validation.RULES_MATCH
+        with pytest.raises(ValidationError, match=r"^rank 0: missing backward of 0\.0 \(B\+W\)$"):
+            validation.validate(table)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(compact_validation)
+        importlib.reload(validation)
+    assert compact_validation.RULES_MATCH
+    validation.validate(table)
 
 
 def test_timing_follows_a_changed_table(monkeypatch):
