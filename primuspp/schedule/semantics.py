@@ -238,12 +238,12 @@ def _apply(effect: str, node: Node, amount, b_free, resident: dict, offloaded: d
         return -resident.pop(key, amount[s] * (1 - b_free[s]))
     if effect == FREE_ALL:
         return -amount[s]
-    if effect == TO_HOST:
+    if effect in STASHES:  # TO_HOST: what is resident leaves the device
         moved = resident.get(key, amount[s])
         offloaded[key] = moved
         resident[key] = 0.0
         return -moved
-    if effect == FROM_HOST:
+    if effect in STASHES.values():  # FROM_HOST: and comes back
         moved = offloaded.pop(key, 0.0)
         resident[key] = moved
         return moved
