@@ -5,8 +5,9 @@ The trial is activation recomputation as two kinds: DISCARD drops a (mb, stage)'
 F (a memory node), RECOMPUTE rebuilds it before its backward (a compute node costing one forward). The test
 copies `primuspp/` into a temporary directory, makes exactly those two edits there and runs, in a fresh
 interpreter on the copy: parsing, lowering (fast and reference), validation (a valid table and the messages
-of three broken ones), timing (fast and reference) and the simulator (the intervals and the memory peak the
-recomputation saves). The repository's own package is left as it is.
+of three broken ones), timing (fast and reference), the simulator (the intervals and the memory peak the
+recomputation saves), the text and JSON forms, a Chrome trace and the terminal view (which draw an unknown
+kind in grey). The repository's own package is left as it is.
 """
 
 from __future__ import annotations
@@ -39,10 +40,15 @@ EDITS = {
 SCRIPT = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
+import io
+
 import primuspp
 assert primuspp.__file__.startswith(sys.argv[1]), primuspp.__file__
 
+from rich.console import Console
+
 from primuspp.errors import ValidationError
+from primuspp.schedule.formats import from_json, from_text, to_json, to_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms, lower_comms_reference
 from primuspp.schedule.nodes import NodeKind, parse_node
@@ -51,6 +57,8 @@ from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing import node_times, node_times_reference
 from primuspp.schedule.validation import validate
 from primuspp.sim import simulate
+from primuspp.trace.chrome import chrome_trace
+from primuspp.viz.terminal import render_timeline
 
 assert NodeKind.RECOMPUTE.is_compute and NodeKind.DISCARD.is_memory
 pl = make_placement("linear", 2, 1)
@@ -93,6 +101,13 @@ rank0 = result.timeline.ranks[0]
 assert [iv.end - iv.start for iv in rank0.intervals if iv.kind == "RECOMPUTE"] == [1.0, 1.0]
 assert result.timeline.ranks[0].peak_memory == 1.0  # one microbatch's activations at a time
 assert simulate(table(PLAIN), costs).timeline.ranks[0].peak_memory == 2.0
+
+# the table's text and JSON forms carry the kinds; a trace and the terminal view draw them (in grey)
+assert from_text(to_text(trial)).ranks == tuple(map(tuple, trial.ranks))
+assert from_json(to_json(trial)).ranks == tuple(map(tuple, trial.ranks))
+names = {e.get("name", "") for e in chrome_trace(result.timeline)["traceEvents"]}
+assert any(name.startswith("RECOMPUTE") for name in names), names
+Console(file=io.StringIO(), width=120).print(render_timeline(result.timeline, 100))
 
 no_discard = [RECOMPUTED[0][:1] + RECOMPUTED[0][2:], RECOMPUTED[1]]
 print(refused(no_discard))

@@ -26,9 +26,10 @@ import torch
 
 from primuspp.runtime.executor import Cell, TensorSpec
 from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.semantics import simple_parts
 from primuspp.schedule.table import ScheduleTable
 
-_B, _W, _BW, _FB, _F = NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB, NodeKind.F
+_B, _W, _BW, _F = NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.F
 
 
 class MicrobatchIterator:
@@ -160,7 +161,7 @@ class MegatronExecutor:
         self.last_w: dict[int, int] = {}
         self.first_f: dict[int, int] = {}
         for node in table.ranks[rank]:
-            for part in node.parts if node.kind is _FB else (node,):
+            for part in simple_parts(node):
                 kind, mb, s = part.kind, part.microbatch, part.stage
                 if kind is _F:
                     self.first_f.setdefault(s, mb)

@@ -37,6 +37,7 @@ from primuspp.runtime.p2p import P2P
 from primuspp.runtime.runner import RankStep, ScheduleRunner
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.semantics import simple_parts
 from primuspp.schedule.table import ScheduleTable
 from primuspp.trace.pp_data import rank_record
 from primuspp.trace.timeline import RankTimeline
@@ -140,12 +141,7 @@ def forward_only_table(table: ScheduleTable) -> ScheduleTable:
     whatever the order: lowering.py)."""
     order = []
     for nodes in table.ranks:
-        row = []
-        for node in nodes:
-            if node.kind is NodeKind.F:
-                row.append(node)
-            elif node.kind is NodeKind.FB:
-                row.append(node.parts[0])
+        row = [part for node in nodes for part in simple_parts(node) if part.kind is NodeKind.F]
         order.append(row)
     ranks = lower_comms(table.placement, table.num_microbatches, order)
     return ScheduleTable(table.placement, table.num_microbatches, ranks, table.algorithm, table.params)
