@@ -18,6 +18,11 @@ Memory, in fractions of the stage's activation `a` per microbatch: F allocates `
 `b_free_fraction * a` at its end, W the rest (what is still resident), BW all of it; OFFLOAD moves what is
 resident to host at its start and RELOAD brings it back. `order_memory` is the one memory model: the
 simulator draws its curve from it and every planner that works under a cap counts its peak with it.
+
+Validation reads the rest: what each kind `leaves` on its rank for later nodes of the same (mb, stage),
+`COMPLETION` (what every (mb, stage) must run, and the ways to do it) and `STASHES` (which memory effect
+takes a saved activation off the device and which brings it back). `NodeKind`'s role flags are set from the
+table. Adding a kind: its member in nodes.py and its row here (docs/design.md, "How to extend").
 """
 
 from __future__ import annotations
