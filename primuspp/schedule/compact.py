@@ -301,13 +301,15 @@ def lower_compact(
     the caller has them."""
     import numpy as np
 
+    from primuspp.schedule.array_order import ArrayOrder, rank_lengths
     from primuspp.schedule.lowering import stage_peers
 
-    order = tuple(tuple(seq) for seq in order)
+    if not isinstance(order, ArrayOrder):
+        order = tuple(tuple(seq) for seq in order)
     n_ranks = len(order)
     arr = rows if rows is not None else order_arrays(order)
     kind, mb, stage, rank, index, part = (arr[k] for k in ("kind", "mb", "stage", "rank", "index", "part"))
-    lengths0 = np.array([len(seq) for seq in order], dtype=np.int64)
+    lengths0 = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths0, out=first[1:])
     gidx = first[rank] + index  # the node's index in the concatenated order

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.compact import KINDS, order_arrays
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node
@@ -105,7 +106,7 @@ def solve(
     if rows is None:
         rows = order_arrays(order)
     n_ranks = len(order)
-    lengths = np.array([len(seq) for seq in order], dtype=np.int64)
+    lengths = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths, out=first[1:])
     n = int(first[-1])
