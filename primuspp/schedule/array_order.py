@@ -183,3 +183,11 @@ def rank_lengths(order: Sequence[Sequence[Node]]) -> list[int]:
     if isinstance(order, ArrayOrder):
         return order.lengths()
     return [len(seq) for seq in order]
+
+
+def copied(order: Sequence[Sequence[Node]]) -> Any:
+    """A copy a caller may keep or change: each rank as a new list; an ArrayOrder, which nobody can change,
+    as it is (copying it would build its Nodes)."""
+    if isinstance(order, ArrayOrder):
+        return order
+    return [list(seq) for seq in order]

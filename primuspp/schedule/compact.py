@@ -175,9 +175,14 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     parts its semantics name.
 
     The fields are read with `map` over all nodes at once; only composite nodes' parts are visited one by
-    one (`order_arrays_reference` is the plain loop: a test holds the two equal)."""
+    one (`order_arrays_reference` is the plain loop: a test holds the two equal). An `array_order.ArrayOrder`
+    holds these arrays already: they are returned as they are."""
     import numpy as np
 
+    from primuspp.schedule.array_order import ArrayOrder
+
+    if isinstance(order, ArrayOrder):
+        return order.rows
     composite_of, n_parts_of, part_ok_of = _part_tables()
     flat = list(chain.from_iterable(order))
     n = len(flat)
