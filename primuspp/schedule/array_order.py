@@ -75,6 +75,52 @@ class ArrayOrder(Sequence):
         return cls(rows, first)
 
     @classmethod
+    def from_rows(
+        cls, node_kind: Any, kind: Any, mb: Any, stage: Any, part: Any, lengths: Sequence[int]
+    ) -> ArrayOrder:
+        """Nodes given as rows (rank-major), composite ones included: `node_kind` one code per node,
+        `kind`/`mb`/`stage`/`part` one value per row (a composite node: one row per part, `part` 0, 1, ...;
+        a simple node: one row, part 0); rank r holds the next `lengths[r]` nodes."""
+        import numpy as np
+
+        from primuspp.schedule.compact import _part_tables
+
+        composite_of, n_parts_of, part_ok_of = _part_tables()
+        lengths_a = np.asarray(lengths, dtype=np.int64)
+        first = np.zeros(len(lengths_a) + 1, dtype=np.int64)
+        np.cumsum(lengths_a, out=first[1:])
+        node_kind = np.asarray(node_kind, dtype=np.int8)
+        kind, part = np.asarray(kind, dtype=np.int8), np.asarray(part, dtype=np.int64)
+        node = np.cumsum(part == 0) - 1  # each row's node
+        if len(node_kind) != int(first[-1]) or int(node[-1] if len(node) else -1) + 1 != len(node_kind):
+            raise ValueError(
+                f"{len(node_kind)} node kinds, {int(first[-1])} nodes by lengths, rows for others"
+            )
+        rank = np.repeat(np.arange(len(lengths_a), dtype=np.int64), lengths_a)
+        n_parts = np.bincount(node, minlength=len(node_kind))
+        composite = composite_of[node_kind]
+        simple_ok = (n_parts[~composite] == 1).all() and (kind == node_kind[node])[~composite[node]].all()
+        if not simple_ok:
+            raise ValueError("a simple node takes one row of its own kind")
+        parts_ok = bool((n_parts[composite] == n_parts_of[node_kind[composite]]).all())
+        rows_c = composite[node]
+        if parts_ok and rows_c.any():
+            parts_ok = bool(part_ok_of[node_kind[node[rows_c]], part[rows_c], kind[rows_c]].all())
+        if not parts_ok:
+            raise ValueError("a composite node lacks the parts its kind names")
+        rows = {
+            "node_kind": node_kind,
+            "parts_ok": True,
+            "kind": kind,
+            "mb": np.asarray(mb, dtype=np.int64),
+            "stage": np.asarray(stage, dtype=np.int64),
+            "rank": rank[node],
+            "index": node - first[rank[node]],
+            "part": part,
+        }
+        return cls(rows, first)
+
+    @classmethod
     def from_ranks(cls, ranks: Sequence[tuple[Any, Any, Any]]) -> ArrayOrder:
         """Simple nodes given per rank as (kind codes, microbatches, stages) columns."""
         import numpy as np
