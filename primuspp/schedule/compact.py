@@ -1,8 +1,10 @@
 """Compact lowered tables: the comm nodes lowering adds, stored as integer arrays (struct of arrays).
 
 A lowered table at p=64, m=512 holds about half a million nodes, more than half of them SEND/RECV nodes that
-lowering derives from the compute order. `LoweredRanks` keeps the compute order as given (its Node objects)
-and every comm node as one row of a few numpy int arrays (rank, position, kind, microbatch, stage, peer).
+lowering derives from the compute order. `LoweredRanks` keeps the compute order as given (an
+`array_order.ArrayOrder`, columns whose Nodes are built only when read, or the Node tuples of a generator
+that made Nodes) and every comm node as one row of a few numpy int arrays (rank, position, kind, microbatch,
+stage, peer).
 It behaves as the tuple of per-rank node tuples it stands for (`ScheduleTable.ranks`): indexing a rank
 builds that rank's nodes once and caches them; equality, iteration and length are a tuple's. The validator
 and the simulator read the arrays and the compute order directly, so a build and a simulation never create a
@@ -34,12 +36,13 @@ _KIND_TEXT, _MB, _STAGE = attrgetter("kind.text"), attrgetter("microbatch"), att
 class LoweredRanks(Sequence):
     """Each rank's lowered node list, stored compactly; reads as `tuple[tuple[Node, ...], ...]`.
 
-    `order[r]`: rank r's compute and memory nodes (the lowering's input); `rows`: the same as arrays
-    (`order_arrays`); `node_pos`: each order node's position in its rank's lowered list (rank-major, rank r's
-    from `first[r]`). Comm rows (all ranks, sorted by rank then position): `c_rank`, `c_pos`, `c_kind` (a
-    code of KINDS), `c_mb`, `c_stage` (the stage on the row's own rank), `c_peer`. `hints` (rank-major, rank
-    r's from `hint_first[r]`): the unit-cost start of each compute node in the run lowering placed the
-    receives by; the validator proves termination with them (and checks them: a wrong hint cannot make a
+    `order[r]`: rank r's compute and memory nodes (the lowering's input: an ArrayOrder or Node tuples);
+    `rows`: the same as arrays (`order_arrays`); `node_pos`: each order node's position in its rank's
+    lowered list (rank-major, rank r's from `first[r]`). Comm rows (all ranks, sorted by rank then
+    position): `c_rank`, `c_pos`, `c_kind` (a code of KINDS), `c_mb`, `c_stage` (the stage on the row's own
+    rank), `c_peer`. `hints` (rank-major, rank r's from `hint_first[r]`): the unit-cost start of each
+    compute node in the run lowering placed the receives by; the validator proves termination with them
+    (and checks them: a wrong hint cannot make a
     bad table pass, only send it to the reference validator)."""
 
     __slots__ = (
@@ -139,12 +142,18 @@ class LoweredRanks(Sequence):
 
     def texts(self, r: int) -> list[str]:
         """Rank r's nodes in their text form (`nodes.format_node` of each), without building comm Nodes."""
+        from primuspp.schedule.array_order import ArrayOrder
+
         out: list[str | None] = [None] * self.lengths[r]
         positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
-        for pos, node in zip(positions, self.order[r], strict=True):
-            # format_node, inlined for the simple kinds without a peer
-            simple = not node.parts and node.peer is None
-            out[pos] = f"{node.kind.text}{node.microbatch}.{node.stage}" if simple else format_node(node)
+        if isinstance(self.order, ArrayOrder):  # from the columns: no Node built
+            for pos, text in zip(positions, self.order.texts(r), strict=True):
+                out[pos] = text
+        else:
+            for pos, node in zip(positions, self.order[r], strict=True):
+                # format_node, inlined for the simple kinds without a peer
+                simple = not node.parts and node.peer is None
+                out[pos] = f"{node.kind.text}{node.microbatch}.{node.stage}" if simple else format_node(node)
         lo, hi = self._rows(r)
         names = [k.text for k in KINDS]
         arrows = ["<>"[k.is_send] for k in KINDS]
