@@ -375,6 +375,7 @@ def lower_compact(
         # creation order of the reference: rank, node, part, datum
         sort = np.lexsort((datum_index, part[rows], gidx[rows]))
         rows, datum, peer, cons = rows[sort], datum[sort], peer[sort], cons[sort]
+        del pieces, datum_index, sort  # the peak memory of a large lowering: free what is done with
     else:
         rows = datum = peer = cons = np.zeros(0, dtype=np.int64)
     h_rank = rank[rows]
@@ -388,6 +389,7 @@ def lower_compact(
     k = np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
     # a receive after the peer's last compute node is never emitted (as in the reference)
     keep = k < n_compute[peer]
+    del t, shifted, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
     send_boundary = node_ci[h_node] + 1  # the producer's compute index + 1
     send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
     recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
@@ -419,6 +421,7 @@ def lower_compact(
     node_pos = np.arange(len(node_rank), dtype=np.int64) - first[node_rank]
     before = node_pos + s_before[node_slot] + r_before[node_slot]
     pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
+    del node_slot, node_pos, before, gidx, node_rank, ccount, node_ci, base_of_slot, s_cum, r_cum, mask
     # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
     n_h = len(rows)
     j = np.arange(n_h, dtype=np.int64) - np.searchsorted(send_slot, send_slot, "left")
@@ -429,6 +432,7 @@ def lower_compact(
     recv_pos = np.empty(len(rs), dtype=np.int64)
     recv_pos[rsort] = i_of_slot[rs] + s_before[rs] + s_count[rs] + r_before[rs] + j
 
+    del rsort, rs, j, i_of_slot, s_before, r_before, s_count, r_count, send_slot, recv_slot
     own = np.nonzero(keep)[0]
     c_rank = np.concatenate([h_rank, recv_rank])
     c_pos = np.concatenate([send_pos, recv_pos])
@@ -440,6 +444,7 @@ def lower_compact(
         "stage": np.concatenate([h_stage, cons[own]]),
         "peer": np.concatenate([peer, h_rank[own]]),
     }
+    del h_rank, recv_rank, send_pos, recv_pos, send_kind, recv_kind, h_mb, h_stage, cons, peer, own, keep
     # rows in (rank, position) order: each row's position in the whole lowered table is unique, so a
     # scatter by that position orders them (linear time, where a sort is n log n)
     lowered = lengths0 + np.bincount(c_rank, minlength=n_ranks)
@@ -448,7 +453,9 @@ def lower_compact(
     row_at = np.full(int(lowered.sum()), -1, dtype=np.int64)
     row_at[where] = np.arange(len(where), dtype=np.int64)
     sort = row_at[row_at >= 0]
-    comm = {key: v[sort] for key, v in comm.items()}
+    del row_at, where
+    for key in list(comm):  # one column at a time: each unsorted one is freed as its sorted one is made
+        comm[key] = comm[key][sort]
     lengths = lowered.tolist()
     return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)
 

@@ -117,6 +117,7 @@ def valid(table: ScheduleTable) -> bool:
     if not ((srank[toward] == c_peer) & (c_peer != c_rank)).all():
         return False
     msg_key = np.where(send, c_key, c_mb * n + toward)
+    del c_key, toward  # large tables: each pass frees what it is done with (the build's peak memory)
     n_sf, _ = at(c_kind == _SF, msg_key, c_pos)
     n_sb, _ = at(c_kind == _SB, msg_key, c_pos)
     n_rf, pos_rf = at(c_kind == _RF, msg_key, c_pos)
@@ -155,6 +156,7 @@ def valid(table: ScheduleTable) -> bool:
     w = kind == _W
     if not (pos_b[key[w]] < pos[w]).all():
         return False
+    del f, fs, fk, fp, p, has, pk, local, came, g, gs, gk, gp, q, qk, w, key, sf, sb
 
     # FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
     src = np.where(send, c_rank, c_peer)
@@ -177,6 +179,7 @@ def valid(table: ScheduleTable) -> bool:
         return False
     if not (msg[s_idx] == msg[r_idx]).all():
         return False
+    del src, dst, msg, pair, msg_key
 
     # termination: batch = (rank, compute nodes before it); certificate from the hints
     n_ranks = len(ranks)

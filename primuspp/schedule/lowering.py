@@ -46,8 +46,9 @@ def lower_comms(placement: Placement, num_microbatches: int, order: Sequence[Seq
         timing = node_times(placement, num_microbatches, order, unit_costs(placement))
         return lower_compact(placement, num_microbatches, order, timing)
     rows = order_arrays(order)  # built once: the timing's array passes and the lowering both read them
-    times = node_time_arrays(placement, num_microbatches, order, unit_costs(placement), rows)
-    return lower_compact(placement, num_microbatches, order, times, rows)
+    # the times go straight to lower_compact, which frees them once read (the peak memory of a large build)
+    times = [node_time_arrays(placement, num_microbatches, order, unit_costs(placement), rows)]
+    return lower_compact(placement, num_microbatches, order, times.pop(), rows)
 
 
 def lower_comms_reference(
