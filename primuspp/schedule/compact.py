@@ -337,6 +337,7 @@ def lower_compact(
     cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
     node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
+    del ccount
     n_compute = np.diff(cfirst)
 
     n_all = int(first[-1])
@@ -409,6 +410,7 @@ def lower_compact(
     r_cum = np.cumsum(r_count) - r_count
     s_before = s_cum - s_cum[base_of_slot]  # sends at earlier boundaries of the rank
     r_before = r_cum - r_cum[base_of_slot]
+    del s_cum, r_cum, base_of_slot, k
     # index in the rank's order of its compute node b (the rank's length for b = C)
     i_of_slot = np.empty(n_slots, dtype=np.int64)
     last = slot_base[:-1] + n_compute
@@ -421,7 +423,7 @@ def lower_compact(
     node_pos = np.arange(len(node_rank), dtype=np.int64) - first[node_rank]
     before = node_pos + s_before[node_slot] + r_before[node_slot]
     pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
-    del node_slot, node_pos, before, gidx, node_rank, ccount, node_ci, base_of_slot, s_cum, r_cum, mask
+    del node_slot, node_pos, before, gidx, node_rank, node_ci, mask
     # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
     n_h = len(rows)
     j = np.arange(n_h, dtype=np.int64) - np.searchsorted(send_slot, send_slot, "left")
