@@ -179,13 +179,14 @@ def valid(table: ScheduleTable) -> bool:
         return False
     if not (msg[s_idx] == msg[r_idx]).all():
         return False
-    del src, dst, msg, pair, msg_key
+    del src, dst, msg, pair, msg_key, send, grad, pos_f, pos_b, pos_bw, pos_g, pos_rf, pos_rb
 
     # termination: batch = (rank, compute nodes before it); certificate from the hints
     n_ranks = len(ranks)
     compute_rows = np.nonzero(rows["part"] == 0)[0]  # one row per compute node (all nodes are compute)
     cpos = pos[compute_rows]
     crank = rank[compute_rows]
+    del pos, compute_rows
     counts = np.bincount(crank, minlength=n_ranks)
     cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(counts, out=cfirst[1:])
@@ -196,6 +197,7 @@ def valid(table: ScheduleTable) -> bool:
     span = float(max(int(c_pos.max(initial=0)), int(cpos.max(initial=0)))) + 1.0
     shifted = cpos + crank * span
     boundary = np.searchsorted(shifted, c_pos + c_rank * span) - cfirst[c_rank]
+    del shifted
     if len(hints) != len(cpos):
         return False
     same_rank = np.diff(crank) == 0
