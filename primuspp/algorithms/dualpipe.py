@@ -25,32 +25,42 @@ schedule needs at least 2H microbatches per phase arrangement (m >= 2p) and, for
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import fb_node, node, nodes
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.algorithms.orders import code, fb_node, node
+from primuspp.schedule.array_order import ArrayOrder
+from primuspp.schedule.nodes import NodeKind
 
 _F, _B, _W, _BW = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW
 
 
 def rank_order(
-    H: int, h: int, M: int, phases: tuple[tuple[int, list[int]], tuple[int, list[int]]]
-) -> list[Node]:
-    """The eight steps for one rank; `phases[i]` = (stage, microbatches in order) of phase i."""
+    H: int,
+    h: int,
+    M: int,
+    phases: tuple[tuple[int, list[int]], tuple[int, list[int]]],
+    make: Callable[[NodeKind, int, int], Any] = node,
+    fuse: Callable[[Any, Any], Any] = fb_node,
+) -> list:
+    """The eight steps for one rank; `phases[i]` = (stage, microbatches in order) of phase i. Each step is
+    `make(kind, microbatch, stage)`, an FB `fuse(forward, backward)`: Nodes by default (`rank_columns` makes
+    tuples of codes)."""
     (stage0, mbs0), (stage1, mbs1) = phases
     # each phase's forwards in order, taken from the front; backwards likewise (as B or BW when taken)
-    fwd = (iter(nodes(_F, mbs0, stage0)), iter(nodes(_F, mbs1, stage1)))
+    fwd = (iter([make(_F, mb, stage0) for mb in mbs0]), iter([make(_F, mb, stage1) for mb in mbs1]))
     bwd = (iter(mbs0), iter(mbs1))
     stage = (stage0, stage1)
-    out: list[Node] = []
-    deferred: deque[Node] = deque()
+    out: list = []
+    deferred: deque = deque()
 
-    def backward(ph: int, split: bool) -> Node:
+    def backward(ph: int, split: bool) -> Any:
         mb = next(bwd[ph])
         if split:
-            deferred.append(node(_W, mb, stage[ph]))
-            return node(_B, mb, stage[ph])
-        return node(_BW, mb, stage[ph])
+            deferred.append(make(_W, mb, stage[ph]))
+            return make(_B, mb, stage[ph])
+        return make(_BW, mb, stage[ph])
 
     f0, f1 = fwd
     for _ in range(2 * (H - h - 1)):
@@ -67,11 +77,11 @@ def rank_order(
             out.append(next(f0))
             out.append(backward(1, split=False))
         else:
-            out.append(fb_node(next(f0), backward(1, split=False)))
-        out.append(fb_node(next(f1), backward(0, split=False)))
+            out.append(fuse(next(f0), backward(1, split=False)))
+        out.append(fuse(next(f1), backward(0, split=False)))
     for _ in range(H - h - 1):
         out.append(backward(1, split=False))
-        out.append(fb_node(next(f1), backward(0, split=False)))
+        out.append(fuse(next(f1), backward(0, split=False)))
     split = False
     for i in range(h + 1):
         if i == (h + 1) // 2 and h % 2 == 1:
@@ -87,7 +97,42 @@ def rank_order(
     return out
 
 
-def generate_dualpipe(req: GenerationRequest) -> ComputeOrder:
+_FB_CODE = code(NodeKind.FB)
+
+
+def _columns(ranks: list[list]) -> ArrayOrder:
+    """Ranks of `rank_order(..., make=_code, fuse=_fused)` steps as an ArrayOrder."""
+    node_kind: list[int] = []
+    rows: list[tuple[int, int, int]] = []
+    part: list[int] = []
+    for steps in ranks:
+        for step in steps:
+            if step[0] == _FB_CODE:
+                node_kind.append(_FB_CODE)
+                rows += step[1:]
+                part += (0, 1)
+            else:
+                node_kind.append(step[0])
+                rows.append(step)
+                part.append(0)
+    import numpy as np
+
+    cols = np.array(rows, dtype=np.int64).reshape(-1, 3)
+    return ArrayOrder.from_rows(node_kind, cols[:, 0], cols[:, 1], cols[:, 2], part, [len(s) for s in ranks])
+
+
+_CODES = {k: code(k) for k in (_F, _B, _W, _BW)}
+
+
+def _code(kind: NodeKind, mb: int, stage: int) -> tuple[int, int, int]:
+    return (_CODES[kind], mb, stage)
+
+
+def _fused(forward: tuple, backward: tuple) -> tuple:
+    return (_FB_CODE, forward, backward)
+
+
+def _dualpipe_ranks(req: GenerationRequest, make, fuse) -> list[list]:
     p, m = req.pp, req.micro_batches
     H, M = p // 2, m // 2
     down, up = list(range(0, m, 2)), list(range(1, m, 2))
@@ -95,14 +140,32 @@ def generate_dualpipe(req: GenerationRequest) -> ComputeOrder:
     for r in range(p):
         route0, route1 = (r, down), (2 * p - 1 - r, up)
         phases = (route0, route1) if r < H else (route1, route0)
-        order.append(rank_order(H, min(r, p - 1 - r), M, phases))
+        order.append(rank_order(H, min(r, p - 1 - r), M, phases, make, fuse))
     return order
 
 
-def generate_dualpipe_v(req: GenerationRequest) -> ComputeOrder:
+def _dualpipe_v_ranks(req: GenerationRequest, make, fuse) -> list[list]:
     p, m = req.pp, req.micro_batches
     mbs = list(range(m))
-    return [rank_order(p, r, m, ((r, mbs), (2 * p - 1 - r, mbs))) for r in range(p)]
+    return [rank_order(p, r, m, ((r, mbs), (2 * p - 1 - r, mbs)), make, fuse) for r in range(p)]
+
+
+def generate_dualpipe(req: GenerationRequest) -> ArrayOrder:
+    """DualPipe's order as columns (`generate_dualpipe_reference`: the same steps as Nodes)."""
+    return _columns(_dualpipe_ranks(req, _code, _fused))
+
+
+def generate_dualpipe_reference(req: GenerationRequest) -> ComputeOrder:
+    return _dualpipe_ranks(req, node, fb_node)
+
+
+def generate_dualpipe_v(req: GenerationRequest) -> ArrayOrder:
+    """DualPipe-V's order as columns (`generate_dualpipe_v_reference`: the same steps as Nodes)."""
+    return _columns(_dualpipe_v_ranks(req, _code, _fused))
+
+
+def generate_dualpipe_v_reference(req: GenerationRequest) -> ComputeOrder:
+    return _dualpipe_v_ranks(req, node, fb_node)
 
 
 def refuse_dualpipe(p: int, v: int, m: int, params: dict) -> str | None:

@@ -20,6 +20,7 @@ from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.portfolio import Score, lower_bounds, pick, score
 from primuspp.algorithms.refine import refined_pool
 from primuspp.errors import ValidationError
+from primuspp.schedule.array_order import copied
 from primuspp.schedule.costs import CostModel, StageCosts
 from primuspp.schedule.placement import Placement
 
@@ -72,14 +73,14 @@ def with_floor(
         if key is not None and key in memo:
             order, report = memo[key]
             req.report.update(report)
-            return [list(seq) for seq in order]
+            return copied(order)
         before = dict(req.report)
         order = search(req)
         if key is not None:
             if len(memo) >= MEMO:
                 memo.pop(next(iter(memo)))
             said = {k: v for k, v in req.report.items() if before.get(k) != v}
-            memo[key] = ([list(seq) for seq in order], said)
+            memo[key] = (copied(order), said)
         return order
 
     def search(req: GenerationRequest) -> ComputeOrder:

@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import BW, F, nodes
+from primuspp.algorithms.orders import BW, F, nodes, simple_columns
+from primuspp.schedule.array_order import ArrayOrder
 
 
-def generate(req: GenerationRequest) -> ComputeOrder:
+def generate(req: GenerationRequest) -> ArrayOrder:
+    """`generate_reference` as columns (no Node built)."""
+    import numpy as np
+
+    m = req.micro_batches
+    ranks = []
+    for r in range(req.pp):
+        f, bw = simple_columns(F, np.arange(m), r), simple_columns(BW, np.arange(m), r)
+        ranks.append(tuple(np.concatenate(pair) for pair in zip(f, bw, strict=True)))
+    return ArrayOrder.from_ranks(ranks)
+
+
+def generate_reference(req: GenerationRequest) -> ComputeOrder:
     m = req.micro_batches
     return [nodes(F, range(m), r) + nodes(BW, range(m), r) for r in range(req.pp)]
 

@@ -9,7 +9,8 @@ acyclic, so every m >= 1 works (a short last group cannot deadlock, unlike Megat
 from __future__ import annotations
 
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import BW, F, node, one_f_one_b
+from primuspp.algorithms.orders import BW, F, node, one_f_one_b, one_f_one_b_columns, simple_columns
+from primuspp.schedule.array_order import ArrayOrder
 
 
 def chunk_sequence(p: int, v: int, m: int, reverse: bool) -> list[tuple[int, int]]:
@@ -21,7 +22,26 @@ def chunk_sequence(p: int, v: int, m: int, reverse: bool) -> list[tuple[int, int
     return seq
 
 
-def generate(req: GenerationRequest) -> ComputeOrder:
+def generate(req: GenerationRequest) -> ArrayOrder:
+    """`generate_reference` as columns (no Node built)."""
+    import numpy as np
+
+    p, v, m = req.pp, req.vpp, req.micro_batches
+    padded = -(-m // p) * p
+    fwd = np.array(chunk_sequence(p, v, padded, reverse=False), dtype=np.int64).reshape(-1, 2)
+    bwd = np.array(chunk_sequence(p, v, padded, reverse=True), dtype=np.int64).reshape(-1, 2)
+    ranks = []
+    for r in range(p):
+        warmup = (p - r - 1) * 2 + (v - 1) * p
+        forwards = simple_columns(F, fwd[:, 0], fwd[:, 1] * p + r)
+        backwards = simple_columns(BW, bwd[:, 0], bwd[:, 1] * p + r)
+        cols = one_f_one_b_columns(warmup, forwards, backwards)
+        keep = cols[1] < m
+        ranks.append(tuple(c[keep] for c in cols))
+    return ArrayOrder.from_ranks(ranks)
+
+
+def generate_reference(req: GenerationRequest) -> ComputeOrder:
     p, v, m = req.pp, req.vpp, req.micro_batches
     padded = -(-m // p) * p
     fwd_seq = chunk_sequence(p, v, padded, reverse=False)

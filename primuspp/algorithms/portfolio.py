@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.errors import ScheduleError
 from primuspp.schedule import semantics
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
-from primuspp.schedule.timing import node_times
+from primuspp.schedule.timing import node_time_arrays, node_times
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,19 @@ def order_peak(
     order: Sequence[Sequence[Node]], units: Sequence[float], b_free: float | Sequence[float]
 ) -> float:
     """Highest activation (in `units`) any rank holds: the simulator's memory model (`semantics.order_peak`)
-    in microbatch units. `b_free`: the part B frees, one value per stage (or one for all)."""
-    return semantics.order_peak(order, units, semantics.per_stage(b_free, len(units)))
+    in microbatch units. `b_free`: the part B frees, one value per stage (or one for all). An ArrayOrder is
+    counted as array passes (`sim.memory_curve.memory_levels`, the same events and float operations)."""
+    b_free = semantics.per_stage(b_free, len(units))
+    if isinstance(order, ArrayOrder):
+        import numpy as np
+
+        from primuspp.sim.memory_curve import memory_levels
+
+        at = np.zeros(order.num_nodes())  # the peak does not depend on when the events happen
+        levels = memory_levels(order.rows, order.first, at, at, units, b_free)
+        if levels is not None:
+            return max((float(peak) for _, _, peak in levels), default=0.0)
+    return semantics.order_peak(order, units, b_free)
 
 
 def score(
@@ -66,6 +78,8 @@ def score(
 
 def timed_score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, peak: float) -> Score:
     """`score` with the peak already known (a search that changed one rank recounts that rank only)."""
+    if isinstance(order, ArrayOrder):
+        return _timed_score_arrays(placement, m, order, costs, peak)
     timing = node_times(placement, m, order, costs)
     first, last = float("inf"), float("-inf")
     max_span = 0.0
@@ -79,6 +93,29 @@ def timed_score(placement: Placement, m: int, order: ComputeOrder, costs: StageC
         if lo is not None:
             first, last = min(first, lo), max(last, hi)
             max_span = max(max_span, hi - lo)
+    return Score(last - first if last > first else 0.0, max_span, peak)
+
+
+def _timed_score_arrays(
+    placement: Placement, m: int, order: ArrayOrder, costs: StageCosts, peak: float
+) -> Score:
+    """`timed_score` of an ArrayOrder: the same times (`node_time_arrays`) and the same min/max per rank,
+    as array passes."""
+    import numpy as np
+
+    from primuspp.schedule.compact import KINDS
+
+    times = node_time_arrays(placement, m, order, costs)
+    is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[order.rows["node_kind"]]
+    idx = np.flatnonzero(is_compute)
+    if not len(idx):
+        return Score(0.0, 0.0, peak)
+    rank = np.searchsorted(order.first, idx, "right") - 1
+    cut = np.flatnonzero(np.diff(rank)) + 1
+    lo = times.starts[idx[np.concatenate(([0], cut))]]
+    hi = times.ends[idx[np.concatenate((cut - 1, [len(idx) - 1]))]]
+    first, last = float(lo.min()), float(hi.max())
+    max_span = max(0.0, float((hi - lo).max()))
     return Score(last - first if last > first else 0.0, max_span, peak)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import Node, NodeKind
 
 PERIOD = 6
@@ -415,17 +416,19 @@ class SlotSchedule:
 
     # -- result ---------------------------------------------------------------------------------------------
 
-    def order(self) -> list[list[Node]]:
+    def order(self) -> ArrayOrder:
+        """Each rank's occupied slots in slot order, as an `ArrayOrder` (columns straight from the codes of
+        `occ`: op = 3 * (mb * n + stage) + kind; no Node is built until someone reads one)."""
         import numpy as np
 
-        out = []
-        for row in self.occ:
-            ops = np.array(row, dtype=np.int64)
-            ops = ops[ops >= 0]
-            key = ops // 3
-            kinds = [_KINDS[k] for k in (ops % 3).tolist()]
-            out.append(list(map(Node, kinds, (key // self.n).tolist(), (key % self.n).tolist())))
-        return out
+        from primuspp.schedule.array_order import KINDS
+
+        codes = np.array([KINDS.index(k) for k in _KINDS], dtype=np.int8)
+        ops = [np.array(row, dtype=np.int64) for row in self.occ]
+        ops = [row[row >= 0] for row in ops]
+        flat = np.concatenate(ops) if ops else np.zeros(0, dtype=np.int64)
+        key = flat // 3
+        return ArrayOrder.from_flat(codes[flat % 3], key // self.n, key % self.n, [len(row) for row in ops])
 
     def peak(self) -> int:
         return max(max(self._profile(r)) for r in range(self.p))

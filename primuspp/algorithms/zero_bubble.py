@@ -14,7 +14,18 @@ from __future__ import annotations
 from primuspp.algorithms import cost_aware, greedy, zb_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import EFFORT, full_search
-from primuspp.algorithms.orders import B, F, W, node, nodes, one_f_one_b
+from primuspp.algorithms.orders import (
+    B,
+    F,
+    W,
+    code,
+    node,
+    nodes,
+    one_f_one_b,
+    one_f_one_b_columns,
+    simple_columns,
+)
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import linear
 
@@ -26,7 +37,28 @@ POLICIES = tuple(
 )
 
 
-def generate(req: GenerationRequest) -> ComputeOrder:
+def generate(req: GenerationRequest) -> ArrayOrder:
+    """`generate_reference` as columns (no Node built): rank r's k-th B (of microbatch k) is followed by the
+    W of microbatch k - r once k >= r; the last r W's close the rank."""
+    import numpy as np
+
+    p, m = req.pp, req.micro_batches
+    mbs = np.arange(m)
+    ranks = []
+    for r in range(p):
+        base = one_f_one_b_columns(p - r - 1, simple_columns(F, mbs, r), simple_columns(B, mbs, r))
+        at_b = np.flatnonzero(base[0] == code(B))
+        # sort keys: base node i at 2i; the W after B k at 2 * (B k's place) + 1; the rest after everything
+        early = max(m - r, 0)  # W's placed right after a later B
+        w_key = np.concatenate((2 * at_b[r:] + 1, 2 * len(base[0]) + np.arange(m - early)))
+        keys = np.concatenate((2 * np.arange(len(base[0])), w_key))
+        w = simple_columns(W, mbs, r)
+        pick = np.argsort(keys, kind="stable")
+        ranks.append(tuple(np.concatenate((c, wc))[pick] for c, wc in zip(base, w, strict=True)))
+    return ArrayOrder.from_ranks(ranks)
+
+
+def generate_reference(req: GenerationRequest) -> ComputeOrder:
     p, m = req.pp, req.micro_batches
     order = []
     for r in range(p):

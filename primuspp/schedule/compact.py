@@ -1,8 +1,10 @@
 """Compact lowered tables: the comm nodes lowering adds, stored as integer arrays (struct of arrays).
 
 A lowered table at p=64, m=512 holds about half a million nodes, more than half of them SEND/RECV nodes that
-lowering derives from the compute order. `LoweredRanks` keeps the compute order as given (its Node objects)
-and every comm node as one row of a few numpy int arrays (rank, position, kind, microbatch, stage, peer).
+lowering derives from the compute order. `LoweredRanks` keeps the compute order as given (an
+`array_order.ArrayOrder`, columns whose Nodes are built only when read, or the Node tuples of a generator
+that made Nodes) and every comm node as one row of a few numpy int arrays (rank, position, kind, microbatch,
+stage, peer).
 It behaves as the tuple of per-rank node tuples it stands for (`ScheduleTable.ranks`): indexing a rank
 builds that rank's nodes once and caches them; equality, iteration and length are a tuple's. The validator
 and the simulator read the arrays and the compute order directly, so a build and a simulation never create a
@@ -34,12 +36,13 @@ _KIND_TEXT, _MB, _STAGE = attrgetter("kind.text"), attrgetter("microbatch"), att
 class LoweredRanks(Sequence):
     """Each rank's lowered node list, stored compactly; reads as `tuple[tuple[Node, ...], ...]`.
 
-    `order[r]`: rank r's compute and memory nodes (the lowering's input); `rows`: the same as arrays
-    (`order_arrays`); `node_pos`: each order node's position in its rank's lowered list (rank-major, rank r's
-    from `first[r]`). Comm rows (all ranks, sorted by rank then position): `c_rank`, `c_pos`, `c_kind` (a
-    code of KINDS), `c_mb`, `c_stage` (the stage on the row's own rank), `c_peer`. `hints` (rank-major, rank
-    r's from `hint_first[r]`): the unit-cost start of each compute node in the run lowering placed the
-    receives by; the validator proves termination with them (and checks them: a wrong hint cannot make a
+    `order[r]`: rank r's compute and memory nodes (the lowering's input: an ArrayOrder or Node tuples);
+    `rows`: the same as arrays (`order_arrays`); `node_pos`: each order node's position in its rank's
+    lowered list (rank-major, rank r's from `first[r]`). Comm rows (all ranks, sorted by rank then
+    position): `c_rank`, `c_pos`, `c_kind` (a code of KINDS), `c_mb`, `c_stage` (the stage on the row's own
+    rank), `c_peer`. `hints` (rank-major, rank r's from `hint_first[r]`): the unit-cost start of each
+    compute node in the run lowering placed the receives by; the validator proves termination with them
+    (and checks them: a wrong hint cannot make a
     bad table pass, only send it to the reference validator)."""
 
     __slots__ = (
@@ -139,12 +142,18 @@ class LoweredRanks(Sequence):
 
     def texts(self, r: int) -> list[str]:
         """Rank r's nodes in their text form (`nodes.format_node` of each), without building comm Nodes."""
+        from primuspp.schedule.array_order import ArrayOrder
+
         out: list[str | None] = [None] * self.lengths[r]
         positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
-        for pos, node in zip(positions, self.order[r], strict=True):
-            # format_node, inlined for the simple kinds without a peer
-            simple = not node.parts and node.peer is None
-            out[pos] = f"{node.kind.text}{node.microbatch}.{node.stage}" if simple else format_node(node)
+        if isinstance(self.order, ArrayOrder):  # from the columns: no Node built
+            for pos, text in zip(positions, self.order.texts(r), strict=True):
+                out[pos] = text
+        else:
+            for pos, node in zip(positions, self.order[r], strict=True):
+                # format_node, inlined for the simple kinds without a peer
+                simple = not node.parts and node.peer is None
+                out[pos] = f"{node.kind.text}{node.microbatch}.{node.stage}" if simple else format_node(node)
         lo, hi = self._rows(r)
         names = [k.text for k in KINDS]
         arrows = ["<>"[k.is_send] for k in KINDS]
@@ -175,9 +184,14 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     parts its semantics name.
 
     The fields are read with `map` over all nodes at once; only composite nodes' parts are visited one by
-    one (`order_arrays_reference` is the plain loop: a test holds the two equal)."""
+    one (`order_arrays_reference` is the plain loop: a test holds the two equal). An `array_order.ArrayOrder`
+    holds these arrays already: they are returned as they are."""
     import numpy as np
 
+    from primuspp.schedule.array_order import ArrayOrder
+
+    if isinstance(order, ArrayOrder):
+        return order.rows
     composite_of, n_parts_of, part_ok_of = _part_tables()
     flat = list(chain.from_iterable(order))
     n = len(flat)
@@ -301,13 +315,15 @@ def lower_compact(
     the caller has them."""
     import numpy as np
 
+    from primuspp.schedule.array_order import ArrayOrder, rank_lengths
     from primuspp.schedule.lowering import stage_peers
 
-    order = tuple(tuple(seq) for seq in order)
+    if not isinstance(order, ArrayOrder):
+        order = tuple(tuple(seq) for seq in order)
     n_ranks = len(order)
     arr = rows if rows is not None else order_arrays(order)
     kind, mb, stage, rank, index, part = (arr[k] for k in ("kind", "mb", "stage", "rank", "index", "part"))
-    lengths0 = np.array([len(seq) for seq in order], dtype=np.int64)
+    lengths0 = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths0, out=first[1:])
     gidx = first[rank] + index  # the node's index in the concatenated order
@@ -321,6 +337,7 @@ def lower_compact(
     cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
     node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
+    del ccount
     n_compute = np.diff(cfirst)
 
     n_all = int(first[-1])
@@ -359,6 +376,7 @@ def lower_compact(
         # creation order of the reference: rank, node, part, datum
         sort = np.lexsort((datum_index, part[rows], gidx[rows]))
         rows, datum, peer, cons = rows[sort], datum[sort], peer[sort], cons[sort]
+        del pieces, datum_index, sort  # the peak memory of a large lowering: free what is done with
     else:
         rows = datum = peer = cons = np.zeros(0, dtype=np.int64)
     h_rank = rank[rows]
@@ -372,6 +390,7 @@ def lower_compact(
     k = np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
     # a receive after the peer's last compute node is never emitted (as in the reference)
     keep = k < n_compute[peer]
+    del t, shifted, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
     send_boundary = node_ci[h_node] + 1  # the producer's compute index + 1
     send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
     recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
@@ -391,6 +410,7 @@ def lower_compact(
     r_cum = np.cumsum(r_count) - r_count
     s_before = s_cum - s_cum[base_of_slot]  # sends at earlier boundaries of the rank
     r_before = r_cum - r_cum[base_of_slot]
+    del s_cum, r_cum, base_of_slot, k
     # index in the rank's order of its compute node b (the rank's length for b = C)
     i_of_slot = np.empty(n_slots, dtype=np.int64)
     last = slot_base[:-1] + n_compute
@@ -403,6 +423,7 @@ def lower_compact(
     node_pos = np.arange(len(node_rank), dtype=np.int64) - first[node_rank]
     before = node_pos + s_before[node_slot] + r_before[node_slot]
     pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
+    del node_slot, node_pos, before, gidx, node_rank, node_ci, mask
     # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
     n_h = len(rows)
     j = np.arange(n_h, dtype=np.int64) - np.searchsorted(send_slot, send_slot, "left")
@@ -413,6 +434,7 @@ def lower_compact(
     recv_pos = np.empty(len(rs), dtype=np.int64)
     recv_pos[rsort] = i_of_slot[rs] + s_before[rs] + s_count[rs] + r_before[rs] + j
 
+    del rsort, rs, j, i_of_slot, s_before, r_before, s_count, r_count, send_slot, recv_slot
     own = np.nonzero(keep)[0]
     c_rank = np.concatenate([h_rank, recv_rank])
     c_pos = np.concatenate([send_pos, recv_pos])
@@ -424,6 +446,7 @@ def lower_compact(
         "stage": np.concatenate([h_stage, cons[own]]),
         "peer": np.concatenate([peer, h_rank[own]]),
     }
+    del h_rank, recv_rank, send_pos, recv_pos, send_kind, recv_kind, h_mb, h_stage, cons, peer, own, keep
     # rows in (rank, position) order: each row's position in the whole lowered table is unique, so a
     # scatter by that position orders them (linear time, where a sort is n log n)
     lowered = lengths0 + np.bincount(c_rank, minlength=n_ranks)
@@ -432,7 +455,9 @@ def lower_compact(
     row_at = np.full(int(lowered.sum()), -1, dtype=np.int64)
     row_at[where] = np.arange(len(where), dtype=np.int64)
     sort = row_at[row_at >= 0]
-    comm = {key: v[sort] for key, v in comm.items()}
+    del row_at, where
+    for key in list(comm):  # one column at a time: each unsorted one is freed as its sorted one is made
+        comm[key] = comm[key][sort]
     lengths = lowered.tolist()
     return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)
 

@@ -119,6 +119,7 @@ def valid(table: ScheduleTable) -> bool:
     if not ((srank[toward] == c_peer) & (c_peer != c_rank)).all():
         return False
     msg_key = np.where(send, c_key, c_mb * n + toward)
+    del c_key, toward  # large tables: each pass frees what it is done with (the build's peak memory)
     n_sf, _ = at(c_kind == _SF, msg_key, c_pos)
     n_sb, _ = at(c_kind == _SB, msg_key, c_pos)
     n_rf, pos_rf = at(c_kind == _RF, msg_key, c_pos)
@@ -157,6 +158,7 @@ def valid(table: ScheduleTable) -> bool:
     w = kind == _W
     if not (pos_b[key[w]] < pos[w]).all():
         return False
+    del f, fs, fk, fp, p, has, pk, local, came, g, gs, gk, gp, q, qk, w, key, sf, sb
 
     # FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
     src = np.where(send, c_rank, c_peer)
@@ -179,12 +181,14 @@ def valid(table: ScheduleTable) -> bool:
         return False
     if not (msg[s_idx] == msg[r_idx]).all():
         return False
+    del src, dst, msg, pair, msg_key, send, grad, pos_f, pos_b, pos_bw, pos_g, pos_rf, pos_rb
 
     # termination: batch = (rank, compute nodes before it); certificate from the hints
     n_ranks = len(ranks)
     compute_rows = np.nonzero(rows["part"] == 0)[0]  # one row per compute node (all nodes are compute)
     cpos = pos[compute_rows]
     crank = rank[compute_rows]
+    del pos, compute_rows
     counts = np.bincount(crank, minlength=n_ranks)
     cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(counts, out=cfirst[1:])
@@ -195,6 +199,7 @@ def valid(table: ScheduleTable) -> bool:
     span = float(max(int(c_pos.max(initial=0)), int(cpos.max(initial=0)))) + 1.0
     shifted = cpos + crank * span
     boundary = np.searchsorted(shifted, c_pos + c_rank * span) - cfirst[c_rank]
+    del shifted
     if len(hints) != len(cpos):
         return False
     same_rank = np.diff(crank) == 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
+from primuspp.schedule.array_order import ArrayOrder, rank_lengths
 from primuspp.schedule.compact import LoweredRanks, lower_compact, order_arrays
 from primuspp.schedule.costs import unit_costs
 from primuspp.schedule.nodes import Node
@@ -39,13 +40,15 @@ def lower_comms(placement: Placement, num_microbatches: int, order: Sequence[Seq
 
     The result reads as a tuple of per-rank node tuples; it stores the comm nodes as arrays
     (`compact.LoweredRanks`). `lower_comms_reference` is the plain form (a test holds the two equal)."""
-    order = tuple(tuple(seq) for seq in order)
-    if sum(len(seq) for seq in order) < ARRAY_MIN_NODES:  # small: lists are quicker than numpy set-up
+    if not isinstance(order, ArrayOrder):  # an ArrayOrder is read as arrays: its Nodes are never built
+        order = tuple(tuple(seq) for seq in order)
+    if sum(rank_lengths(order)) < ARRAY_MIN_NODES:  # small: lists are quicker than numpy set-up
         timing = node_times(placement, num_microbatches, order, unit_costs(placement))
         return lower_compact(placement, num_microbatches, order, timing)
     rows = order_arrays(order)  # built once: the timing's array passes and the lowering both read them
-    times = node_time_arrays(placement, num_microbatches, order, unit_costs(placement), rows)
-    return lower_compact(placement, num_microbatches, order, times, rows)
+    # the times go straight to lower_compact, which frees them once read (the peak memory of a large build)
+    times = [node_time_arrays(placement, num_microbatches, order, unit_costs(placement), rows)]
+    return lower_compact(placement, num_microbatches, order, times.pop(), rows)
 
 
 def lower_comms_reference(

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from primuspp.errors import ValidationError
+from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
@@ -89,7 +90,7 @@ def node_times(
     """Fast path of `node_times_reference` (same results, several times faster): the array passes of
     `timing_arrays` where they apply, else the loop `node_times_events`. `rows`: the order's
     `compact.order_arrays`, when the caller has them (else they are built when the arrays are tried)."""
-    if _FAST_OK and sum(len(seq) for seq in order) >= ARRAY_MIN_NODES:
+    if _FAST_OK and sum(rank_lengths(order)) >= ARRAY_MIN_NODES:
         from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
 
         exact = timing_arrays.exact_costs(costs)
@@ -118,7 +119,7 @@ def node_time_arrays(
         return got
     timing = node_times_events(placement, num_microbatches, order, costs)
     first = np.zeros(len(order) + 1, dtype=np.int64)
-    np.cumsum([len(seq) for seq in order], out=first[1:])
+    np.cumsum(rank_lengths(order), out=first[1:])
     return timing_arrays.NodeTimeArrays(
         first,
         np.array([t for row in timing.starts for t in row], dtype=np.float64),

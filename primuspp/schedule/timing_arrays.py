@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.compact import KINDS, order_arrays
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node
@@ -105,7 +106,7 @@ def solve(
     if rows is None:
         rows = order_arrays(order)
     n_ranks = len(order)
-    lengths = np.array([len(seq) for seq in order], dtype=np.int64)
+    lengths = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths, out=first[1:])
     n = int(first[-1])
@@ -164,14 +165,18 @@ def solve(
     cons_a = np.concatenate(cons) if cons else np.zeros(0, dtype=np.int64)
     prods_a = np.concatenate(prods) if prods else np.zeros(0, dtype=np.int64)
     comm_a = np.concatenate(cross_comm) if cross_comm else np.zeros(0)
+    del cons, prods, cross_comm  # large tables: free what is done with (the peak memory of a build)
     # proofs: exact sums, and a fixed point that implies an acyclic order (every consumer takes time)
     if len(cons_a) and (d[cons_a] <= 0.0).any():
         return None
     scaled = np.concatenate((d, [comm])) * _QUANTUM
     if not np.array_equal(scaled, np.floor(scaled)) or float(d.sum()) + comm * len(cons_a) >= _LIMIT:
         return None
+    del scaled, key, owner
 
-    ends = _sweep(n_ranks, first, d, cons_a, prods_a, comm_a, rank_of=np.repeat(np.arange(n_ranks), lengths))
+    edges = [cons_a, prods_a, comm_a]  # handed over: _sweep frees them once read
+    del cons_a, prods_a, comm_a
+    ends = _sweep(n_ranks, first, d, edges, rank_of=np.repeat(np.arange(n_ranks), lengths))
     if ends is None:
         return None
     starts = ends - d
@@ -184,19 +189,24 @@ def solve(
     return NodeTimeArrays(first, starts, ends, f_end, g_end)
 
 
-def _sweep(n_ranks: int, first: Any, d: Any, cons: Any, prods: Any, comm: Any, rank_of: Any) -> Any:
+def _sweep(n_ranks: int, first: Any, d: Any, edges: list[Any], rank_of: Any) -> Any:
     """Ends of every node: ranks recomputed in alternating sweeps, each from the others' latest ends, until
-    none changes; None when that takes more sweeps than the per-node loop would cost."""
+    none changes; None when that takes more sweeps than the per-node loop would cost. `edges`: [consumer,
+    producer, comm] of each cross-rank input (emptied here: the arrays are freed once read)."""
     n = len(d)
+    cons, prods, comm = edges
+    edges.clear()
     # each node's cross-rank inputs as up to K slots (producer index, comm); slot value n = none (time 0.0)
     sort = np.argsort(cons, kind="stable")
     cons, prods, comm = cons[sort], prods[sort], comm[sort]
+    del sort
     slot = np.arange(len(cons)) - np.searchsorted(cons, cons, "left")
     n_slots = int(slot.max(initial=-1)) + 1
     src = np.full((max(n_slots, 1), n), n, dtype=np.int64)
     add = np.zeros((max(n_slots, 1), n), dtype=np.float64)
     src[slot, cons] = prods
     add[slot, cons] = comm
+    del slot, comm
     cum = np.cumsum(d)
     cum_before = cum - d
     # running sums restart on each rank

@@ -78,6 +78,8 @@ def memory_levels(
     if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
         order = np.argsort(sort_key, kind="stable")
         ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
+        del order
+    del sort_key, ev_ord  # large tables: free what is done with (the simulation's peak memory)
     s = stage[ev_row]
     delta = np.empty(len(ev_row), dtype=np.float64)
     is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))
@@ -103,7 +105,10 @@ def memory_levels(
         seen &= ev_rank[np.maximum(b_at, 0)] == ev_rank[rest_at]
         rs = s[is_rest]
         delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
+        del key, b_keys, rest_keys, ev_rank, where_b, rest_at, b_at, seen, rs
+    del s, is_alloc, is_b, is_rest, is_all, ev_effect
     ev_gidx = gidx[ev_row]
+    del gidx, ev_row
     times = np.where(ev_phase == 0, starts[ev_gidx], ends[ev_gidx])
     n_ranks = len(node_first) - 1
     bounds = np.searchsorted(ev_gidx, node_first)

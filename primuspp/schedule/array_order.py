@@ -1,0 +1,266 @@
+"""A compute order stored as integer columns: what generators emit instead of one Node object per step.
+
+A compute order is, per rank, the compute and memory nodes that rank runs, in order. At p=64, m=512 the V
+family's holds about 200,000 nodes; as Node objects they cost most of a simple generator's time and, at
+p=256, m=2048, most of the build's memory. `ArrayOrder` keeps the same nodes as the rows of
+`compact.order_arrays` (rank-major numpy columns: kind code, microbatch, stage; a composite node as one row
+per part) and reads as the `Sequence[Sequence[Node]]` it stands for: `order[r]` builds rank r's Node tuple
+once and caches it, so every consumer that walks Nodes keeps working. Lowering, timing, validation, the
+simulator and candidate scoring read the columns directly (`compact.order_arrays(order)` returns them as
+they are), so a build never creates a compute Node.
+
+numpy is imported inside the functions that need it: importing this module costs nothing at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from primuspp.schedule.nodes import Node, NodeKind
+
+#: kind codes: the index of the kind in NodeKind's order (`compact.KINDS`)
+KINDS: tuple[NodeKind, ...] = tuple(NodeKind)
+
+
+class ArrayOrder(Sequence):
+    """Each rank's compute order as columns; reads as `tuple[tuple[Node, ...], ...]`.
+
+    `rows`: the `compact.order_arrays` dictionary of the order (node_kind, parts_ok, kind, mb, stage, rank,
+    index, part); `first[r]`: rank r's first node in the flat, rank-major node numbering (`first[-1]`: the
+    node count). Build one with `from_ranks` (per-rank columns of simple nodes), `from_flat` or
+    `from_nodes`."""
+
+    __slots__ = ("_cache", "_row_first", "first", "rows")
+
+    def __init__(self, rows: dict[str, Any], first: Any) -> None:
+        import numpy as np
+
+        self.rows, self.first = rows, first
+        n_ranks = len(first) - 1
+        # rank r's rows: _row_first[r] .. _row_first[r + 1] (rows are rank-major)
+        self._row_first = np.searchsorted(rows["rank"], np.arange(n_ranks + 1), "left")
+        self._cache: list[tuple[Node, ...] | None] = [None] * n_ranks
+
+    # -- construction ------------------------------------------------------------------------------------
+
+    @classmethod
+    def from_flat(cls, kind: Any, mb: Any, stage: Any, lengths: Sequence[int]) -> ArrayOrder:
+        """Simple nodes (no composite kind), rank-major: rank r's are the next `lengths[r]` of the columns
+        `kind` (codes of KINDS), `mb`, `stage`."""
+        import numpy as np
+
+        from primuspp.schedule.compact import _part_tables
+
+        lengths_a = np.asarray(lengths, dtype=np.int64)
+        first = np.zeros(len(lengths_a) + 1, dtype=np.int64)
+        np.cumsum(lengths_a, out=first[1:])
+        n = int(first[-1])
+        kind = np.asarray(kind, dtype=np.int8)
+        if len(kind) != n or len(mb) != n or len(stage) != n:
+            raise ValueError(f"columns of {len(kind)}, {len(mb)}, {len(stage)} rows for {n} nodes")
+        if n and _part_tables()[0][kind].any():
+            raise ValueError("from_flat takes simple nodes only: build composite nodes with from_nodes")
+        rank = np.repeat(np.arange(len(lengths_a), dtype=np.int64), lengths_a)
+        rows = {
+            "node_kind": kind,
+            "parts_ok": True,
+            "kind": kind,
+            "mb": np.asarray(mb, dtype=np.int64),
+            "stage": np.asarray(stage, dtype=np.int64),
+            "rank": rank,
+            "index": np.arange(n, dtype=np.int64) - first[rank],
+            "part": np.zeros(n, dtype=np.int64),
+        }
+        return cls(rows, first)
+
+    @classmethod
+    def from_rows(
+        cls, node_kind: Any, kind: Any, mb: Any, stage: Any, part: Any, lengths: Sequence[int]
+    ) -> ArrayOrder:
+        """Nodes given as rows (rank-major), composite ones included: `node_kind` one code per node,
+        `kind`/`mb`/`stage`/`part` one value per row (a composite node: one row per part, `part` 0, 1, ...;
+        a simple node: one row, part 0); rank r holds the next `lengths[r]` nodes."""
+        import numpy as np
+
+        from primuspp.schedule.compact import _part_tables
+
+        composite_of, n_parts_of, part_ok_of = _part_tables()
+        lengths_a = np.asarray(lengths, dtype=np.int64)
+        first = np.zeros(len(lengths_a) + 1, dtype=np.int64)
+        np.cumsum(lengths_a, out=first[1:])
+        node_kind = np.asarray(node_kind, dtype=np.int8)
+        kind, part = np.asarray(kind, dtype=np.int8), np.asarray(part, dtype=np.int64)
+        node = np.cumsum(part == 0) - 1  # each row's node
+        if len(node_kind) != int(first[-1]) or int(node[-1] if len(node) else -1) + 1 != len(node_kind):
+            raise ValueError(
+                f"{len(node_kind)} node kinds, {int(first[-1])} nodes by lengths, rows for others"
+            )
+        rank = np.repeat(np.arange(len(lengths_a), dtype=np.int64), lengths_a)
+        n_parts = np.bincount(node, minlength=len(node_kind))
+        composite = composite_of[node_kind]
+        simple_ok = (n_parts[~composite] == 1).all() and (kind == node_kind[node])[~composite[node]].all()
+        if not simple_ok:
+            raise ValueError("a simple node takes one row of its own kind")
+        parts_ok = bool((n_parts[composite] == n_parts_of[node_kind[composite]]).all())
+        rows_c = composite[node]
+        if parts_ok and rows_c.any():
+            parts_ok = bool(part_ok_of[node_kind[node[rows_c]], part[rows_c], kind[rows_c]].all())
+        if not parts_ok:
+            raise ValueError("a composite node lacks the parts its kind names")
+        rows = {
+            "node_kind": node_kind,
+            "parts_ok": True,
+            "kind": kind,
+            "mb": np.asarray(mb, dtype=np.int64),
+            "stage": np.asarray(stage, dtype=np.int64),
+            "rank": rank[node],
+            "index": node - first[rank[node]],
+            "part": part,
+        }
+        return cls(rows, first)
+
+    @classmethod
+    def from_ranks(cls, ranks: Sequence[tuple[Any, Any, Any]]) -> ArrayOrder:
+        """Simple nodes given per rank as (kind codes, microbatches, stages) columns."""
+        import numpy as np
+
+        if not ranks:
+            return cls.from_flat(np.zeros(0, np.int8), np.zeros(0, np.int64), np.zeros(0, np.int64), [])
+        kinds, mbs, stages = zip(*ranks, strict=True)
+        return cls.from_flat(
+            np.concatenate([np.asarray(k, dtype=np.int8) for k in kinds]),
+            np.concatenate([np.asarray(x, dtype=np.int64) for x in mbs]),
+            np.concatenate([np.asarray(x, dtype=np.int64) for x in stages]),
+            [len(k) for k in kinds],
+        )
+
+    @classmethod
+    def from_nodes(cls, order: Sequence[Sequence[Node]]) -> ArrayOrder:
+        """Any compute order of Nodes (composite ones included) as columns."""
+        import numpy as np
+
+        from primuspp.schedule.compact import order_arrays
+
+        if isinstance(order, ArrayOrder):
+            return order
+        lengths = [len(seq) for seq in order]
+        first = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=first[1:])
+        rows = order_arrays(order)
+        if not rows["parts_ok"]:  # a composite node without the parts its kind names has no rows of its own
+            raise ValueError("a composite node lacks the parts its kind names")
+        return cls(rows, first)
+
+    # -- cheap facts ---------------------------------------------------------------------------------------
+
+    def lengths(self) -> list[int]:
+        """Each rank's node count, without building a Node."""
+        import numpy as np
+
+        return np.diff(self.first).tolist()
+
+    def num_nodes(self) -> int:
+        return int(self.first[-1])
+
+    # -- the tuple it stands for ---------------------------------------------------------------------------
+
+    def texts(self, r: int) -> list[str]:
+        """Rank r's nodes in their text form (`nodes.format_node` of each), without building a Node."""
+        return _texts(self, r)
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self[r] for r in range(*index.indices(len(self))))
+        r = range(len(self._cache))[index]  # negative indices, IndexError
+        nodes = self._cache[r]
+        if nodes is None:
+            nodes = self._cache[r] = self._build(r)
+        return nodes
+
+    def __iter__(self) -> Iterator[tuple[Node, ...]]:
+        return (self[r] for r in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ArrayOrder | tuple | list):
+            if len(self) != len(other):
+                return False
+            return all(tuple(a) == tuple(b) for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"ArrayOrder({tuple(self)!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"rows": self.rows, "first": self.first}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["rows"], state["first"])  # type: ignore[misc]
+
+    def _build(self, r: int) -> tuple[Node, ...]:
+        rows = self.rows
+        a, b = int(self._row_first[r]), int(self._row_first[r + 1])
+        kinds = list(map(KINDS.__getitem__, rows["kind"][a:b].tolist()))
+        mbs, stages = rows["mb"][a:b].tolist(), rows["stage"][a:b].tolist()
+        n_nodes = int(self.first[r + 1] - self.first[r])
+        if b - a == n_nodes:  # one row per node: no composite node on this rank
+            return tuple(map(Node, kinds, mbs, stages))
+        # a composite node is its parts' rows (part 0, 1, ...); it carries its first part's mb and stage
+        node_kinds = rows["node_kind"][int(self.first[r]) : int(self.first[r + 1])].tolist()
+        out: list[Node] = []
+        parts: list[Node] = []
+        index = rows["index"][a:b].tolist()
+        for i, (kind, mb, stage, at) in enumerate(zip(kinds, mbs, stages, index, strict=True)):
+            own = KINDS[node_kinds[at]]
+            if own is kind:
+                out.append(Node(kind, mb, stage))
+                continue
+            parts.append(Node(kind, mb, stage))
+            if i + 1 == len(index) or index[i + 1] != at:
+                out.append(Node(own, parts[0].microbatch, parts[0].stage, None, tuple(parts)))
+                parts = []
+        return tuple(out)
+
+
+def _texts(order: ArrayOrder, r: int) -> list[str]:
+    """Rank r's nodes in their text form (`nodes.format_node`), from the columns: a composite node is its
+    parts' texts joined by '+'."""
+    rows = order.rows
+    a, b = int(order._row_first[r]), int(order._row_first[r + 1])
+    names = [k.text for k in KINDS]
+    texts = [
+        f"{names[k]}{mb}.{s}"
+        for k, mb, s in zip(
+            rows["kind"][a:b].tolist(), rows["mb"][a:b].tolist(), rows["stage"][a:b].tolist(), strict=True
+        )
+    ]
+    if b - a == int(order.first[r + 1] - order.first[r]):
+        return texts
+    out: list[str] = []
+    for text, part in zip(texts, rows["part"][a:b].tolist(), strict=True):
+        if part:
+            out[-1] += "+" + text
+        else:
+            out.append(text)
+    return out
+
+
+def rank_lengths(order: Sequence[Sequence[Node]]) -> list[int]:
+    """Each rank's node count; an ArrayOrder's without building its Nodes."""
+    if isinstance(order, ArrayOrder):
+        return order.lengths()
+    return [len(seq) for seq in order]
+
+
+def copied(order: Sequence[Sequence[Node]]) -> Any:
+    """A copy a caller may keep or change: each rank as a new list; an ArrayOrder, which nobody can change,
+    as it is (copying it would build its Nodes)."""
+    if isinstance(order, ArrayOrder):
+        return order
+    return [list(seq) for seq in order]
