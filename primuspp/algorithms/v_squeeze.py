@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from primuspp.algorithms import v_rows
+
 _F, _B, _W = 0, 1, 2
 _DELTAS = (-3, -2, -1, 1, 2, 3)
 #: byte maps of a +-d on base-255 low digits, keeping the 255 mark
@@ -38,6 +40,20 @@ class _Wide:
         self.hi = bytearray(hi.astype(np.uint8).tobytes())
         self.lo_n = np.frombuffer(self.lo, dtype=np.uint8)
         self.hi_n = np.frombuffer(self.hi, dtype=np.uint8)
+
+    @classmethod
+    def rows(cls, values: np.ndarray) -> list[_Wide]:
+        """One `_Wide` per row of a 2-D array of counts (the digits computed for all rows at once)."""
+        lo = (values % 255).astype(np.uint8)
+        hi = (values // 255).astype(np.uint8)
+        out = []
+        for low, high in zip(lo, hi, strict=True):
+            wide = object.__new__(cls)
+            wide.lo, wide.hi = bytearray(low.tobytes()), bytearray(high.tobytes())
+            wide.lo_n = np.frombuffer(wide.lo, dtype=np.uint8)
+            wide.hi_n = np.frombuffer(wide.hi, dtype=np.uint8)
+            out.append(wide)
+        return out
 
     def shift(self, a: int, b: int, d: int) -> None:
         """counts[a:b] += d (|d| <= 3)."""
@@ -89,56 +105,148 @@ class _Wide:
             self.lo[j], self.hi[j] = value % 255, value // 255
 
 
-def squeeze_explicit(sched, cap: int, columns) -> bool:
-    """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot; `columns`
-    the ops in slot order with their kinds, stages and ranks (`SlotSchedule._op_columns`). False (nothing
-    changed) where a slot is already over the cap: the caller then runs the reference, which allows that."""
-    rooms = []
-    for r in range(sched.p):
-        room = cap - np.asarray(sched._profile(r), dtype=np.int64)
-        if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
-            return False
-        rooms.append(_Wide(room))
-    slot, occ, last = sched.slot, sched.occ, sched.n - 1
-    for op, kind, s, r in zip(*columns, strict=True):
-        if kind == _F:
-            e = slot[op - 3] + 1 if s else 0
-        else:
-            e = slot[op - 1] + 1
-            if kind == _B and s < last and slot[op + 3] >= e:
-                e = slot[op + 3] + 1
-        cur = slot[op]
-        if e >= cur:
-            continue
-        row = occ[r]
-        lo = e
-        if kind == _F:  # the activation now lives from the new slot on: the cap must hold there
-            room = rooms[r]
-            low, high = room.lo, room.hi
-            j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
-            while j >= 0 and high[j]:
-                j = low.rfind(0, e, j)
-            lo = j + 1 if j >= e else e
-            if lo == cur:
+def squeeze_explicit(sched, cap: int) -> bool:
+    """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot. False
+    (nothing changed) where a slot is already over the cap: the caller then runs the reference, which
+    allows that."""
+    occ = sched._grid()
+    room = cap - v_rows.profiles(occ)
+    if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
+        return False
+    rooms = _Wide.rows(room)
+    n = sched.n
+    ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
+    first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
+    slot, occ = sched.slot, sched.occ
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for op, k, a, b, r in zip(
+            ops.tolist(), kind.tolist(), first.tolist(), second.tolist(), rank.tolist(), strict=True
+        ):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
                 continue
-        try:
-            t = row.index(-1, lo, cur)
-        except ValueError:
-            continue
-        row[cur], row[t], slot[op] = -1, op, t
-        if kind == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
-            if low.find(0, t, cur) < 0:
-                low[t:cur] = low[t:cur].translate(_DEC)
-            else:
-                room.shift(t, cur, -1)
-        elif kind == _W:  # headroom + 1 on [t + 1, cur + 1)
-            room = rooms[r]
-            low = room.lo
-            if low.find(254, t + 1, cur + 1) < 0:
-                low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
-            else:
-                room.shift(t + 1, cur + 1, 1)
+            row = occ[r]
+            lo = e
+            if k == _F:  # the activation now lives from the new slot on: the cap must hold there
+                room = rooms[r]
+                low, high = room.lo, room.hi
+                j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
+                while j >= 0 and high[j]:
+                    j = low.rfind(0, e, j)
+                lo = j + 1 if j >= e else e
+                if lo == cur:
+                    continue
+            try:
+                t = row.index(-1, lo, cur)
+            except ValueError:
+                continue
+            row[cur], row[t], slot[op] = -1, op, t
+            if k == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
+                if low.find(0, t, cur) < 0:
+                    low[t:cur] = low[t:cur].translate(_DEC)
+                else:
+                    room.shift(t, cur, -1)
+            elif k == _W:  # headroom + 1 on [t + 1, cur + 1)
+                room = rooms[r]
+                low = room.lo
+                if low.find(254, t + 1, cur + 1) < 0:
+                    low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
+                else:
+                    room.shift(t + 1, cur + 1, 1)
+    finally:
+        slot.pop()
     return True
+
+
+def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:
+    """`SlotSchedule._derived_moves_reference` with `_try_move` and `_rewalk` inlined (W's already
+    stripped): `columns` the F's and B's in slot order as (ops, first inputs, second inputs, ranks)
+    (`v_rows.inputs`), `pend_rows` and `live_rows` every rank's walk (`v_rows.walks`). The re-walk runs in
+    two stretches, up to the moved op's old slot and then until it rejoins the stored walk."""
+    slot, occ = sched.slot, sched.occ
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for op, a, b, r in zip(*columns, strict=True):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            row, pend, live = occ[r], pend_rows[r], live_rows[r]
+            lo = e
+            if op % 3 == _F:  # necessary: one more live activation on [t, cur]
+                lo = cur + 1
+                while lo > e and live[lo - 1] < cap:
+                    lo -= 1
+            end = len(row)
+            while lo < cur:
+                try:
+                    t = row.index(-1, lo, cur)
+                except ValueError:
+                    break
+                row[cur] = -1
+                row[t] = op
+                failed = _rewalk(row, pend, live, t, cur, cap, end)
+                if failed < 0:
+                    slot[op] = t
+                    break
+                row[cur] = op
+                row[t] = -1
+                _rewalk(row, pend, live, t, failed, cap + end, end)  # repair the walk up to where it stopped
+                lo = t + 1
+    finally:
+        slot.pop()
+
+
+def _rewalk(row: list[int], pend: list[int], live: list[int], t: int, cur: int, cap: int, end: int) -> int:
+    """`SlotSchedule._rewalk`: re-derive the walk from slot t in place until it rejoins the stored one past
+    slot cur; -1, or the slot at which the live chunks would exceed `cap` (the walk written up to there).
+    Two stretches: up to cur (no rejoin there), then until the walks rejoin."""
+    q, lv = pend[t], live[t]
+    for u in range(t, cur + 1):
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+    u = cur + 1
+    while u < end:
+        if q == pend[u] and lv == live[u]:
+            return -1
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    pend[end] = q
+    live[end] = lv
+    return -1
 
 
 # -- the derived squeeze ---------------------------------------------------------------------------------

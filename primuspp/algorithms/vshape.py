@@ -134,11 +134,13 @@ class SlotSchedule:
     def __init__(self, p: int, m: int, fo: list[int], bo: list[int], tighten: bool = True) -> None:
         import numpy as np
 
+        from primuspp.algorithms import v_rows
+
         self.p, self.m, self.n = p, m, 2 * p
         n = self.n
         self.rank = rank = [min(s, n - 1 - s) for s in range(n)]
         base = min(fo)
-        width = max(bo) - base + PERIOD * m + 3 * m + 2
+        self.width = width = max(bo) - base + PERIOD * m + 3 * m + 2  # slots per row
         # microbatch k's F and B of stage s at the block's slots shifted by 6k (distinct modulo 6 on a rank)
         f_op = (np.arange(m)[:, None] * n + np.arange(n)[None, :]) * 3
         shift = PERIOD * np.arange(m)[:, None] - base
@@ -148,16 +150,16 @@ class SlotSchedule:
         occ = np.full((p, width), -1, dtype=np.int64)
         slot[f_op], slot[f_op + _B] = f_t, b_t
         occ[rows, f_t], occ[rows, b_t] = f_op, f_op + _B
-        for r in range(p):
-            takes, ws = _ws_slots(occ[r])
-            occ[r, takes], slot[ws] = ws, takes
-        self.slot, self.occ = slot.tolist(), occ.tolist()
+        v_rows.fill_ws(occ, slot)  # `_ws_slots` on every rank
         if tighten:
-            self._tighten()
+            self.slot = self._tightened(slot, occ)
+            self.occ = self._grid().tolist()
+        else:
+            self.slot, self.occ = slot.tolist(), occ.tolist()
 
     def copy(self) -> SlotSchedule:
         other = object.__new__(SlotSchedule)
-        other.p, other.m, other.n, other.rank = self.p, self.m, self.n, self.rank
+        other.p, other.m, other.n, other.rank, other.width = self.p, self.m, self.n, self.rank, self.width
         other.slot = list(self.slot)
         other.occ = [list(row) for row in self.occ]
         return other
@@ -176,10 +178,46 @@ class SlotSchedule:
         for t, w in zip(takes.tolist(), ws.tolist(), strict=True):
             row[t], slot[w] = w, t
 
-    def _tighten(self) -> None:
+    def _grid(self):
+        """`occ` as a (p, width) numpy grid, built from `slot` (faster than converting the nested lists)."""
+        import numpy as np
+
+        from primuspp.algorithms import v_rows
+
+        slot = np.array(self.slot, dtype=np.int64)
+        return v_rows.grid(slot, np.asarray(self.rank, dtype=np.int64), self.n, self.p, self.width)
+
+    def _tightened(self, slot, occ) -> list[int]:
+        """`_tighten_reference` on the arrays of the raw repetition (`slot`, `occ`); returns the new slots
+        as a list. The same loop, each op's inputs looked up beforehand (`v_rows.inputs`)."""
+        import numpy as np
+
+        from primuspp.algorithms import v_rows
+
+        n = self.n
+        ops, kind, stage, rank = v_rows.columns(occ, np.asarray(self.rank, dtype=np.int64), n, (_F, _B, _W))
+        first, second = v_rows.inputs(ops, kind, stage, n, len(slot))
+        s = slot.tolist()
+        s.append(-1)  # the slot of a missing input
+        ready = [0] * self.p
+        for op, a, b, r in zip(ops.tolist(), first.tolist(), second.tolist(), rank.tolist(), strict=True):
+            e = s[a]
+            x = s[b]
+            if x > e:
+                e = x
+            u = ready[r]
+            if e >= u:
+                u = e + 1
+            s[op] = u
+            ready[r] = u + 1
+        s.pop()
+        return s
+
+    def _tighten_reference(self) -> None:
         """Start every op as soon as its inputs and its rank allow, keeping each rank's order (memory, an
         order property, is unchanged). The raw repetition is loose everywhere; this leaves the squeeze
-        only the holes an op can jump into. Slots are visited in time order, so inputs come first."""
+        only the holes an op can jump into. Slots are visited in time order, so inputs come first.
+        (`SlotSchedule(..., tighten=True)` runs the same loop as `_tightened`.)"""
         p, occ, slot, n = self.p, self.occ, self.slot, self.n
         width = len(occ[0])
         new_occ = [[-1] * width for _ in range(p)]
@@ -242,7 +280,7 @@ class SlotSchedule:
         else the reference below: the same moves."""
         from primuspp.algorithms import v_squeeze
 
-        if not v_squeeze.squeeze_explicit(self, cap, self._op_columns((_F, _B, _W))):
+        if not v_squeeze.squeeze_explicit(self, cap):
             self.squeeze_explicit_reference(cap)
 
     def squeeze_explicit_reference(self, cap: int) -> None:
@@ -297,16 +335,28 @@ class SlotSchedule:
         W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
         the closed form (`v_squeeze`) where it applies and pays (caps from `min_cap`, default from that
         module), else the reference re-walk: the same moves."""
-        from primuspp.algorithms import v_squeeze
+        import numpy as np
+
+        from primuspp.algorithms import v_rows, v_squeeze
 
         if min_cap is None:
             min_cap = v_squeeze.CLOSED_FORM_CAP
-        self._strip_ws()
-        columns = self._op_columns((_F, _B))
-        if not v_squeeze.derived_moves(self, cap, columns, min_cap):
-            self._derived_moves_reference(cap, columns)
-        for r in range(self.p):
-            self._place_ws(r)
+        ranks = np.asarray(self.rank, dtype=np.int64)
+        slot = np.array(self.slot, dtype=np.int64)
+        slot[_W::3] = -1  # `_strip_ws`
+        occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
+        self.slot, self.occ = slot.tolist(), occ.tolist()
+        ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
+        columns = (ops.tolist(), kind.tolist(), stage.tolist(), rank.tolist())
+        if cap < min_cap or not v_squeeze.derived_moves(self, cap, columns, min_cap):
+            first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
+            pend, live = v_rows.walks(occ)
+            inputs = (columns[0], first.tolist(), second.tolist(), columns[3])
+            v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
+        slot = np.array(self.slot, dtype=np.int64)
+        occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
+        v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
+        self.slot, self.occ = slot.tolist(), occ.tolist()
 
     def squeeze_derived_reference(self, cap: int) -> None:
         """Reference of `squeeze_derived`: the walk re-walked slot by slot after each tried move."""
@@ -428,6 +478,12 @@ class SlotSchedule:
         return out
 
     def peak(self) -> int:
+        """Most live chunk activations of any rank in any slot (`_profile`)."""
+        from primuspp.algorithms import v_rows
+
+        return int(v_rows.profiles(self._grid()).max())
+
+    def peak_reference(self) -> int:
         return max(max(self._profile(r)) for r in range(self.p))
 
 
