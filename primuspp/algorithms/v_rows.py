@@ -16,24 +16,50 @@ import numpy as np
 _F, _B, _W = 0, 1, 2
 
 
+#: op ids, slots and counts fit 32 bits (3.1 M ops at p = 256, m = 2048); half the bytes of int64
+INT = np.int32
+
+
 def grid(slot: np.ndarray, rank_of_stage: np.ndarray, n: int, p: int, width: int) -> np.ndarray:
-    """(p, width) int64 grid of op ids (-1: free) from each op's slot (-1: not placed)."""
-    occ = np.full((p, width), -1, dtype=np.int64)
-    ops = np.flatnonzero(slot >= 0)
+    """(p, width) grid of op ids (-1: free) from each op's slot (-1: not placed)."""
+    occ = np.full((p, width), -1, dtype=INT)
+    ops = np.flatnonzero(slot >= 0).astype(INT)
     occ[rank_of_stage[ops // 3 % n], slot[ops]] = ops
     return occ
+
+
+def _codes(occ: np.ndarray) -> np.ndarray:
+    """Each slot's kind (F 0, B 1, W 2) or 3 where free, as int8."""
+    code = (occ % 3).astype(np.int8)
+    code[occ < 0] = 3
+    return code
+
+
+def _before(mask: np.ndarray) -> np.ndarray:
+    """Count of True in each row before each slot: (p, width + 1), a leading 0 column."""
+    out = np.zeros((mask.shape[0], mask.shape[1] + 1), dtype=INT)
+    np.cumsum(mask, axis=1, dtype=INT, out=out[:, 1:])
+    return out
+
+
+def _run(before_b: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """W's run before each slot when each free slot runs a pending one (a B makes one pending): free
+    slots so far + the running minimum of (B's - free slots) so far (a queueing identity)."""
+    before_free = _before(free)
+    lag = before_b - before_free
+    np.minimum.accumulate(lag, axis=1, out=lag)
+    lag += before_free
+    return lag
 
 
 def fill_ws(occ: np.ndarray, slot: np.ndarray) -> None:
     """`vshape._ws_slots` on every row, applied: each free slot runs the W of the oldest completed B whose
     W has not run (rows are independent; the queueing identity is computed along axis 1)."""
     p = occ.shape[0]
-    is_b = (occ >= 0) & (occ % 3 == _B)
-    free = occ < 0
-    zero = np.zeros((p, 1), dtype=np.int64)
-    before_b = np.concatenate((zero, np.cumsum(is_b, axis=1)), axis=1)
-    before_free = np.concatenate((zero, np.cumsum(free, axis=1)), axis=1)
-    placed = before_free + np.minimum.accumulate(before_b - before_free, axis=1)
+    code = _codes(occ)
+    is_b = code == _B
+    free = code == 3
+    placed = _run(_before(is_b), free)
     takes = free & (placed[:, 1:] > placed[:, :-1])
     tr, tt = np.nonzero(takes)  # row-major: by row, then slot
     br, bt = np.nonzero(is_b)
@@ -48,27 +74,23 @@ def fill_ws(occ: np.ndarray, slot: np.ndarray) -> None:
 def profiles(occ: np.ndarray) -> np.ndarray:
     """`SlotSchedule._profile` of every row: (p, width + 1) live chunk activations during each slot (F
     counts from its slot, W until the end of its slot), then the level after the last slot."""
-    kind = np.where(occ >= 0, occ % 3, -1)
-    is_f = kind == _F
-    is_w = kind == _W
-    zero = np.zeros((occ.shape[0], 1), dtype=np.int64)
-    prof = np.cumsum(is_f, axis=1) - np.concatenate((zero, np.cumsum(is_w, axis=1)[:, :-1]), axis=1)
-    level = np.count_nonzero(is_f, axis=1) - np.count_nonzero(is_w, axis=1)
-    return np.concatenate((prof, level[:, None]), axis=1)
+    code = _codes(occ)
+    prof = _before(code == _F)
+    prof[:, :-1] += (code == _F).view(np.int8)  # F counts from its own slot
+    prof -= _before(code == _W)  # W until the end of its slot; the last column: the level after all
+    return prof
 
 
 def walks(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`SlotSchedule._walk` of every row (W's stripped): (pending B's, live chunks) before each slot, each
     (p, width + 1)."""
-    is_f = (occ >= 0) & (occ % 3 == _F)
-    is_b = (occ >= 0) & ~is_f
-    free = occ < 0
-    zero = np.zeros((occ.shape[0], 1), dtype=np.int64)
-    before_b = np.concatenate((zero, np.cumsum(is_b, axis=1)), axis=1)
-    before_f = np.concatenate((zero, np.cumsum(is_f, axis=1)), axis=1)
-    before_free = np.concatenate((zero, np.cumsum(free, axis=1)), axis=1)
-    run = before_free + np.minimum.accumulate(before_b - before_free, axis=1)
-    return before_b - run, before_f - run
+    code = _codes(occ)
+    before_b = _before(code == _B)
+    run = _run(before_b, code == 3)
+    before_b -= run
+    before_f = _before(code == _F)
+    before_f -= run
+    return before_b, before_f
 
 
 def columns(occ: np.ndarray, rank_of_stage: np.ndarray, n: int, kinds: tuple[int, ...]):

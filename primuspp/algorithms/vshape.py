@@ -146,8 +146,8 @@ class SlotSchedule:
         shift = PERIOD * np.arange(m)[:, None] - base
         f_t, b_t = np.asarray(fo)[None, :] + shift, np.asarray(bo)[None, :] + shift
         rows = np.broadcast_to(np.asarray(rank)[None, :], f_op.shape)
-        slot = np.full(3 * n * m, -1, dtype=np.int64)
-        occ = np.full((p, width), -1, dtype=np.int64)
+        slot = np.full(3 * n * m, -1, dtype=v_rows.INT)
+        occ = np.full((p, width), -1, dtype=v_rows.INT)
         slot[f_op], slot[f_op + _B] = f_t, b_t
         occ[rows, f_t], occ[rows, b_t] = f_op, f_op + _B
         v_rows.fill_ws(occ, slot)  # `_ws_slots` on every rank
@@ -184,7 +184,7 @@ class SlotSchedule:
 
         from primuspp.algorithms import v_rows
 
-        slot = np.array(self.slot, dtype=np.int64)
+        slot = np.array(self.slot, dtype=v_rows.INT)
         return v_rows.grid(slot, np.asarray(self.rank, dtype=np.int64), self.n, self.p, self.width)
 
     def _tightened(self, slot, occ) -> list[int]:
@@ -342,7 +342,7 @@ class SlotSchedule:
         if min_cap is None:
             min_cap = v_squeeze.CLOSED_FORM_CAP
         ranks = np.asarray(self.rank, dtype=np.int64)
-        slot = np.array(self.slot, dtype=np.int64)
+        slot = np.array(self.slot, dtype=v_rows.INT)
         slot[_W::3] = -1  # `_strip_ws`
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         self.slot, self.occ = slot.tolist(), occ.tolist()
@@ -353,7 +353,7 @@ class SlotSchedule:
             pend, live = v_rows.walks(occ)
             inputs = (columns[0], first.tolist(), second.tolist(), columns[3])
             v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
-        slot = np.array(self.slot, dtype=np.int64)
+        slot = np.array(self.slot, dtype=v_rows.INT)
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
         self.slot, self.occ = slot.tolist(), occ.tolist()
