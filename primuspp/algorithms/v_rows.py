@@ -11,6 +11,8 @@ tests/algorithms/test_v_squeeze.py holds each equal to its per-rank reference.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 _F, _B, _W = 0, 1, 2
@@ -114,3 +116,31 @@ def inputs(ops: np.ndarray, kind: np.ndarray, stage: np.ndarray, n: int, none: i
     first = np.where(kind == _F, np.where(stage > 0, ops - 3, none), ops - 1)
     second = np.where((kind == _B) & (stage < n - 1), ops + 3, none)
     return first, second
+
+
+def tighten(occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray | None:
+    """`SlotSchedule._tighten_reference` on a grid whose row index is the rank: each op, in slot order,
+    starts at the first slot after its inputs and its rank's previous op. An op's inputs sit in earlier
+    slots, so the ops of one slot are independent (one per rank) and each slot is one vector step. The
+    new slots; None (nothing done) if some input does not sit in an earlier slot."""
+    p, width = occ.shape
+    flat = occ.T.ravel()  # slot-major, then rank
+    where = np.flatnonzero(flat >= 0)
+    ops = flat[where]
+    first, second = inputs(ops, ops % 3, ops // 3 % n, n, slot.size)
+    s = np.append(slot, INT(-1))  # the slot of a missing input, at index slot.size
+    if not (np.all(s[first] < s[ops]) and np.all(s[second] < s[ops])):
+        return None
+    rows = (where % p).astype(INT)
+    bounds = np.searchsorted(where, np.arange(width + 1) * p).tolist()
+    ready = np.zeros(p, dtype=INT)
+    for a, b in itertools.pairwise(bounds):
+        if a < b:
+            e = np.maximum(s[first[a:b]], s[second[a:b]])
+            e += 1
+            r = rows[a:b]
+            u = np.maximum(ready[r], e)
+            s[ops[a:b]] = u
+            u += 1
+            ready[r] = u
+    return s[:-1]

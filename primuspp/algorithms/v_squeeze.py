@@ -113,6 +113,8 @@ def squeeze_explicit(sched, cap: int) -> bool:
     room = cap - v_rows.profiles(occ)
     if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
         return False
+    if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
+        return _explicit_one_digit(sched, occ, room)
     rooms = _Wide.rows(room)
     n = sched.n
     ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
@@ -164,12 +166,67 @@ def squeeze_explicit(sched, cap: int) -> bool:
     return True
 
 
+def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
+    """`squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253): the same
+    moves without the digit carries. An F goes past the last slot with no headroom, so the range whose
+    headroom drops holds no 0; a W's range ends at most at the cap, below 254."""
+    lows = [bytearray(row.tobytes()) for row in room.astype(np.uint8)]
+    n = sched.n
+    ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
+    first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
+    slot, occ = sched.slot, sched.occ
+    dec, inc = _DEC, _INC
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for op, k, a, b, r in zip(
+            ops.tolist(), kind.tolist(), first.tolist(), second.tolist(), rank.tolist(), strict=True
+        ):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            if k == _F:  # the activation now lives from the new slot on: the cap must hold there
+                low = lows[r]
+                lo = low.rfind(0, e, cur) + 1  # past the last slot with no headroom
+                if lo < e:
+                    lo = e
+                elif lo == cur:
+                    continue
+                try:
+                    t = occ[r].index(-1, lo, cur)
+                except ValueError:
+                    continue
+                low[t:cur] = low[t:cur].translate(dec)
+            else:
+                try:
+                    t = occ[r].index(-1, e, cur)
+                except ValueError:
+                    continue
+                if k == _W:
+                    low = lows[r]
+                    low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(inc)
+            row = occ[r]
+            row[cur] = -1
+            row[t] = op
+            slot[op] = t
+    finally:
+        slot.pop()
+    return True
+
+
 def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:
     """`SlotSchedule._derived_moves_reference` with `_try_move` and `_rewalk` inlined (W's already
     stripped): `columns` the F's and B's in slot order as (ops, first inputs, second inputs, ranks)
     (`v_rows.inputs`), `pend_rows` and `live_rows` every rank's walk (`v_rows.walks`). The re-walk runs in
     two stretches, up to the moved op's old slot and then until it rejoins the stored walk."""
     slot, occ = sched.slot, sched.occ
+    # live <= cap everywhere stays so (a move is kept only if no F then exceeds the cap): the last slot in
+    # [e, cur] with live >= cap is then the last with live == cap, found by list.index on the reversed span
+    full_at_cap = all(max(live) <= cap for live in live_rows)
     slot.append(-1)  # the slot of a missing input
     try:
         for op, a, b, r in zip(*columns, strict=True):
@@ -184,9 +241,17 @@ def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows
             row, pend, live = occ[r], pend_rows[r], live_rows[r]
             lo = e
             if op % 3 == _F:  # necessary: one more live activation on [t, cur]
-                lo = cur + 1
-                while lo > e and live[lo - 1] < cap:
-                    lo -= 1
+                if full_at_cap:
+                    span = live[e : cur + 1]
+                    span.reverse()
+                    try:
+                        lo = cur + 1 - span.index(cap)
+                    except ValueError:
+                        lo = e
+                else:
+                    lo = cur + 1
+                    while lo > e and live[lo - 1] < cap:
+                        lo -= 1
             end = len(row)
             while lo < cur:
                 try:

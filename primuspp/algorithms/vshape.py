@@ -152,7 +152,8 @@ class SlotSchedule:
         occ[rows, f_t], occ[rows, b_t] = f_op, f_op + _B
         v_rows.fill_ws(occ, slot)  # `_ws_slots` on every rank
         if tighten:
-            self.slot = self._tightened(slot, occ)
+            new = v_rows.tighten(occ, slot, n)  # `_tighten_reference`, a slot at a time
+            self.slot = self._tightened(slot, occ) if new is None else new.tolist()
             self.occ = self._grid().tolist()
         else:
             self.slot, self.occ = slot.tolist(), occ.tolist()
