@@ -95,6 +95,17 @@ def walks(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return before_b, before_f
 
 
+#: ops per chunk of the move loops' inputs (`chunked`)
+CHUNK = 1 << 15
+
+
+def chunked(*arrays: np.ndarray, size: int = CHUNK):
+    """The arrays' successive slices as lists, for `for op, ... in zip(*chunk)`: the loops then hold a
+    chunk's Python ints at a time, not the whole schedule's (hundreds of MB at p = 256)."""
+    for i in range(0, len(arrays[0]), size):
+        yield [a[i : i + size].tolist() for a in arrays]
+
+
 def columns(occ: np.ndarray, rank_of_stage: np.ndarray, n: int, kinds: tuple[int, ...]):
     """The ops of the given kinds ordered by slot, then rank (`SlotSchedule._ops_by_slot`), with their
     kinds, stages and ranks: four arrays."""

@@ -122,45 +122,44 @@ def squeeze_explicit(sched, cap: int) -> bool:
     slot, occ = sched.slot, sched.occ
     slot.append(-1)  # the slot of a missing input
     try:
-        for op, k, a, b, r in zip(
-            ops.tolist(), kind.tolist(), first.tolist(), second.tolist(), rank.tolist(), strict=True
-        ):
-            e = slot[a]
-            x = slot[b]
-            if x > e:
-                e = x
-            e += 1
-            cur = slot[op]
-            if e >= cur:
-                continue
-            row = occ[r]
-            lo = e
-            if k == _F:  # the activation now lives from the new slot on: the cap must hold there
-                room = rooms[r]
-                low, high = room.lo, room.hi
-                j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
-                while j >= 0 and high[j]:
-                    j = low.rfind(0, e, j)
-                lo = j + 1 if j >= e else e
-                if lo == cur:
+        for chunk in v_rows.chunked(ops, kind, first, second, rank):
+            for op, k, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
                     continue
-            try:
-                t = row.index(-1, lo, cur)
-            except ValueError:
-                continue
-            row[cur], row[t], slot[op] = -1, op, t
-            if k == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
-                if low.find(0, t, cur) < 0:
-                    low[t:cur] = low[t:cur].translate(_DEC)
-                else:
-                    room.shift(t, cur, -1)
-            elif k == _W:  # headroom + 1 on [t + 1, cur + 1)
-                room = rooms[r]
-                low = room.lo
-                if low.find(254, t + 1, cur + 1) < 0:
-                    low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
-                else:
-                    room.shift(t + 1, cur + 1, 1)
+                row = occ[r]
+                lo = e
+                if k == _F:  # the activation now lives from the new slot on: the cap must hold there
+                    room = rooms[r]
+                    low, high = room.lo, room.hi
+                    j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
+                    while j >= 0 and high[j]:
+                        j = low.rfind(0, e, j)
+                    lo = j + 1 if j >= e else e
+                    if lo == cur:
+                        continue
+                try:
+                    t = row.index(-1, lo, cur)
+                except ValueError:
+                    continue
+                row[cur], row[t], slot[op] = -1, op, t
+                if k == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
+                    if low.find(0, t, cur) < 0:
+                        low[t:cur] = low[t:cur].translate(_DEC)
+                    else:
+                        room.shift(t, cur, -1)
+                elif k == _W:  # headroom + 1 on [t + 1, cur + 1)
+                    room = rooms[r]
+                    low = room.lo
+                    if low.find(254, t + 1, cur + 1) < 0:
+                        low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
+                    else:
+                        room.shift(t + 1, cur + 1, 1)
     finally:
         slot.pop()
     return True
@@ -178,41 +177,40 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
     dec, inc = _DEC, _INC
     slot.append(-1)  # the slot of a missing input
     try:
-        for op, k, a, b, r in zip(
-            ops.tolist(), kind.tolist(), first.tolist(), second.tolist(), rank.tolist(), strict=True
-        ):
-            e = slot[a]
-            x = slot[b]
-            if x > e:
-                e = x
-            e += 1
-            cur = slot[op]
-            if e >= cur:
-                continue
-            if k == _F:  # the activation now lives from the new slot on: the cap must hold there
-                low = lows[r]
-                lo = low.rfind(0, e, cur) + 1  # past the last slot with no headroom
-                if lo < e:
-                    lo = e
-                elif lo == cur:
+        for chunk in v_rows.chunked(ops, kind, first, second, rank):
+            for op, k, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
                     continue
-                try:
-                    t = occ[r].index(-1, lo, cur)
-                except ValueError:
-                    continue
-                low[t:cur] = low[t:cur].translate(dec)
-            else:
-                try:
-                    t = occ[r].index(-1, e, cur)
-                except ValueError:
-                    continue
-                if k == _W:
+                if k == _F:  # the activation now lives from the new slot on: the cap must hold there
                     low = lows[r]
-                    low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(inc)
-            row = occ[r]
-            row[cur] = -1
-            row[t] = op
-            slot[op] = t
+                    lo = low.rfind(0, e, cur) + 1  # past the last slot with no headroom
+                    if lo < e:
+                        lo = e
+                    elif lo == cur:
+                        continue
+                    try:
+                        t = occ[r].index(-1, lo, cur)
+                    except ValueError:
+                        continue
+                    low[t:cur] = low[t:cur].translate(dec)
+                else:
+                    try:
+                        t = occ[r].index(-1, e, cur)
+                    except ValueError:
+                        continue
+                    if k == _W:
+                        low = lows[r]
+                        low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(inc)
+                row = occ[r]
+                row[cur] = -1
+                row[t] = op
+                slot[op] = t
     finally:
         slot.pop()
     return True
@@ -220,54 +218,57 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
 
 def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:
     """`SlotSchedule._derived_moves_reference` with `_try_move` and `_rewalk` inlined (W's already
-    stripped): `columns` the F's and B's in slot order as (ops, first inputs, second inputs, ranks)
-    (`v_rows.inputs`), `pend_rows` and `live_rows` every rank's walk (`v_rows.walks`). The re-walk runs in
-    two stretches, up to the moved op's old slot and then until it rejoins the stored walk."""
+    stripped): `columns` the F's and B's in slot order as arrays (ops, first inputs, second inputs,
+    ranks: `v_rows.columns`, `v_rows.inputs`), `pend_rows` and `live_rows` every rank's walk
+    (`v_rows.walks`). The re-walk runs in two stretches, up to the moved op's old slot and then until it
+    rejoins the stored walk."""
     slot, occ = sched.slot, sched.occ
     # live <= cap everywhere stays so (a move is kept only if no F then exceeds the cap): the last slot in
     # [e, cur] with live >= cap is then the last with live == cap, found by list.index on the reversed span
     full_at_cap = all(max(live) <= cap for live in live_rows)
     slot.append(-1)  # the slot of a missing input
     try:
-        for op, a, b, r in zip(*columns, strict=True):
-            e = slot[a]
-            x = slot[b]
-            if x > e:
-                e = x
-            e += 1
-            cur = slot[op]
-            if e >= cur:
-                continue
-            row, pend, live = occ[r], pend_rows[r], live_rows[r]
-            lo = e
-            if op % 3 == _F:  # necessary: one more live activation on [t, cur]
-                if full_at_cap:
-                    span = live[e : cur + 1]
-                    span.reverse()
+        for chunk in v_rows.chunked(*columns):
+            for op, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                row, pend, live = occ[r], pend_rows[r], live_rows[r]
+                lo = e
+                if op % 3 == _F:  # necessary: one more live activation on [t, cur]
+                    if full_at_cap:
+                        span = live[e : cur + 1]
+                        span.reverse()
+                        try:
+                            lo = cur + 1 - span.index(cap)
+                        except ValueError:
+                            lo = e
+                    else:
+                        lo = cur + 1
+                        while lo > e and live[lo - 1] < cap:
+                            lo -= 1
+                end = len(row)
+                while lo < cur:
                     try:
-                        lo = cur + 1 - span.index(cap)
+                        t = row.index(-1, lo, cur)
                     except ValueError:
-                        lo = e
-                else:
-                    lo = cur + 1
-                    while lo > e and live[lo - 1] < cap:
-                        lo -= 1
-            end = len(row)
-            while lo < cur:
-                try:
-                    t = row.index(-1, lo, cur)
-                except ValueError:
-                    break
-                row[cur] = -1
-                row[t] = op
-                failed = _rewalk(row, pend, live, t, cur, cap, end)
-                if failed < 0:
-                    slot[op] = t
-                    break
-                row[cur] = op
-                row[t] = -1
-                _rewalk(row, pend, live, t, failed, cap + end, end)  # repair the walk up to where it stopped
-                lo = t + 1
+                        break
+                    row[cur] = -1
+                    row[t] = op
+                    failed = _rewalk(row, pend, live, t, cur, cap, end)
+                    if failed < 0:
+                        slot[op] = t
+                        break
+                    row[cur] = op
+                    row[t] = -1
+                    # repair the walk up to where it stopped
+                    _rewalk(row, pend, live, t, failed, cap + end, end)
+                    lo = t + 1
     finally:
         slot.pop()
 

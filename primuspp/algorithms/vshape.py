@@ -348,12 +348,12 @@ class SlotSchedule:
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         self.slot, self.occ = slot.tolist(), occ.tolist()
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
-        columns = (ops.tolist(), kind.tolist(), stage.tolist(), rank.tolist())
-        if cap < min_cap or not v_squeeze.derived_moves(self, cap, columns, min_cap):
+        if cap < min_cap or not v_squeeze.derived_moves(
+            self, cap, (ops.tolist(), kind.tolist(), stage.tolist(), rank.tolist()), min_cap
+        ):
             first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
             pend, live = v_rows.walks(occ)
-            inputs = (columns[0], first.tolist(), second.tolist(), columns[3])
-            v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
+            v_squeeze.derived_walk(self, cap, (ops, first, second, rank), pend.tolist(), live.tolist())
         slot = np.array(self.slot, dtype=v_rows.INT)
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
