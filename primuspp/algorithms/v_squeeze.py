@@ -371,41 +371,42 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
 CLOSED_FORM_CAP = 384
 
 
-def derived_moves(sched, cap: int, columns, min_cap: int = CLOSED_FORM_CAP) -> bool:
+def derived_moves(sched, cap: int, columns, occ: np.ndarray, min_cap: int = CLOSED_FORM_CAP) -> bool:
     """The moves of `SlotSchedule.squeeze_derived_reference` (W's already stripped), `columns` the F's and
-    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) for a cap under `min_cap` live
-    chunks or where the closed form does not apply."""
+    B's in slot order as arrays (ops, kinds, stages, ranks: `v_rows.columns`), `occ` the grid. False
+    (nothing changed) for a cap under `min_cap` live chunks or where the closed form does not apply."""
     if cap < min_cap:
         return False
-    rows = [np.array(row, dtype=np.int64) for row in sched.occ]
+    rows = list(occ)
     if not all(_walk_ok(row, cap) for row in rows):
         return False
     ranks = [_Rank(row, cap) for row in rows]
-    slot, occ, last = sched.slot, sched.occ, sched.n - 1
-    for op, kind, s, r in zip(*columns, strict=True):
-        if kind == _F:
-            e = slot[op - 3] + 1 if s else 0
-        else:
-            e = slot[op - 1] + 1
-            if s < last and slot[op + 3] >= e:
-                e = slot[op + 3] + 1
-        cur = slot[op]
-        if e >= cur:
-            continue
-        row, st = occ[r], ranks[r]
-        lo = e
-        if kind == _F:  # one more live chunk on [t, cur] at least: the last full slot there bounds t
-            j = st.room.last_at_most(e, cur + 1, 0)
-            lo = j + 1 if j >= e else e
-        while lo < cur:
-            try:
-                t = row.index(-1, lo, cur)
-            except ValueError:
-                break
-            if _try_move(st, row, op, kind, t, cur):
-                slot[op] = t
-                break
-            lo = t + 1
+    slot, occ, last = sched.slot, sched.occ, sched.n - 1  # the lists the moves edit
+    for chunk in v_rows.chunked(*columns):
+        for op, kind, s, r in zip(*chunk, strict=True):
+            if kind == _F:
+                e = slot[op - 3] + 1 if s else 0
+            else:
+                e = slot[op - 1] + 1
+                if s < last and slot[op + 3] >= e:
+                    e = slot[op + 3] + 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            row, st = occ[r], ranks[r]
+            lo = e
+            if kind == _F:  # one more live chunk on [t, cur] at least: the last full slot there bounds t
+                j = st.room.last_at_most(e, cur + 1, 0)
+                lo = j + 1 if j >= e else e
+            while lo < cur:
+                try:
+                    t = row.index(-1, lo, cur)
+                except ValueError:
+                    break
+                if _try_move(st, row, op, kind, t, cur):
+                    slot[op] = t
+                    break
+                lo = t + 1
     return True
 
 

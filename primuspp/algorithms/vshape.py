@@ -348,9 +348,7 @@ class SlotSchedule:
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         self.slot, self.occ = slot.tolist(), occ.tolist()
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
-        if cap < min_cap or not v_squeeze.derived_moves(
-            self, cap, (ops.tolist(), kind.tolist(), stage.tolist(), rank.tolist()), min_cap
-        ):
+        if not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
             first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
             pend, live = v_rows.walks(occ)
             v_squeeze.derived_walk(self, cap, (ops, first, second, rank), pend.tolist(), live.tolist())
