@@ -179,6 +179,12 @@ class SlotSchedule:
         for t, w in zip(takes.tolist(), ws.tolist(), strict=True):
             row[t], slot[w] = w, t
 
+    def _set_lists(self, slot, occ) -> None:
+        """`slot` and `occ` from arrays; the old lists go first (at p = 256 each is 100+ MB of ints)."""
+        self.slot = self.occ = None
+        self.slot = slot.tolist()
+        self.occ = occ.tolist()
+
     def _grid(self):
         """`occ` as a (p, width) numpy grid, built from `slot` (faster than converting the nested lists)."""
         import numpy as np
@@ -346,7 +352,7 @@ class SlotSchedule:
         slot = np.array(self.slot, dtype=v_rows.INT)
         slot[_W::3] = -1  # `_strip_ws`
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
-        self.slot, self.occ = slot.tolist(), occ.tolist()
+        self._set_lists(slot, occ)
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
         if not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
             first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
@@ -355,7 +361,7 @@ class SlotSchedule:
         slot = np.array(self.slot, dtype=v_rows.INT)
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
-        self.slot, self.occ = slot.tolist(), occ.tolist()
+        self._set_lists(slot, occ)
 
     def squeeze_derived_reference(self, cap: int) -> None:
         """Reference of `squeeze_derived`: the walk re-walked slot by slot after each tried move."""
