@@ -77,6 +77,8 @@ def test_construction_matches_per_rank_reference(p, m):
         ref._tighten_reference()
         fast = vshape.SlotSchedule(p, m, fo, bo)
         assert _same(fast, ref), (p, m, block.name)
+        # the scalar loop `SlotSchedule` falls back to where an input shares its op's slot
+        assert raw._tightened(np.array(raw.slot, dtype=v_rows.INT), raw._grid()) == ref.slot
         assert fast.peak() == fast.peak_reference()
         grid = fast._grid()
         assert grid.tolist() == fast.occ
