@@ -5,7 +5,10 @@ per-slot Python work (the memory profile shifted slot by slot, the walk re-walke
 made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
 in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
 digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
-a count does not apply to.
+a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze keeps the
+reference's walk below `CLOSED_FORM_CAP` (`derived_walk`: the same walk, inlined and without the per-call
+lookups) and the closed form above. The loops read each op's inputs from arrays (`v_rows.inputs`), a
+chunk at a time.
 
 tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference (slots and rows).
 """

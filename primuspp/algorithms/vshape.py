@@ -15,7 +15,9 @@ the oldest pending W), so F and B may take the slots W's held. The per-rank orde
 its memory depends on the order only, so it holds under any cost model.
 
 The squeezes here are the readable references; `v_squeeze` holds their fast paths (the same moves, with
-the per-slot counts in bytearrays), which `squeeze_explicit` and `squeeze_derived` run where they apply.
+the per-slot counts in bytearrays), which `squeeze_explicit` and `squeeze_derived` run where they apply,
+and `v_rows` the whole-grid numpy passes (construction, tightening, profiles, W placement) that replace
+the per-rank helpers here between the move loops.
 """
 
 from __future__ import annotations
