@@ -6,9 +6,10 @@ made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearr
 in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
 digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
 a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze keeps the
-reference's walk below `CLOSED_FORM_CAP` (`derived_walk`: the same walk, inlined and without the per-call
-lookups) and the closed form above. The loops read each op's inputs from arrays (`v_rows.inputs`), a
-chunk at a time.
+reference's walk below `CLOSED_FORM_CAP` and the closed form above; the walk runs on bytearrays where its
+counts fit (`derived_bytes`: most of a tried move's re-walk is one `translate`), else on lists
+(`derived_walk`: the reference's walk inlined). The loops read each op's inputs from arrays
+(`v_rows.inputs`), a chunk at a time.
 
 tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference (slots and rows).
 """
@@ -217,6 +218,129 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
     finally:
         slot.pop()
     return True
+
+
+#: byte maps of +-k (the counts they shift stay within 0..255)
+_SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
+
+
+def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
+    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and a shortcut in each
+    tried move (`_attempt`). False (nothing changed) where the cap or the stored walk does not fit: the
+    caller then runs `derived_walk`."""
+    pend_all, live_all = v_rows.walks(occ)
+    if cap > 253 or live_all.max(initial=0) > cap:
+        return False
+    pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
+    lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
+    slot, rows = sched.slot, sched.occ
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for chunk in v_rows.chunked(*columns):
+            for op, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                row, pend, live = rows[r], pends[r], lives[r]
+                lo = e
+                if op % 3 == _F:  # one more live chunk on [t, cur]: past the last full slot there
+                    lo = live.rfind(cap, e, cur + 1) + 1
+                    if lo < e:
+                        lo = e
+                end = len(row)
+                while lo < cur:
+                    try:
+                        t = row.index(-1, lo, cur)
+                    except ValueError:
+                        break
+                    row[cur] = -1
+                    row[t] = op
+                    failed = _attempt(row, pend, live, t, cur, cap, end)
+                    if failed < 0:
+                        slot[op] = t
+                        break
+                    row[cur] = op
+                    row[t] = -1
+                    _rewalk(row, pend, live, t, failed, cap + end, end)  # repair up to there
+                    lo = t + 1
+    finally:
+        slot.pop()
+    return True
+
+
+def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, end: int) -> int:
+    """`_rewalk` of a tried move (the op now at t, cur free) on byte counts, with a shortcut: on (t, cur]
+    the rows agree, so the new walk is the stored one plus (dq, dl), and dq only falls (at a free slot
+    where the new walk runs a W and the stored one has none pending). From the first slot where dq is 0
+    to cur the new walk is the stored one with dl more live chunks: one `translate`, and it breaks the cap
+    iff an F there has live >= cap - dl (found with `find`). -1 if the move holds (the walk updated);
+    else a slot up to which the caller's repair re-walks (the walk past it is untouched)."""
+    q, lv = pend[t], live[t]
+    if row[t] % 3 == _F:
+        lv += 1
+        if lv > cap:
+            return t
+    else:
+        q += 1
+    u = t + 1
+    while u <= cur:
+        if q == pend[u]:  # dq is 0 from here to cur
+            dl = lv - live[u]
+            for v in range(max(cap - dl, 0), cap + 1) if dl > 0 else ():
+                j = live.find(v, u, cur)
+                while j >= 0:
+                    op = row[j]
+                    if op >= 0 and op % 3 == _F:
+                        return u - 1  # that F breaks the cap; nothing written from u on
+                    j = live.find(v, j + 1, cur)
+            if dl:
+                live[u : cur + 1] = live[u : cur + 1].translate(_SHIFT[dl])
+            lv = live[cur]  # slot cur, now free
+            q = pend[cur]
+            if q:
+                q -= 1
+                lv -= 1
+            u = cur + 1
+            break
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    while u < end:
+        if q == pend[u] and lv == live[u]:
+            return -1
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    pend[end] = q
+    live[end] = lv
+    return -1
 
 
 def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:

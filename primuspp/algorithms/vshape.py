@@ -339,11 +339,13 @@ class SlotSchedule:
 
     # -- squeeze with derived W's -------------------------------------------------------------------------
 
-    def squeeze_derived(self, cap: int, min_cap: int | None = None) -> None:
+    def squeeze_derived(self, cap: int, min_cap: int | None = None, counts: str = "bytes") -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
         W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
         the closed form (`v_squeeze`) where it applies and pays (caps from `min_cap`, default from that
-        module), else the reference re-walk: the same moves."""
+        module), else the reference's re-walk (the same moves) on the walk's counts kept in bytearrays
+        where they fit (`counts="bytes"`, `v_squeeze.derived_bytes`) or in lists (`v_squeeze.derived_walk`,
+        also where they do not fit)."""
         import numpy as np
 
         from primuspp.algorithms import v_rows, v_squeeze
@@ -358,8 +360,10 @@ class SlotSchedule:
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
         if not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
             first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
-            pend, live = v_rows.walks(occ)
-            v_squeeze.derived_walk(self, cap, (ops, first, second, rank), pend.tolist(), live.tolist())
+            inputs = (ops, first, second, rank)
+            if counts != "bytes" or not v_squeeze.derived_bytes(self, cap, inputs, occ):
+                pend, live = v_rows.walks(occ)
+                v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
         slot = np.array(self.slot, dtype=v_rows.INT)
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank

@@ -47,8 +47,9 @@ def test_derived_squeeze_closed_form_matches_reference(p, m, explicit_first):
 
 @pytest.mark.parametrize("p,m", SIZES)
 @pytest.mark.parametrize("explicit_first", [False, True])
-def test_derived_squeeze_walk_matches_reference(p, m, explicit_first):
-    # below the closed form's caps the fast re-walk (`v_squeeze.derived_walk`) runs
+@pytest.mark.parametrize("counts", ["bytes", "lists"])
+def test_derived_squeeze_walk_matches_reference(p, m, explicit_first, counts):
+    # below the closed form's caps the re-walk runs: `v_squeeze.derived_bytes` or `derived_walk`
     for block in BLOCKS:
         base = vshape.SlotSchedule(p, m, *vshape.offsets(p, block))
         peak = base.peak()
@@ -57,7 +58,7 @@ def test_derived_squeeze_walk_matches_reference(p, m, explicit_first):
             if explicit_first:
                 start.squeeze_explicit_reference(cap)
             fast, ref = start.copy(), start.copy()
-            fast.squeeze_derived(cap, min_cap=10**9)
+            fast.squeeze_derived(cap, min_cap=10**9, counts=counts)
             ref.squeeze_derived_reference(cap)
             assert _same(fast, ref), (p, m, block.name, cap)
 
