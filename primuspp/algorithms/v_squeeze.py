@@ -5,7 +5,11 @@ per-slot Python work (the memory profile shifted slot by slot, the walk re-walke
 made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
 in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
 digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
-a count does not apply to.
+a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze keeps the
+reference's walk below `CLOSED_FORM_CAP` and the closed form above; the walk runs on bytearrays where its
+counts fit (`derived_bytes`: most of a tried move's re-walk is one `translate`), else on lists
+(`derived_walk`: the reference's walk inlined). The loops read each op's inputs from arrays
+(`v_rows.inputs`), a chunk at a time.
 
 tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference (slots and rows).
 """
@@ -13,6 +17,8 @@ tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference 
 from __future__ import annotations
 
 import numpy as np
+
+from primuspp.algorithms import v_rows
 
 _F, _B, _W = 0, 1, 2
 _DELTAS = (-3, -2, -1, 1, 2, 3)
@@ -38,6 +44,20 @@ class _Wide:
         self.hi = bytearray(hi.astype(np.uint8).tobytes())
         self.lo_n = np.frombuffer(self.lo, dtype=np.uint8)
         self.hi_n = np.frombuffer(self.hi, dtype=np.uint8)
+
+    @classmethod
+    def rows(cls, values: np.ndarray) -> list[_Wide]:
+        """One `_Wide` per row of a 2-D array of counts (the digits computed for all rows at once)."""
+        lo = (values % 255).astype(np.uint8)
+        hi = (values // 255).astype(np.uint8)
+        out = []
+        for low, high in zip(lo, hi, strict=True):
+            wide = object.__new__(cls)
+            wide.lo, wide.hi = bytearray(low.tobytes()), bytearray(high.tobytes())
+            wide.lo_n = np.frombuffer(wide.lo, dtype=np.uint8)
+            wide.hi_n = np.frombuffer(wide.hi, dtype=np.uint8)
+            out.append(wide)
+        return out
 
     def shift(self, a: int, b: int, d: int) -> None:
         """counts[a:b] += d (|d| <= 3)."""
@@ -89,56 +109,337 @@ class _Wide:
             self.lo[j], self.hi[j] = value % 255, value // 255
 
 
-def squeeze_explicit(sched, cap: int, columns) -> bool:
-    """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot; `columns`
-    the ops in slot order with their kinds, stages and ranks (`SlotSchedule._op_columns`). False (nothing
-    changed) where a slot is already over the cap: the caller then runs the reference, which allows that."""
-    rooms = []
-    for r in range(sched.p):
-        room = cap - np.asarray(sched._profile(r), dtype=np.int64)
-        if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
-            return False
-        rooms.append(_Wide(room))
-    slot, occ, last = sched.slot, sched.occ, sched.n - 1
-    for op, kind, s, r in zip(*columns, strict=True):
-        if kind == _F:
-            e = slot[op - 3] + 1 if s else 0
-        else:
-            e = slot[op - 1] + 1
-            if kind == _B and s < last and slot[op + 3] >= e:
-                e = slot[op + 3] + 1
-        cur = slot[op]
-        if e >= cur:
-            continue
-        row = occ[r]
-        lo = e
-        if kind == _F:  # the activation now lives from the new slot on: the cap must hold there
-            room = rooms[r]
-            low, high = room.lo, room.hi
-            j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
-            while j >= 0 and high[j]:
-                j = low.rfind(0, e, j)
-            lo = j + 1 if j >= e else e
-            if lo == cur:
-                continue
-        try:
-            t = row.index(-1, lo, cur)
-        except ValueError:
-            continue
-        row[cur], row[t], slot[op] = -1, op, t
-        if kind == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
-            if low.find(0, t, cur) < 0:
-                low[t:cur] = low[t:cur].translate(_DEC)
-            else:
-                room.shift(t, cur, -1)
-        elif kind == _W:  # headroom + 1 on [t + 1, cur + 1)
-            room = rooms[r]
-            low = room.lo
-            if low.find(254, t + 1, cur + 1) < 0:
-                low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
-            else:
-                room.shift(t + 1, cur + 1, 1)
+def squeeze_explicit(sched, cap: int) -> bool:
+    """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot. False
+    (nothing changed) where a slot is already over the cap: the caller then runs the reference, which
+    allows that."""
+    occ = sched._grid()
+    room = cap - v_rows.profiles(occ)
+    if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
+        return False
+    if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
+        return _explicit_one_digit(sched, occ, room)
+    rooms = _Wide.rows(room)
+    n = sched.n
+    ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
+    first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
+    slot, occ = sched.slot, sched.occ
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for chunk in v_rows.chunked(ops, kind, first, second, rank):
+            for op, k, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                row = occ[r]
+                lo = e
+                if k == _F:  # the activation now lives from the new slot on: the cap must hold there
+                    room = rooms[r]
+                    low, high = room.lo, room.hi
+                    j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
+                    while j >= 0 and high[j]:
+                        j = low.rfind(0, e, j)
+                    lo = j + 1 if j >= e else e
+                    if lo == cur:
+                        continue
+                try:
+                    t = row.index(-1, lo, cur)
+                except ValueError:
+                    continue
+                row[cur], row[t], slot[op] = -1, op, t
+                if k == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
+                    if low.find(0, t, cur) < 0:
+                        low[t:cur] = low[t:cur].translate(_DEC)
+                    else:
+                        room.shift(t, cur, -1)
+                elif k == _W:  # headroom + 1 on [t + 1, cur + 1)
+                    room = rooms[r]
+                    low = room.lo
+                    if low.find(254, t + 1, cur + 1) < 0:
+                        low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
+                    else:
+                        room.shift(t + 1, cur + 1, 1)
+    finally:
+        slot.pop()
     return True
+
+
+def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
+    """`squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253): the same
+    moves without the digit carries. An F goes past the last slot with no headroom, so the range whose
+    headroom drops holds no 0; a W's range ends at most at the cap, below 254."""
+    lows = [bytearray(row.tobytes()) for row in room.astype(np.uint8)]
+    n = sched.n
+    ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
+    first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
+    slot, occ = sched.slot, sched.occ
+    dec, inc = _DEC, _INC
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for chunk in v_rows.chunked(ops, kind, first, second, rank):
+            for op, k, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                if k == _F:  # the activation now lives from the new slot on: the cap must hold there
+                    low = lows[r]
+                    lo = low.rfind(0, e, cur) + 1  # past the last slot with no headroom
+                    if lo < e:
+                        lo = e
+                    elif lo == cur:
+                        continue
+                    try:
+                        t = occ[r].index(-1, lo, cur)
+                    except ValueError:
+                        continue
+                    low[t:cur] = low[t:cur].translate(dec)
+                else:
+                    try:
+                        t = occ[r].index(-1, e, cur)
+                    except ValueError:
+                        continue
+                    if k == _W:
+                        low = lows[r]
+                        low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(inc)
+                row = occ[r]
+                row[cur] = -1
+                row[t] = op
+                slot[op] = t
+    finally:
+        slot.pop()
+    return True
+
+
+#: byte maps of +-k (the counts they shift stay within 0..255)
+_SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
+
+
+def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
+    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and a shortcut in each
+    tried move (`_attempt`). False (nothing changed) where the cap or the stored walk does not fit: the
+    caller then runs `derived_walk`."""
+    pend_all, live_all = v_rows.walks(occ)
+    if cap > 253 or live_all.max(initial=0) > cap:
+        return False
+    pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
+    lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
+    slot, rows = sched.slot, sched.occ
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for chunk in v_rows.chunked(*columns):
+            for op, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                row, pend, live = rows[r], pends[r], lives[r]
+                lo = e
+                if op % 3 == _F:  # one more live chunk on [t, cur]: past the last full slot there
+                    lo = live.rfind(cap, e, cur + 1) + 1
+                    if lo < e:
+                        lo = e
+                end = len(row)
+                while lo < cur:
+                    try:
+                        t = row.index(-1, lo, cur)
+                    except ValueError:
+                        break
+                    row[cur] = -1
+                    row[t] = op
+                    failed = _attempt(row, pend, live, t, cur, cap, end)
+                    if failed < 0:
+                        slot[op] = t
+                        break
+                    row[cur] = op
+                    row[t] = -1
+                    _rewalk(row, pend, live, t, failed, cap + end, end)  # repair up to there
+                    lo = t + 1
+    finally:
+        slot.pop()
+    return True
+
+
+def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, end: int) -> int:
+    """`_rewalk` of a tried move (the op now at t, cur free) on byte counts, with a shortcut: on (t, cur]
+    the rows agree, so the new walk is the stored one plus (dq, dl), and dq only falls (at a free slot
+    where the new walk runs a W and the stored one has none pending). From the first slot where dq is 0
+    to cur the new walk is the stored one with dl more live chunks: one `translate`, and it breaks the cap
+    iff an F there has live >= cap - dl (found with `find`). -1 if the move holds (the walk updated);
+    else a slot up to which the caller's repair re-walks (the walk past it is untouched)."""
+    q, lv = pend[t], live[t]
+    if row[t] % 3 == _F:
+        lv += 1
+        if lv > cap:
+            return t
+    else:
+        q += 1
+    u = t + 1
+    while u <= cur:
+        if q == pend[u]:  # dq is 0 from here to cur
+            dl = lv - live[u]
+            for v in range(max(cap - dl, 0), cap + 1) if dl > 0 else ():
+                j = live.find(v, u, cur)
+                while j >= 0:
+                    op = row[j]
+                    if op >= 0 and op % 3 == _F:
+                        return u - 1  # that F breaks the cap; nothing written from u on
+                    j = live.find(v, j + 1, cur)
+            if dl:
+                live[u : cur + 1] = live[u : cur + 1].translate(_SHIFT[dl])
+            lv = live[cur]  # slot cur, now free
+            q = pend[cur]
+            if q:
+                q -= 1
+                lv -= 1
+            u = cur + 1
+            break
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    while u < end:
+        if q == pend[u] and lv == live[u]:
+            return -1
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    pend[end] = q
+    live[end] = lv
+    return -1
+
+
+def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:
+    """`SlotSchedule._derived_moves_reference` with `_try_move` and `_rewalk` inlined (W's already
+    stripped): `columns` the F's and B's in slot order as arrays (ops, first inputs, second inputs,
+    ranks: `v_rows.columns`, `v_rows.inputs`), `pend_rows` and `live_rows` every rank's walk
+    (`v_rows.walks`). The re-walk runs in two stretches, up to the moved op's old slot and then until it
+    rejoins the stored walk."""
+    slot, occ = sched.slot, sched.occ
+    # live <= cap everywhere stays so (a move is kept only if no F then exceeds the cap): the last slot in
+    # [e, cur] with live >= cap is then the last with live == cap, found by list.index on the reversed span
+    full_at_cap = all(max(live) <= cap for live in live_rows)
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for chunk in v_rows.chunked(*columns):
+            for op, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                row, pend, live = occ[r], pend_rows[r], live_rows[r]
+                lo = e
+                if op % 3 == _F:  # necessary: one more live activation on [t, cur]
+                    if full_at_cap:
+                        span = live[e : cur + 1]
+                        span.reverse()
+                        try:
+                            lo = cur + 1 - span.index(cap)
+                        except ValueError:
+                            lo = e
+                    else:
+                        lo = cur + 1
+                        while lo > e and live[lo - 1] < cap:
+                            lo -= 1
+                end = len(row)
+                while lo < cur:
+                    try:
+                        t = row.index(-1, lo, cur)
+                    except ValueError:
+                        break
+                    row[cur] = -1
+                    row[t] = op
+                    failed = _rewalk(row, pend, live, t, cur, cap, end)
+                    if failed < 0:
+                        slot[op] = t
+                        break
+                    row[cur] = op
+                    row[t] = -1
+                    # repair the walk up to where it stopped
+                    _rewalk(row, pend, live, t, failed, cap + end, end)
+                    lo = t + 1
+    finally:
+        slot.pop()
+
+
+def _rewalk(row: list[int], pend: list[int], live: list[int], t: int, cur: int, cap: int, end: int) -> int:
+    """`SlotSchedule._rewalk`: re-derive the walk from slot t in place until it rejoins the stored one past
+    slot cur; -1, or the slot at which the live chunks would exceed `cap` (the walk written up to there).
+    Two stretches: up to cur (no rejoin there), then until the walks rejoin."""
+    q, lv = pend[t], live[t]
+    for u in range(t, cur + 1):
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+    u = cur + 1
+    while u < end:
+        if q == pend[u] and lv == live[u]:
+            return -1
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                lv += 1
+                if lv > cap:
+                    return u
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    pend[end] = q
+    live[end] = lv
+    return -1
 
 
 # -- the derived squeeze ---------------------------------------------------------------------------------
@@ -197,41 +498,42 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
 CLOSED_FORM_CAP = 384
 
 
-def derived_moves(sched, cap: int, columns, min_cap: int = CLOSED_FORM_CAP) -> bool:
+def derived_moves(sched, cap: int, columns, occ: np.ndarray, min_cap: int = CLOSED_FORM_CAP) -> bool:
     """The moves of `SlotSchedule.squeeze_derived_reference` (W's already stripped), `columns` the F's and
-    B's in slot order (`SlotSchedule._op_columns`). False (nothing changed) for a cap under `min_cap` live
-    chunks or where the closed form does not apply."""
+    B's in slot order as arrays (ops, kinds, stages, ranks: `v_rows.columns`), `occ` the grid. False
+    (nothing changed) for a cap under `min_cap` live chunks or where the closed form does not apply."""
     if cap < min_cap:
         return False
-    rows = [np.array(row, dtype=np.int64) for row in sched.occ]
+    rows = list(occ)
     if not all(_walk_ok(row, cap) for row in rows):
         return False
     ranks = [_Rank(row, cap) for row in rows]
-    slot, occ, last = sched.slot, sched.occ, sched.n - 1
-    for op, kind, s, r in zip(*columns, strict=True):
-        if kind == _F:
-            e = slot[op - 3] + 1 if s else 0
-        else:
-            e = slot[op - 1] + 1
-            if s < last and slot[op + 3] >= e:
-                e = slot[op + 3] + 1
-        cur = slot[op]
-        if e >= cur:
-            continue
-        row, st = occ[r], ranks[r]
-        lo = e
-        if kind == _F:  # one more live chunk on [t, cur] at least: the last full slot there bounds t
-            j = st.room.last_at_most(e, cur + 1, 0)
-            lo = j + 1 if j >= e else e
-        while lo < cur:
-            try:
-                t = row.index(-1, lo, cur)
-            except ValueError:
-                break
-            if _try_move(st, row, op, kind, t, cur):
-                slot[op] = t
-                break
-            lo = t + 1
+    slot, occ, last = sched.slot, sched.occ, sched.n - 1  # the lists the moves edit
+    for chunk in v_rows.chunked(*columns):
+        for op, kind, s, r in zip(*chunk, strict=True):
+            if kind == _F:
+                e = slot[op - 3] + 1 if s else 0
+            else:
+                e = slot[op - 1] + 1
+                if s < last and slot[op + 3] >= e:
+                    e = slot[op + 3] + 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            row, st = occ[r], ranks[r]
+            lo = e
+            if kind == _F:  # one more live chunk on [t, cur] at least: the last full slot there bounds t
+                j = st.room.last_at_most(e, cur + 1, 0)
+                lo = j + 1 if j >= e else e
+            while lo < cur:
+                try:
+                    t = row.index(-1, lo, cur)
+                except ValueError:
+                    break
+                if _try_move(st, row, op, kind, t, cur):
+                    slot[op] = t
+                    break
+                lo = t + 1
     return True
 
 

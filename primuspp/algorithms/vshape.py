@@ -15,7 +15,9 @@ the oldest pending W), so F and B may take the slots W's held. The per-rank orde
 its memory depends on the order only, so it holds under any cost model.
 
 The squeezes here are the readable references; `v_squeeze` holds their fast paths (the same moves, with
-the per-slot counts in bytearrays), which `squeeze_explicit` and `squeeze_derived` run where they apply.
+the per-slot counts in bytearrays), which `squeeze_explicit` and `squeeze_derived` run where they apply,
+and `v_rows` the whole-grid numpy passes (construction, tightening, profiles, W placement) that replace
+the per-rank helpers here between the move loops.
 """
 
 from __future__ import annotations
@@ -135,30 +137,33 @@ class SlotSchedule:
     def __init__(self, p: int, m: int, fo: list[int], bo: list[int], tighten: bool = True) -> None:
         import numpy as np
 
+        from primuspp.algorithms import v_rows
+
         self.p, self.m, self.n = p, m, 2 * p
         n = self.n
         self.rank = rank = [min(s, n - 1 - s) for s in range(n)]
         base = min(fo)
-        width = max(bo) - base + PERIOD * m + 3 * m + 2
+        self.width = width = max(bo) - base + PERIOD * m + 3 * m + 2  # slots per row
         # microbatch k's F and B of stage s at the block's slots shifted by 6k (distinct modulo 6 on a rank)
         f_op = (np.arange(m)[:, None] * n + np.arange(n)[None, :]) * 3
         shift = PERIOD * np.arange(m)[:, None] - base
         f_t, b_t = np.asarray(fo)[None, :] + shift, np.asarray(bo)[None, :] + shift
         rows = np.broadcast_to(np.asarray(rank)[None, :], f_op.shape)
-        slot = np.full(3 * n * m, -1, dtype=np.int64)
-        occ = np.full((p, width), -1, dtype=np.int64)
+        slot = np.full(3 * n * m, -1, dtype=v_rows.INT)
+        occ = np.full((p, width), -1, dtype=v_rows.INT)
         slot[f_op], slot[f_op + _B] = f_t, b_t
         occ[rows, f_t], occ[rows, b_t] = f_op, f_op + _B
-        for r in range(p):
-            takes, ws = _ws_slots(occ[r])
-            occ[r, takes], slot[ws] = ws, takes
-        self.slot, self.occ = slot.tolist(), occ.tolist()
+        v_rows.fill_ws(occ, slot)  # `_ws_slots` on every rank
         if tighten:
-            self._tighten()
+            new = v_rows.tighten(occ, slot, n)  # `_tighten_reference`, a slot at a time
+            self.slot = self._tightened(slot, occ) if new is None else new.tolist()
+            self.occ = self._grid().tolist()
+        else:
+            self.slot, self.occ = slot.tolist(), occ.tolist()
 
     def copy(self) -> SlotSchedule:
         other = object.__new__(SlotSchedule)
-        other.p, other.m, other.n, other.rank = self.p, self.m, self.n, self.rank
+        other.p, other.m, other.n, other.rank, other.width = self.p, self.m, self.n, self.rank, self.width
         other.slot = list(self.slot)
         other.occ = [list(row) for row in self.occ]
         return other
@@ -177,10 +182,52 @@ class SlotSchedule:
         for t, w in zip(takes.tolist(), ws.tolist(), strict=True):
             row[t], slot[w] = w, t
 
-    def _tighten(self) -> None:
+    def _set_lists(self, slot, occ) -> None:
+        """`slot` and `occ` from arrays; the old lists go first (at p = 256 each is 100+ MB of ints)."""
+        self.slot = self.occ = None
+        self.slot = slot.tolist()
+        self.occ = occ.tolist()
+
+    def _grid(self):
+        """`occ` as a (p, width) numpy grid, built from `slot` (faster than converting the nested lists)."""
+        import numpy as np
+
+        from primuspp.algorithms import v_rows
+
+        slot = np.array(self.slot, dtype=v_rows.INT)
+        return v_rows.grid(slot, np.asarray(self.rank, dtype=np.int64), self.n, self.p, self.width)
+
+    def _tightened(self, slot, occ) -> list[int]:
+        """`_tighten_reference` on the arrays of the raw repetition (`slot`, `occ`); returns the new slots
+        as a list. The same loop, each op's inputs looked up beforehand (`v_rows.inputs`)."""
+        import numpy as np
+
+        from primuspp.algorithms import v_rows
+
+        n = self.n
+        ops, kind, stage, rank = v_rows.columns(occ, np.asarray(self.rank, dtype=np.int64), n, (_F, _B, _W))
+        first, second = v_rows.inputs(ops, kind, stage, n, len(slot))
+        s = slot.tolist()
+        s.append(-1)  # the slot of a missing input
+        ready = [0] * self.p
+        for op, a, b, r in zip(ops.tolist(), first.tolist(), second.tolist(), rank.tolist(), strict=True):
+            e = s[a]
+            x = s[b]
+            if x > e:
+                e = x
+            u = ready[r]
+            if e >= u:
+                u = e + 1
+            s[op] = u
+            ready[r] = u + 1
+        s.pop()
+        return s
+
+    def _tighten_reference(self) -> None:
         """Start every op as soon as its inputs and its rank allow, keeping each rank's order (memory, an
         order property, is unchanged). The raw repetition is loose everywhere; this leaves the squeeze
-        only the holes an op can jump into. Slots are visited in time order, so inputs come first."""
+        only the holes an op can jump into. Slots are visited in time order, so inputs come first.
+        (`SlotSchedule(..., tighten=True)` runs the same loop as `_tightened`.)"""
         p, occ, slot, n = self.p, self.occ, self.slot, self.n
         width = len(occ[0])
         new_occ = [[-1] * width for _ in range(p)]
@@ -243,7 +290,7 @@ class SlotSchedule:
         else the reference below: the same moves."""
         from primuspp.algorithms import v_squeeze
 
-        if not v_squeeze.squeeze_explicit(self, cap, self._op_columns((_F, _B, _W))):
+        if not v_squeeze.squeeze_explicit(self, cap):
             self.squeeze_explicit_reference(cap)
 
     def squeeze_explicit_reference(self, cap: int) -> None:
@@ -293,21 +340,35 @@ class SlotSchedule:
 
     # -- squeeze with derived W's -------------------------------------------------------------------------
 
-    def squeeze_derived(self, cap: int, min_cap: int | None = None) -> None:
+    def squeeze_derived(self, cap: int, min_cap: int | None = None, counts: str = "bytes") -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
         W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
         the closed form (`v_squeeze`) where it applies and pays (caps from `min_cap`, default from that
-        module), else the reference re-walk: the same moves."""
-        from primuspp.algorithms import v_squeeze
+        module), else the reference's re-walk (the same moves) on the walk's counts kept in bytearrays
+        where they fit (`counts="bytes"`, `v_squeeze.derived_bytes`) or in lists (`v_squeeze.derived_walk`,
+        also where they do not fit)."""
+        import numpy as np
+
+        from primuspp.algorithms import v_rows, v_squeeze
 
         if min_cap is None:
             min_cap = v_squeeze.CLOSED_FORM_CAP
-        self._strip_ws()
-        columns = self._op_columns((_F, _B))
-        if not v_squeeze.derived_moves(self, cap, columns, min_cap):
-            self._derived_moves_reference(cap, columns)
-        for r in range(self.p):
-            self._place_ws(r)
+        ranks = np.asarray(self.rank, dtype=np.int64)
+        slot = np.array(self.slot, dtype=v_rows.INT)
+        slot[_W::3] = -1  # `_strip_ws`
+        occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
+        self._set_lists(slot, occ)
+        ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
+        if not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
+            first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
+            inputs = (ops, first, second, rank)
+            if counts != "bytes" or not v_squeeze.derived_bytes(self, cap, inputs, occ):
+                pend, live = v_rows.walks(occ)
+                v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
+        slot = np.array(self.slot, dtype=v_rows.INT)
+        occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
+        v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
+        self._set_lists(slot, occ)
 
     def squeeze_derived_reference(self, cap: int) -> None:
         """Reference of `squeeze_derived`: the walk re-walked slot by slot after each tried move."""
@@ -431,6 +492,12 @@ class SlotSchedule:
         return ArrayOrder.from_flat(codes[flat % 3], key // self.n, key % self.n, [len(row) for row in ops])
 
     def peak(self) -> int:
+        """Most live chunk activations of any rank in any slot (`_profile`)."""
+        from primuspp.algorithms import v_rows
+
+        return int(v_rows.profiles(self._grid()).max())
+
+    def peak_reference(self) -> int:
         return max(max(self._profile(r)) for r in range(self.p))
 
 

@@ -7,7 +7,7 @@ import random
 import numpy as np
 import pytest
 
-from primuspp.algorithms import v_family, v_squeeze, vshape
+from primuspp.algorithms import v_family, v_rows, v_squeeze, vshape
 
 BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
 SIZES = ((1, 1), (1, 4), (2, 3), (3, 5), (4, 8), (5, 2), (7, 17), (8, 24), (13, 9), (16, 40))
@@ -45,12 +45,57 @@ def test_derived_squeeze_closed_form_matches_reference(p, m, explicit_first):
             assert _same(fast, ref), (p, m, block.name, cap)
 
 
+@pytest.mark.parametrize("p,m", SIZES)
+@pytest.mark.parametrize("explicit_first", [False, True])
+@pytest.mark.parametrize("counts", ["bytes", "lists"])
+def test_derived_squeeze_walk_matches_reference(p, m, explicit_first, counts):
+    # below the closed form's caps the re-walk runs: `v_squeeze.derived_bytes` or `derived_walk`
+    for block in BLOCKS:
+        base = vshape.SlotSchedule(p, m, *vshape.offsets(p, block))
+        peak = base.peak()
+        for cap in (peak, peak + 1, peak + 3):
+            start = base.copy()
+            if explicit_first:
+                start.squeeze_explicit_reference(cap)
+            fast, ref = start.copy(), start.copy()
+            fast.squeeze_derived(cap, min_cap=10**9, counts=counts)
+            ref.squeeze_derived_reference(cap)
+            assert _same(fast, ref), (p, m, block.name, cap)
+
+
+@pytest.mark.parametrize("p,m", SIZES)
+def test_construction_matches_per_rank_reference(p, m):
+    # the whole-grid passes (`v_rows`) against the per-rank helpers they replace
+    for block in BLOCKS:
+        fo, bo = vshape.offsets(p, block)
+        raw = vshape.SlotSchedule(p, m, fo, bo, tighten=False)
+        ref = vshape.SlotSchedule(p, m, fo, bo, tighten=False)
+        ref._strip_ws()
+        for r in range(p):
+            ref._place_ws(r)
+        assert _same(raw, ref), (p, m, block.name)
+        assert raw.peak() == raw.peak_reference()
+        ref._tighten_reference()
+        fast = vshape.SlotSchedule(p, m, fo, bo)
+        assert _same(fast, ref), (p, m, block.name)
+        # the scalar loop `SlotSchedule` falls back to where an input shares its op's slot
+        assert raw._tightened(np.array(raw.slot, dtype=v_rows.INT), raw._grid()) == ref.slot
+        assert fast.peak() == fast.peak_reference()
+        grid = fast._grid()
+        assert grid.tolist() == fast.occ
+        assert v_rows.profiles(grid).tolist() == [fast._profile(r) for r in range(p)]
+        fast._strip_ws()
+        pend, live = v_rows.walks(fast._grid())
+        walks = [fast._walk(r) for r in range(p)]
+        assert pend.tolist() == [w[0] for w in walks] and live.tolist() == [w[1] for w in walks]
+
+
 def test_over_the_cap_falls_back_to_the_reference():
     # a cap below the block's own peak: the fast paths decline and the references run
     base = vshape.SlotSchedule(6, 12, *vshape.offsets(6, vshape.ZB))
     cap = base.peak() - 2
     fast, ref = base.copy(), base.copy()
-    assert not v_squeeze.squeeze_explicit(fast, cap, fast._op_columns((0, 1, 2)))
+    assert not v_squeeze.squeeze_explicit(fast, cap)
     fast.squeeze_explicit(cap)
     ref.squeeze_explicit_reference(cap)
     assert _same(fast, ref)
