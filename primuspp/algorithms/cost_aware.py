@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 from primuspp.algorithms import greedy
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import memory_units, order_peak, pick
+from primuspp.algorithms.bounds import Proof
+from primuspp.algorithms.portfolio import Score, memory_units, order_peak, pick, score
 from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
@@ -35,11 +36,26 @@ def best_linear(
     if cap is None:
         units = memory_units(placement, costs.activation)
         cap = max(order_peak(order, units, costs.fractions()) for _, order in own)
-    candidates: list[tuple[str, ComputeOrder]] = list(own)
+    proof = Proof(placement, m, costs, cap)
+    fractions = costs.fractions()
+    candidates: list[tuple[str, ComputeOrder, Score]] = []
+
+    def unbeatable(name: str, order: ComputeOrder) -> bool:
+        """Score the candidate; whether it is the result already (nothing after it can win: the first
+        candidate proven unbeatable is also the one the full search would pick)."""
+        sc = score(placement, m, order, costs, fractions)
+        candidates.append((name, order, sc))
+        return proof.unbeatable(order, sc)
+
+    if any(unbeatable(name, order) for name, order in own):
+        report["candidate"] = candidates[-1][0]
+        return candidates[-1][1]
     least = greedy.least_cap(placement, costs)
     for policy in policies if cap + 1e-9 >= least else ():
         plan = greedy.schedule(placement, m, costs, cap, policy)
-        candidates.append((f"greedy/{policy.name}", plan.order))
+        if unbeatable(f"greedy/{policy.name}", plan.order):
+            report["candidate"] = candidates[-1][0]
+            return candidates[-1][1]
     choose = pick_refined if full else pick
     name, order, _ = choose(placement, m, candidates, costs, cap, objective)
     report["candidate"] = name

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from primuspp.algorithms import local_search
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
+from primuspp.algorithms.bounds import Proof
 from primuspp.algorithms.portfolio import Score, lower_bounds, pick, score
 from primuspp.algorithms.refine import refined_pool
 from primuspp.errors import ValidationError
@@ -94,10 +95,15 @@ def with_floor(
         tol = 1e-9 * max(1.0, step_lb)
         if mine.max_span <= span_lb + tol and mine.makespan <= step_lb + tol:
             return order  # no order beats it on either figure (F = B = W zbv, for one)
+        cap = max(budget(p, req.params), mine.peak)
+        if Proof(place, m, costs, cap).unbeatable(order, mine):
+            # no order within the cap has a smaller key (F = B = W ZB-H1, for one): the search below would
+            # keep the generator's own order, first among equals
+            req.report["candidate"] = req.report.get("candidate", "own")
+            return order
         timed, floor = construct(p, m, costs, budget(p, req.params))
         if not timed:
             return order
-        cap = max(budget(p, req.params), mine.peak)
         own = (req.report.get("candidate", "own"), order, mine)
         fractions = costs.fractions()
         guarded = []

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import local_search, w_pass
+from primuspp.algorithms import bounds, local_search, w_pass
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import Score, pick, score
 from primuspp.schedule.costs import StageCosts
@@ -55,10 +55,13 @@ def refined_pool(
         small = sum(len(seq) for seq in candidates[0][1]) <= SMALL if candidates else True
         top = TOP_SMALL if small else TOP
     scored: list[tuple[str, ComputeOrder, Score]] = []
+    proof = bounds.Proof(placement, m, costs, cap)
     for cand in candidates:
         sc = cand[2] if len(cand) == 3 else score(placement, m, cand[1], costs, fractions)
         if cap is None or sc.peak <= cap + 1e-9:
             scored.append((cand[0], cand[1], sc))
+            if proof.unbeatable(cand[1], sc):  # nothing later, refined or not, can win: stop here
+                return scored
     if not scored:
         return None
     ranked = sorted(range(len(scored)), key=lambda i: (scored[i][2].key(objective), i))
