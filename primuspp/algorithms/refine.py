@@ -13,13 +13,10 @@ from collections.abc import Sequence
 
 from primuspp.algorithms import bounds, local_search, w_pass
 from primuspp.algorithms.base import ComputeOrder
+from primuspp.algorithms.effort import refine_top
 from primuspp.algorithms.portfolio import Score, pick, score
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
-
-#: how many of the best candidates get the W post-pass and the local search (more on small orders)
-TOP = 2
-TOP_SMALL, SMALL = 3, 2000  # compute nodes up to which TOP_SMALL apply
 
 
 def pick_refined(
@@ -51,9 +48,8 @@ def refined_pool(
     """The candidates within `cap`, scored, followed by their refined variants (`pick_refined` picks from
     this list); None when no candidate fits `cap`."""
     fractions = costs.fractions()
-    if top is None:
-        small = sum(len(seq) for seq in candidates[0][1]) <= SMALL if candidates else True
-        top = TOP_SMALL if small else TOP
+    if top is None:  # the search effort's width (`effort.refine_top`, reported with the branch)
+        top = refine_top(sum(len(seq) for seq in candidates[0][1]) if candidates else 0)
     scored: list[tuple[str, ComputeOrder, Score]] = []
     proof = bounds.Proof(placement, m, costs, cap)
     for cand in candidates:
