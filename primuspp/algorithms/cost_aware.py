@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import greedy
+from primuspp.algorithms import greedy, score_memo
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.bounds import Proof
-from primuspp.algorithms.portfolio import Score, memory_units, order_peak, pick, score
+from primuspp.algorithms.portfolio import Score, memory_units, order_peak, pick
 from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
@@ -37,13 +37,12 @@ def best_linear(
         units = memory_units(placement, costs.activation)
         cap = max(order_peak(order, units, costs.fractions()) for _, order in own)
     proof = Proof(placement, m, costs, cap)
-    fractions = costs.fractions()
     candidates: list[tuple[str, ComputeOrder, Score]] = []
 
     def unbeatable(name: str, order: ComputeOrder) -> bool:
         """Score the candidate; whether it is the result already (nothing after it can win: the first
         candidate proven unbeatable is also the one the full search would pick)."""
-        sc = score(placement, m, order, costs, fractions)
+        sc = score_memo.score(placement, m, order, costs)
         candidates.append((name, order, sc))
         return proof.unbeatable(order, sc)
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from primuspp.algorithms import local_search
+from primuspp.algorithms import local_search, score_memo
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.bounds import Proof
-from primuspp.algorithms.portfolio import Score, lower_bounds, pick, score
+from primuspp.algorithms.portfolio import Score, lower_bounds, pick
 from primuspp.algorithms.refine import refined_pool
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import CostModel, StageCosts
@@ -40,6 +40,7 @@ def forget() -> None:
     time a dictionary lookup, not the generator)."""
     for memo in _MEMOS:
         memo.clear()
+    score_memo.forget()
 
 
 Construct = Callable[[int, int, StageCosts, float], tuple[list[tuple[str, ComputeOrder]], int]]
@@ -90,7 +91,7 @@ def with_floor(
         p, m = req.pp, req.micro_batches
         place = placement(p)
         costs = planning(req).for_placement(place)
-        mine = score(place, m, order, costs, costs.fractions())
+        mine = score_memo.score(place, m, order, costs)
         span_lb, step_lb = lower_bounds(place, order, costs)
         tol = 1e-9 * max(1.0, step_lb)
         if mine.max_span <= span_lb + tol and mine.makespan <= step_lb + tol:
@@ -105,16 +106,15 @@ def with_floor(
         if not timed:
             return order
         own = (req.report.get("candidate", "own"), order, mine)
-        fractions = costs.fractions()
         guarded = []
         for gname, gorder in guards(req) if guards is not None else ():
-            sc = score(place, m, gorder, costs, fractions)
+            sc = score_memo.score(place, m, gorder, costs)
             if sc.peak <= cap + 1e-9:
                 guarded.append((gname, gorder, sc))
         scored = []
         for name, o in timed:
             try:
-                sc = score(place, m, o, costs, fractions)
+                sc = score_memo.score(place, m, o, costs)
             except ValidationError:  # a construction that cannot happen; never let it fail a generator
                 continue
             if sc.peak <= cap + 1e-9:

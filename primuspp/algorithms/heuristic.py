@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from primuspp.algorithms import greedy, one_f_one_b, zb_timed, zero_bubble
+from primuspp.algorithms import greedy, one_f_one_b, score_memo, zb_timed, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
 from primuspp.algorithms.bounds import Proof
 from primuspp.algorithms.effort import EFFORT, full_search
-from primuspp.algorithms.portfolio import Score, pick, score
+from primuspp.algorithms.portfolio import Score, pick
 from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
@@ -66,13 +66,12 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
     cap = greedy.fit_cap(placement, costs, default_cap(p, req.params), given, req.report)
     small = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
     proof = Proof(placement, m, costs, cap)
-    fractions = costs.fractions()
     candidates: list[tuple[str, ComputeOrder, Score]] = []
 
     def unbeatable(name: str, order: ComputeOrder) -> bool:
         """Score the candidate; whether it is the result already (nothing after it can win: the first
         candidate proven unbeatable is also the one the full search would pick)."""
-        sc = score(placement, m, order, costs, fractions)
+        sc = score_memo.score(placement, m, order, costs)
         candidates.append((name, order, sc))
         return proof.unbeatable(order, sc)
 

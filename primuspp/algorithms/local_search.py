@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import w_pass
+from primuspp.algorithms import score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units, score, timed_score
+from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
@@ -177,8 +177,7 @@ def improve(
         return None
     n_nodes = sum(len(s) for s in order)
     budget = min(MAX_EVALS, WORK // max(n_nodes, 1))
-    fractions = costs.fractions()
-    cur = start or score(placement, m, order, costs, fractions)
+    cur = start or score_memo.score(placement, m, order, costs)
     span_lb, step_lb = lower_bounds(placement, order, costs)
     if cur.max_span <= span_lb + 1e-9 * max(1.0, span_lb) and cur.makespan <= step_lb + 1e-9 * max(
         1.0, step_lb
@@ -239,7 +238,7 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
                     trial_peaks = [order_memory(q, units, fractions, keep_curve=False)[1] for q in trial]
                 else:
                     trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
-                sc = timed_score(placement, m, trial, costs, max(trial_peaks, default=0.0))
+                sc = score_memo.peaked(placement, m, trial, costs, max(trial_peaks, default=0.0))
             except ValidationError:  # cannot happen for a swap of a non-input; be safe
                 continue
             if better(sc, cur):
@@ -265,7 +264,7 @@ def improve_both(
     if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
         return None
     budget = min(MAX_EVALS, WORK // max(sum(len(s) for s in order), 1))
-    cur = start or score(placement, m, order, costs, costs.fractions())
+    cur = start or score_memo.score(placement, m, order, costs)
 
     def dominates(new: Score, old: Score) -> bool:
         if new.max_span > old.max_span or new.makespan > old.makespan:
