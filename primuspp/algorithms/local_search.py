@@ -229,15 +229,14 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
             repaired = rank_peak > limit + 1e-9
             if repaired:
                 # over the cap: run pending W's earlier where memory needs them (and into waits they fit)
-                trial = w_pass.replace_w(placement, m, trial, costs, "fit", True, [limit] * len(trial))
-                if trial is None:
+                placed = w_pass.replace_w_peaks(placement, m, trial, costs, "fit", True, [limit] * len(trial))
+                if placed is None:
                     continue
+                trial, trial_peaks = placed
+            else:
+                trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
             budget -= 1
             try:
-                if repaired:
-                    trial_peaks = [order_memory(q, units, fractions, keep_curve=False)[1] for q in trial]
-                else:
-                    trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
                 sc = score_memo.peaked(placement, m, trial, costs, max(trial_peaks, default=0.0))
             except ValidationError:  # cannot happen for a swap of a non-input; be safe
                 continue

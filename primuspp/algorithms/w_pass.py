@@ -57,8 +57,24 @@ def replace_w(
     caps: Sequence[float] | None = None,
     look: int = 2,
 ) -> ComputeOrder | None:
-    """The order with its W's re-placed (see the module docstring), or None when the order holds other
-    kinds than F, B and W (BW, FB, OFFLOAD/RELOAD: left alone) or the result would exceed a cap.
+    """The order with its W's re-placed (see `replace_w_peaks`), or None."""
+    placed = replace_w_peaks(placement, m, order, costs, fill, keep, caps, look)
+    return None if placed is None else placed[0]
+
+
+def replace_w_peaks(
+    placement: Placement,
+    m: int,
+    order: ComputeOrder,
+    costs: StageCosts,
+    fill: str = "fit",
+    keep: bool = False,
+    caps: Sequence[float] | None = None,
+    look: int = 2,
+) -> tuple[ComputeOrder, list[float]] | None:
+    """(the order with its W's re-placed (see the module docstring), each rank's peak in it), or None when
+    the order holds other kinds than F, B and W (BW, FB, OFFLOAD/RELOAD: left alone) or the result would
+    exceed a cap.
 
     `fill`: a pending W runs in a wait before the next F/B when it ends by the F/B's input ("fit"), when
     the wait is at least half the W ("half"), whenever there is a wait ("eager"), or, "need", when it fits
@@ -187,7 +203,7 @@ def replace_w(
     peaks = rank_peaks(placement, out, costs)
     if any(peaks[r] > caps[r] + 1e-9 for r in range(p)):
         return None
-    return out
+    return out, peaks
 
 
 def _due(seq: Sequence[Node], k: int, look: int, level: float, cap: float, grow_f, grow_b) -> bool:
