@@ -23,12 +23,13 @@ from collections.abc import Sequence
 from primuspp.algorithms import score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units
+from primuspp.algorithms.retime import retime
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import order_memory
-from primuspp.schedule.timing import node_times
+from primuspp.schedule.timing import Timing, node_times
 
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
 
@@ -212,8 +213,10 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
     tried: set[tuple[int, int, Node]] = set()
     # each rank's peak in `current`: a swap changes one rank, whose peak alone is recounted
     peaks = [order_memory(seq, units, fractions, keep_curve=False)[1] for seq in current]
+    timing = None  # of `current`; a kept swap hands over its own
     while budget > 0:
-        timing = node_times(placement, m, current, costs)
+        if timing is None:
+            timing = node_times(placement, m, current, costs)
         moved = False
         for r, i, j in _chain_swaps(placement, current, timing, costs, chain):
             if budget <= 0:
@@ -237,16 +240,34 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
                 trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
             budget -= 1
             try:
-                sc = score_memo.peaked(placement, m, trial, costs, max(trial_peaks, default=0.0))
+                if repaired:  # every rank may have changed: a full timing
+                    trial_timing = None
+                    sc = score_memo.peaked(placement, m, trial, costs, max(trial_peaks, default=0.0))
+                else:  # one rank changed from position j: only what it can move is timed again
+                    trial_timing = retime(placement, trial, costs, timing, r, j)
+                    sc = _score(trial_timing, max(trial_peaks, default=0.0))
             except ValidationError:  # cannot happen for a swap of a non-input; be safe
                 continue
             if better(sc, cur):
                 current, cur, improved, moved, peaks = trial, sc, True, True, trial_peaks
+                timing = trial_timing
                 tried.clear()
                 break
         if not moved:
             break
     return ((current, cur) if improved else None), budget
+
+
+def _score(timing: Timing, peak: float) -> Score:
+    """`portfolio.timed_score` from a timing at hand (an order of compute nodes only: F, B, W)."""
+    first, last = float("inf"), float("-inf")
+    max_span = 0.0
+    for st, en in zip(timing.starts, timing.ends, strict=True):
+        if st:
+            lo, hi = st[0], en[-1]
+            first, last = min(first, lo), max(last, hi)
+            max_span = max(max_span, hi - lo)
+    return Score(last - first if last > first else 0.0, max_span, peak)
 
 
 def improve_both(
