@@ -174,7 +174,7 @@ def improve(
     Two rounds: the objective's key first (`Score.key`), then the other figure (step time after the span,
     the span after the step time) while the first does not grow, so the result is as good as the first
     round's in its objective and no worse in the other."""
-    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+    if not w_pass.only_fbw(order):
         return None
     n_nodes = sum(len(s) for s in order)
     budget = min(MAX_EVALS, WORK // max(n_nodes, 1))
@@ -281,7 +281,7 @@ def improve_both(
     """Like `improve`, but a swap is kept only when neither the longest span nor the step time grows and
     one of them shrinks: the result dominates `order` (None if no such swap was found). Walks the span's
     critical chain, then the step time's."""
-    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+    if not w_pass.only_fbw(order):
         return None
     budget = min(MAX_EVALS, WORK // max(sum(len(s) for s in order), 1))
     cur = start or score_memo.score(placement, m, order, costs)

@@ -40,6 +40,11 @@ VARIANTS = (
 )
 
 
+def only_fbw(order: Sequence[Sequence[Node]]) -> bool:
+    """Whether every node is an F, B or W (identity tests: a set of kinds would hash every node's Enum)."""
+    return all(n.kind is _F or n.kind is _B or n.kind is _W for seq in order for n in seq)
+
+
 def rank_peaks(placement: Placement, order: Sequence[Sequence[Node]], costs: StageCosts) -> list[float]:
     """Each rank's peak activation in microbatch units (the simulator's memory model)."""
     units = memory_units(placement, costs.activation)
@@ -82,8 +87,7 @@ def replace_w_peaks(
     even one shorter than itself)."""
     if fill not in FILLS:
         raise ValueError(f"fill={fill!r} (allowed: {', '.join(FILLS)})")
-    kinds = {n.kind for seq in order for n in seq}
-    if not kinds <= {_F, _B, _W}:
+    if not only_fbw(order):
         return None
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
@@ -255,7 +259,7 @@ def fill_gaps(
     peak in `order`) keeps only its W moves, which free memory. Rounds repeat on the new times."""
     from primuspp.schedule.timing import node_times  # imported here: keeps this module's import light
 
-    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+    if not only_fbw(order):
         return None
     n_stages = placement.num_stages
     fwd, bwd, wgr, comm = costs.forward, costs.backward, costs.wgrad, costs.comm
