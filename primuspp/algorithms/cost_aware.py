@@ -3,7 +3,9 @@
 A generator's own construction goes in first; the capped list scheduler (`greedy`, which times every
 decision with the cost model, comm included) adds its policies' orders under the same memory cap, and the
 best few get the W post-pass (`refine.pick_refined`). The construction wins exact ties, so at costs where
-it is already the best (F = B = W, no comm for ZB-H1) its table is unchanged.
+it is already the best (F = B = W, no comm for ZB-H1) its table is unchanged. Candidates are built and
+scored in that order, and the first one `bounds.Proof` shows unbeatable within the cap is the result at
+once (ZB-H1 at F = B = W: no greedy pass runs).
 """
 
 from __future__ import annotations

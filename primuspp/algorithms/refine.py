@@ -4,7 +4,10 @@
 under the cost model (`w_pass`: each variant keeps every rank's peak, and the gap filling never delays a
 node), then the best few of all these get the critical-chain local search (`local_search`, within the
 cap), and the best of everything wins. The originals stay in the running, so the result is never worse
-than `pick`'s under the same objective.
+than `pick`'s under the same objective. How many count as the best few is part of the search effort
+(`effort.refine_top`). The candidates are scored in order, and the first one `bounds.Proof` shows no order
+within the cap can beat ends the search: it is what the full search would pick (later candidates and
+refinements lose ties), so nothing is refined.
 """
 
 from __future__ import annotations
