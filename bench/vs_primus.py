@@ -13,7 +13,8 @@ For each algorithm both have, each p and m = mb-per-pp * p: Primus' `generate_sc
 `SchedulerSimulationRunner.simulate_scheduler_table()`, and ours `build_schedule` (generate, lower,
 validate) plus `simulate`, F = B = W = 1000 per rank (Primus: per chunk // v), best of --repeat, CPU seconds
 of this process (the machine is shared: wall time would measure the other sessions). Prints both, the
-speed-up and both step times (equal where the schedules agree), and the load average.
+speed-up, both step times (equal where the schedules agree) and which branch of our search ran (`full` or
+`fast`, see `primuspp.algorithms.effort`; `-` where the algorithm does not search), and the load average.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ PATHS = (
     "primus/core/projection/performance_projection/simulator.py",
 )
 TIME = 1000.0
+COLUMNS = ("algorithm", "p", "m", "Primus s", "primuspp s", "speed-up", "Primus step", "our step", "search")
 
 
 def extract(mirror: str, into: str) -> None:
@@ -91,9 +93,12 @@ def primus_run(factory, simulator, name: str, p: int, v: int, m: int) -> float:
     return max(rank["total"] for rank in result)
 
 
-def ours_run(name: str, p: int, m: int) -> float:
+def ours_run(name: str, p: int, m: int) -> tuple[float, str]:
+    """Our step time and the search branch that ran (`full`/`fast` of `report["effort"]`, `-` for none)."""
     costs = CostModel(TIME, TIME, TIME)
-    return simulate(build_schedule(name, p, None, m, costs), costs).metrics.step_time
+    table = build_schedule(name, p, None, m, costs)
+    effort = str(table.params.get("report", {}).get("effort", "-")).split(" ", 1)[0].rstrip(";")
+    return simulate(table, costs).metrics.step_time, effort
 
 
 def best(repeat: int, fn) -> tuple[float, float]:
@@ -124,14 +129,14 @@ def main() -> int:
         factory, simulator = load(root)
         ours_run("1f1b", 2, 2)  # warm up: lazy imports (numpy) are not part of a run
         table = Table(title=f"primuspp vs Primus: generate + simulate, CPU s (best of {args.repeat})")
-        for col in ("algorithm", "p", "m", "Primus s", "primuspp s", "speed-up", "Primus step", "our step"):
+        for col in COLUMNS:
             table.add_column(col, justify="left" if col == "algorithm" else "right")
         worst = float("inf")
         for p in args.pp:
             m = args.mb_per_pp * p
             for ours in args.algo or PAIRS:
                 theirs, v = PAIRS[ours]
-                t_ours, step_ours = best(args.repeat, partial(ours_run, ours, p, m))
+                t_ours, (step_ours, search) = best(args.repeat, partial(ours_run, ours, p, m))
                 t_theirs, step_theirs = best(
                     args.repeat, partial(primus_run, factory, simulator, theirs, p, v, m)
                 )
@@ -146,6 +151,7 @@ def main() -> int:
                     f"{ratio:.1f}x",
                     f"{step_theirs:,.0f}",
                     f"{step_ours:,.0f}",
+                    search,
                 )
         Console(width=130).print(table)
     print(f"smallest speed-up {worst:.1f}x (target 20x); load average {os.getloadavg()[0]:.2f}")

@@ -3,16 +3,19 @@
 A generator's own construction goes in first; the capped list scheduler (`greedy`, which times every
 decision with the cost model, comm included) adds its policies' orders under the same memory cap, and the
 best few get the W post-pass (`refine.pick_refined`). The construction wins exact ties, so at costs where
-it is already the best (F = B = W, no comm for ZB-H1) its table is unchanged.
+it is already the best (F = B = W, no comm for ZB-H1) its table is unchanged. Candidates are built and
+scored in that order, and the first one `bounds.Proof` shows unbeatable within the cap is the result at
+once (ZB-H1 at F = B = W: no greedy pass runs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import greedy
+from primuspp.algorithms import greedy, score_memo
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import memory_units, order_peak, pick
+from primuspp.algorithms.bounds import Proof
+from primuspp.algorithms.portfolio import Score, memory_units, order_peak, pick
 from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
@@ -35,11 +38,25 @@ def best_linear(
     if cap is None:
         units = memory_units(placement, costs.activation)
         cap = max(order_peak(order, units, costs.fractions()) for _, order in own)
-    candidates: list[tuple[str, ComputeOrder]] = list(own)
+    proof = Proof(placement, m, costs, cap)
+    candidates: list[tuple[str, ComputeOrder, Score]] = []
+
+    def unbeatable(name: str, order: ComputeOrder) -> bool:
+        """Score the candidate; whether it is the result already (nothing after it can win: the first
+        candidate proven unbeatable is also the one the full search would pick)."""
+        sc = score_memo.score(placement, m, order, costs)
+        candidates.append((name, order, sc))
+        return proof.unbeatable(order, sc)
+
+    if any(unbeatable(name, order) for name, order in own):
+        report["candidate"] = candidates[-1][0]
+        return candidates[-1][1]
     least = greedy.least_cap(placement, costs)
     for policy in policies if cap + 1e-9 >= least else ():
         plan = greedy.schedule(placement, m, costs, cap, policy)
-        candidates.append((f"greedy/{policy.name}", plan.order))
+        if unbeatable(f"greedy/{policy.name}", plan.order):
+            report["candidate"] = candidates[-1][0]
+            return candidates[-1][1]
     choose = pick_refined if full else pick
     name, order, _ = choose(placement, m, candidates, costs, cap, objective)
     report["candidate"] = name

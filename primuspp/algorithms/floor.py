@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from primuspp.algorithms import local_search
+from primuspp.algorithms import local_search, score_memo
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
-from primuspp.algorithms.portfolio import Score, lower_bounds, pick, score
+from primuspp.algorithms.bounds import Proof
+from primuspp.algorithms.portfolio import Score, lower_bounds, pick
 from primuspp.algorithms.refine import refined_pool
 from primuspp.errors import ValidationError
 from primuspp.schedule.array_order import copied
@@ -40,6 +41,7 @@ def forget() -> None:
     time a dictionary lookup, not the generator)."""
     for memo in _MEMOS:
         memo.clear()
+    score_memo.forget()
 
 
 Construct = Callable[[int, int, StageCosts, float], tuple[list[tuple[str, ComputeOrder]], int]]
@@ -90,26 +92,30 @@ def with_floor(
         p, m = req.pp, req.micro_batches
         place = placement(p)
         costs = planning(req).for_placement(place)
-        mine = score(place, m, order, costs, costs.fractions())
+        mine = score_memo.score(place, m, order, costs)
         span_lb, step_lb = lower_bounds(place, order, costs)
         tol = 1e-9 * max(1.0, step_lb)
         if mine.max_span <= span_lb + tol and mine.makespan <= step_lb + tol:
             return order  # no order beats it on either figure (F = B = W zbv, for one)
+        cap = max(budget(p, req.params), mine.peak)
+        if Proof(place, m, costs, cap).unbeatable(order, mine):
+            # no order within the cap has a smaller key (F = B = W ZB-H1, for one): the search below would
+            # keep the generator's own order, first among equals
+            req.report["candidate"] = req.report.get("candidate", "own")
+            return order
         timed, floor = construct(p, m, costs, budget(p, req.params))
         if not timed:
             return order
-        cap = max(budget(p, req.params), mine.peak)
         own = (req.report.get("candidate", "own"), order, mine)
-        fractions = costs.fractions()
         guarded = []
         for gname, gorder in guards(req) if guards is not None else ():
-            sc = score(place, m, gorder, costs, fractions)
+            sc = score_memo.score(place, m, gorder, costs)
             if sc.peak <= cap + 1e-9:
                 guarded.append((gname, gorder, sc))
         scored = []
         for name, o in timed:
             try:
-                sc = score(place, m, o, costs, fractions)
+                sc = score_memo.score(place, m, o, costs)
             except ValidationError:  # a construction that cannot happen; never let it fail a generator
                 continue
             if sc.peak <= cap + 1e-9:

@@ -10,12 +10,14 @@ the local search (`refine`); `report["candidate"]` names it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
-from primuspp.algorithms import greedy, one_f_one_b, zb_timed, zero_bubble
+from primuspp.algorithms import greedy, one_f_one_b, score_memo, zb_timed, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
+from primuspp.algorithms.bounds import Proof
 from primuspp.algorithms.effort import EFFORT, full_search
-from primuspp.algorithms.portfolio import pick
+from primuspp.algorithms.portfolio import Score, pick
 from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
@@ -63,17 +65,29 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
     given = "max_mem" if req.params.get("max_mem") is not None else None
     cap = greedy.fit_cap(placement, costs, default_cap(p, req.params), given, req.report)
     small = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
-    candidates: list[tuple[str, ComputeOrder]] = []
-    for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:
-        plan = greedy.schedule(placement, m, costs, cap, policy)
-        candidates.append((f"greedy/{policy.name}", plan.order))
-    # the registered zero-bubble's table (cost-aware itself), kept only if it fits the cap, like 1F1B's
-    zb_req = GenerationRequest(
-        p, 1, m, planning_costs(req.costs, req.params), {"effort": req.params.get("effort", "auto")}
-    )
-    candidates.append(("zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)))
-    candidates.append(("1f1b", one_f_one_b.generate(req)))
-    if small:  # the leaders also get the W post-pass (refine)
+    proof = Proof(placement, m, costs, cap)
+    candidates: list[tuple[str, ComputeOrder, Score]] = []
+
+    def unbeatable(name: str, order: ComputeOrder) -> bool:
+        """Score the candidate; whether it is the result already (nothing after it can win: the first
+        candidate proven unbeatable is also the one the full search would pick)."""
+        sc = score_memo.score(placement, m, order, costs)
+        candidates.append((name, order, sc))
+        return proof.unbeatable(order, sc)
+
+    def built() -> Iterator[tuple[str, ComputeOrder]]:
+        for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:
+            yield f"greedy/{policy.name}", greedy.schedule(placement, m, costs, cap, policy).order
+        # the registered zero-bubble's table (cost-aware itself), kept only if it fits the cap, like 1F1B's
+        zb_req = GenerationRequest(
+            p, 1, m, planning_costs(req.costs, req.params), {"effort": req.params.get("effort", "auto")}
+        )
+        yield "zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)
+        yield "1f1b", one_f_one_b.generate(req)
+
+    if any(unbeatable(name, order) for name, order in built()):
+        name, order = candidates[-1][:2]
+    elif small:  # the leaders also get the W post-pass (refine)
         name, order, _ = pick_refined(placement, m, candidates, costs, cap, "step")
     else:
         name, order, _ = pick(placement, m, candidates, costs, cap, "step")

@@ -20,15 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import w_pass
+from primuspp.algorithms import score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units, score, timed_score
+from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units
+from primuspp.algorithms.retime import retime
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import order_memory
-from primuspp.schedule.timing import node_times
+from primuspp.schedule.timing import Timing, node_times
 
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
 
@@ -173,12 +174,11 @@ def improve(
     Two rounds: the objective's key first (`Score.key`), then the other figure (step time after the span,
     the span after the step time) while the first does not grow, so the result is as good as the first
     round's in its objective and no worse in the other."""
-    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+    if not w_pass.only_fbw(order):
         return None
     n_nodes = sum(len(s) for s in order)
     budget = min(MAX_EVALS, WORK // max(n_nodes, 1))
-    fractions = costs.fractions()
-    cur = start or score(placement, m, order, costs, fractions)
+    cur = start or score_memo.score(placement, m, order, costs)
     span_lb, step_lb = lower_bounds(placement, order, costs)
     if cur.max_span <= span_lb + 1e-9 * max(1.0, span_lb) and cur.makespan <= step_lb + 1e-9 * max(
         1.0, step_lb
@@ -213,8 +213,10 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
     tried: set[tuple[int, int, Node]] = set()
     # each rank's peak in `current`: a swap changes one rank, whose peak alone is recounted
     peaks = [order_memory(seq, units, fractions, keep_curve=False)[1] for seq in current]
+    timing = None  # of `current`; a kept swap hands over its own
     while budget > 0:
-        timing = node_times(placement, m, current, costs)
+        if timing is None:
+            timing = node_times(placement, m, current, costs)
         moved = False
         for r, i, j in _chain_swaps(placement, current, timing, costs, chain):
             if budget <= 0:
@@ -230,25 +232,42 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
             repaired = rank_peak > limit + 1e-9
             if repaired:
                 # over the cap: run pending W's earlier where memory needs them (and into waits they fit)
-                trial = w_pass.replace_w(placement, m, trial, costs, "fit", True, [limit] * len(trial))
-                if trial is None:
+                placed = w_pass.replace_w_peaks(placement, m, trial, costs, "fit", True, [limit] * len(trial))
+                if placed is None:
                     continue
+                trial, trial_peaks = placed
+            else:
+                trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
             budget -= 1
             try:
-                if repaired:
-                    trial_peaks = [order_memory(q, units, fractions, keep_curve=False)[1] for q in trial]
-                else:
-                    trial_peaks = [*peaks[:r], rank_peak, *peaks[r + 1 :]]
-                sc = timed_score(placement, m, trial, costs, max(trial_peaks, default=0.0))
+                if repaired:  # every rank may have changed: a full timing
+                    trial_timing = None
+                    sc = score_memo.peaked(placement, m, trial, costs, max(trial_peaks, default=0.0))
+                else:  # one rank changed from position j: only what it can move is timed again
+                    trial_timing = retime(placement, trial, costs, timing, r, j)
+                    sc = _score(trial_timing, max(trial_peaks, default=0.0))
             except ValidationError:  # cannot happen for a swap of a non-input; be safe
                 continue
             if better(sc, cur):
                 current, cur, improved, moved, peaks = trial, sc, True, True, trial_peaks
+                timing = trial_timing
                 tried.clear()
                 break
         if not moved:
             break
     return ((current, cur) if improved else None), budget
+
+
+def _score(timing: Timing, peak: float) -> Score:
+    """`portfolio.timed_score` from a timing at hand (an order of compute nodes only: F, B, W)."""
+    first, last = float("inf"), float("-inf")
+    max_span = 0.0
+    for st, en in zip(timing.starts, timing.ends, strict=True):
+        if st:
+            lo, hi = st[0], en[-1]
+            first, last = min(first, lo), max(last, hi)
+            max_span = max(max_span, hi - lo)
+    return Score(last - first if last > first else 0.0, max_span, peak)
 
 
 def improve_both(
@@ -262,10 +281,10 @@ def improve_both(
     """Like `improve`, but a swap is kept only when neither the longest span nor the step time grows and
     one of them shrinks: the result dominates `order` (None if no such swap was found). Walks the span's
     critical chain, then the step time's."""
-    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+    if not w_pass.only_fbw(order):
         return None
     budget = min(MAX_EVALS, WORK // max(sum(len(s) for s in order), 1))
-    cur = start or score(placement, m, order, costs, costs.fractions())
+    cur = start or score_memo.score(placement, m, order, costs)
 
     def dominates(new: Score, old: Score) -> bool:
         if new.max_span > old.max_span or new.makespan > old.makespan:

@@ -4,22 +4,22 @@
 under the cost model (`w_pass`: each variant keeps every rank's peak, and the gap filling never delays a
 node), then the best few of all these get the critical-chain local search (`local_search`, within the
 cap), and the best of everything wins. The originals stay in the running, so the result is never worse
-than `pick`'s under the same objective.
+than `pick`'s under the same objective. How many count as the best few is part of the search effort
+(`effort.refine_top`). The candidates are scored in order, and the first one `bounds.Proof` shows no order
+within the cap can beat ends the search: it is what the full search would pick (later candidates and
+refinements lose ties), so nothing is refined.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import local_search, w_pass
+from primuspp.algorithms import bounds, local_search, score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, pick, score
+from primuspp.algorithms.effort import refine_top
+from primuspp.algorithms.portfolio import Score, pick
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
-
-#: how many of the best candidates get the W post-pass and the local search (more on small orders)
-TOP = 2
-TOP_SMALL, SMALL = 3, 2000  # compute nodes up to which TOP_SMALL apply
 
 
 def pick_refined(
@@ -50,15 +50,16 @@ def refined_pool(
 ) -> list[tuple[str, ComputeOrder, Score]] | None:
     """The candidates within `cap`, scored, followed by their refined variants (`pick_refined` picks from
     this list); None when no candidate fits `cap`."""
-    fractions = costs.fractions()
-    if top is None:
-        small = sum(len(seq) for seq in candidates[0][1]) <= SMALL if candidates else True
-        top = TOP_SMALL if small else TOP
+    if top is None:  # the search effort's width (`effort.refine_top`, reported with the branch)
+        top = refine_top(sum(len(seq) for seq in candidates[0][1]) if candidates else 0)
     scored: list[tuple[str, ComputeOrder, Score]] = []
+    proof = bounds.Proof(placement, m, costs, cap)
     for cand in candidates:
-        sc = cand[2] if len(cand) == 3 else score(placement, m, cand[1], costs, fractions)
+        sc = cand[2] if len(cand) == 3 else score_memo.score(placement, m, cand[1], costs)
         if cap is None or sc.peak <= cap + 1e-9:
             scored.append((cand[0], cand[1], sc))
+            if proof.unbeatable(cand[1], sc):  # nothing later, refined or not, can win: stop here
+                return scored
     if not scored:
         return None
     ranked = sorted(range(len(scored)), key=lambda i: (scored[i][2].key(objective), i))
@@ -75,13 +76,13 @@ def refined_pool(
         caps = w_pass.rank_peaks(placement, order, costs)
         mine = [(name, order, sc)]
         for vname, new in w_pass.variants(placement, m, order, costs, caps):
-            mine.append((f"{name}+{vname}", new, score(placement, m, new, costs, fractions)))
+            mine.append((f"{name}+{vname}", new, score_memo.score(placement, m, new, costs)))
         # the gap filling (never slower; a timing per round) on the original and the best variant
         lead = min(mine[1:], key=lambda c: c[2].key(objective), default=None)
         for vname, new, _ in (mine[0], lead) if lead is not None else (mine[0],):
             filled = w_pass.fill_gaps(placement, m, new, costs, caps)
             if filled is not None:
-                mine.append((f"{vname}+gaps", filled, score(placement, m, filled, costs, fractions)))
+                mine.append((f"{vname}+gaps", filled, score_memo.score(placement, m, filled, costs)))
         extra.extend(mine[1:])
     pool = [*scored, *extra]
     searched: list[tuple[str, ComputeOrder, Score]] = []

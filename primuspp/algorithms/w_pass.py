@@ -40,6 +40,11 @@ VARIANTS = (
 )
 
 
+def only_fbw(order: Sequence[Sequence[Node]]) -> bool:
+    """Whether every node is an F, B or W (identity tests: a set of kinds would hash every node's Enum)."""
+    return all(n.kind is _F or n.kind is _B or n.kind is _W for seq in order for n in seq)
+
+
 def rank_peaks(placement: Placement, order: Sequence[Sequence[Node]], costs: StageCosts) -> list[float]:
     """Each rank's peak activation in microbatch units (the simulator's memory model)."""
     units = memory_units(placement, costs.activation)
@@ -57,8 +62,24 @@ def replace_w(
     caps: Sequence[float] | None = None,
     look: int = 2,
 ) -> ComputeOrder | None:
-    """The order with its W's re-placed (see the module docstring), or None when the order holds other
-    kinds than F, B and W (BW, FB, OFFLOAD/RELOAD: left alone) or the result would exceed a cap.
+    """The order with its W's re-placed (see `replace_w_peaks`), or None."""
+    placed = replace_w_peaks(placement, m, order, costs, fill, keep, caps, look)
+    return None if placed is None else placed[0]
+
+
+def replace_w_peaks(
+    placement: Placement,
+    m: int,
+    order: ComputeOrder,
+    costs: StageCosts,
+    fill: str = "fit",
+    keep: bool = False,
+    caps: Sequence[float] | None = None,
+    look: int = 2,
+) -> tuple[ComputeOrder, list[float]] | None:
+    """(the order with its W's re-placed (see the module docstring), each rank's peak in it), or None when
+    the order holds other kinds than F, B and W (BW, FB, OFFLOAD/RELOAD: left alone) or the result would
+    exceed a cap.
 
     `fill`: a pending W runs in a wait before the next F/B when it ends by the F/B's input ("fit"), when
     the wait is at least half the W ("half"), whenever there is a wait ("eager"), or, "need", when it fits
@@ -66,8 +87,7 @@ def replace_w(
     even one shorter than itself)."""
     if fill not in FILLS:
         raise ValueError(f"fill={fill!r} (allowed: {', '.join(FILLS)})")
-    kinds = {n.kind for seq in order for n in seq}
-    if not kinds <= {_F, _B, _W}:
+    if not only_fbw(order):
         return None
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
@@ -187,7 +207,7 @@ def replace_w(
     peaks = rank_peaks(placement, out, costs)
     if any(peaks[r] > caps[r] + 1e-9 for r in range(p)):
         return None
-    return out
+    return out, peaks
 
 
 def _due(seq: Sequence[Node], k: int, look: int, level: float, cap: float, grow_f, grow_b) -> bool:
@@ -239,7 +259,7 @@ def fill_gaps(
     peak in `order`) keeps only its W moves, which free memory. Rounds repeat on the new times."""
     from primuspp.schedule.timing import node_times  # imported here: keeps this module's import light
 
-    if not {n.kind for seq in order for n in seq} <= {_F, _B, _W}:
+    if not only_fbw(order):
         return None
     n_stages = placement.num_stages
     fwd, bwd, wgr, comm = costs.forward, costs.backward, costs.wgrad, costs.comm

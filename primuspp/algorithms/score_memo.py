@@ -1,0 +1,55 @@
+"""`portfolio.score` without timing the same order twice.
+
+A cost-aware search meets the same order again and again: a W post-pass variant that moves nothing, a
+local-search swap undone by a later one, zero-bubble-heuristic rescoring zero-bubble's table, the floor
+rescoring the generator's result. Timing an order costs far more than hashing it, so the figures of the
+orders timed lately are kept, keyed by everything they depend on (placement, m, costs, the order). The
+order is keyed by its nodes' identities (hashing a node hashes its kind, an Enum: as slow as the timing);
+searches build variants from the same node objects, and the kept orders hold their nodes, so an identity
+cannot be reused while its key is kept. Equal orders of other node objects are timed again, never confused.
+The figures are the timing's own, so a hit returns exactly what a new timing would.
+"""
+
+from __future__ import annotations
+
+from primuspp.algorithms.base import ComputeOrder
+from primuspp.algorithms.portfolio import Score, memory_units, order_peak, timed_score
+from primuspp.schedule.costs import StageCosts
+from primuspp.schedule.placement import Placement
+
+#: compute nodes of the orders kept, all together (the oldest go first)
+MAX_NODES = 400_000
+
+#: key -> (makespan, longest span, the order's nodes: they keep the identities in the key unused)
+_kept: dict[tuple, tuple[float, float, tuple]] = {}
+_nodes = [0]
+
+
+def forget() -> None:
+    """Drop every kept figure (benchmarks time generation, not lookups)."""
+    _kept.clear()
+    _nodes[0] = 0
+
+
+def score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) -> Score:
+    """`portfolio.score(placement, m, order, costs, costs.fractions())`, the timing looked up if done."""
+    peak = order_peak(order, memory_units(placement, costs.activation), costs.fractions())
+    return peaked(placement, m, order, costs, peak)
+
+
+def peaked(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, peak: float) -> Score:
+    """`portfolio.timed_score` (the peak known), the timing looked up if done."""
+    key = (placement, m, costs, tuple(tuple(map(id, seq)) for seq in order))
+    hit = _kept.get(key)
+    if hit is not None:
+        return Score(hit[0], hit[1], peak)
+    sc = timed_score(placement, m, order, costs, peak)
+    size = sum(map(len, order))
+    while _kept and _nodes[0] + size > MAX_NODES:
+        old = next(iter(_kept))
+        _nodes[0] -= sum(map(len, old[3]))
+        del _kept[old]
+    if size <= MAX_NODES:
+        _kept[key] = (sc.makespan, sc.max_span, tuple(map(tuple, order)))
+        _nodes[0] += size
+    return sc
