@@ -7,21 +7,23 @@ orders timed lately are kept, keyed by everything they depend on (placement, m, 
 order is keyed by its nodes' identities (hashing a node hashes its kind, an Enum: as slow as the timing);
 searches build variants from the same node objects, and the kept orders hold their nodes, so an identity
 cannot be reused while its key is kept. Equal orders of other node objects are timed again, never confused.
-The figures are the timing's own, so a hit returns exactly what a new timing would.
+An `ArrayOrder` is keyed by its columns' bytes instead (reading its nodes would build them). The figures are
+the timing's own, so a hit returns exactly what a new timing would.
 """
 
 from __future__ import annotations
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import Score, memory_units, order_peak, timed_score
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
 
 #: compute nodes of the orders kept, all together (the oldest go first)
 MAX_NODES = 400_000
 
-#: key -> (makespan, longest span, the order's nodes: they keep the identities in the key unused)
-_kept: dict[tuple, tuple[float, float, tuple]] = {}
+#: key -> (makespan, longest span, what keeps the identities in the key unused, compute nodes)
+_kept: dict[tuple, tuple[float, float, object, int]] = {}
 _nodes = [0]
 
 
@@ -39,17 +41,23 @@ def score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) 
 
 def peaked(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, peak: float) -> Score:
     """`portfolio.timed_score` (the peak known), the timing looked up if done."""
-    key = (placement, m, costs, tuple(tuple(map(id, seq)) for seq in order))
+    if isinstance(order, ArrayOrder):  # by content: equal columns, equal timing
+        rows = order.rows
+        names = ("node_kind", "kind", "mb", "stage", "part")
+        key = (placement, m, costs, order.first.tobytes(), *(rows[k].tobytes() for k in names))
+        keep: object = None
+    else:
+        key = (placement, m, costs, tuple(tuple(map(id, seq)) for seq in order))
+        keep = tuple(map(tuple, order))
     hit = _kept.get(key)
     if hit is not None:
         return Score(hit[0], hit[1], peak)
     sc = timed_score(placement, m, order, costs, peak)
-    size = sum(map(len, order))
+    size = order.num_nodes() if isinstance(order, ArrayOrder) else sum(map(len, order))
     while _kept and _nodes[0] + size > MAX_NODES:
         old = next(iter(_kept))
-        _nodes[0] -= sum(map(len, old[3]))
-        del _kept[old]
+        _nodes[0] -= _kept.pop(old)[3]
     if size <= MAX_NODES:
-        _kept[key] = (sc.makespan, sc.max_span, tuple(map(tuple, order)))
+        _kept[key] = (sc.makespan, sc.max_span, keep, size)
         _nodes[0] += size
     return sc
