@@ -174,8 +174,11 @@ class StepState:
         "posted",
         "prune_at",
         "recv_ahead_bytes",
+        "recv_specs",
         "recvs",
         "run_fb",
+        "send_work",
+        "send_works",
         "sends",
         "templates",
     )
@@ -201,6 +204,10 @@ class StepState:
         self.cells: dict[tuple[int, int], Cell] = {}
         self.pending_sends: list[Request] = []
         self.prune_at = 32
+        #: gloo on the default group: sends posted straight to the process group, their works waited at the
+        #: step end (P2P.send_work)
+        self.send_work = runner.p2p.send_work if runner.p2p is not None else None
+        self.send_works: list[Any] = []
         self.marks: list[tuple[Instruction, Any, Any]] = []
         self.mem_marks: list[tuple[Any, int]] = []
         self.sends: list[tuple[tuple[str, int, int, int], Any]] = []
@@ -210,14 +217,23 @@ class StepState:
         self.templates = runner._templates
         self.posted = 0  # receives posted so far (receives ahead)
         self.buffer_end = [0]  # receive buffer bytes before each receive, and in all
+        #: the boundary spec of each receive (receives ahead: asked once per step, for the budget and the
+        #: buffer)
+        self.recv_specs: list[Any] = []
         if self.ahead != 0:
             spec_of, end, size = self.boundary_spec, self.buffer_end, runner._spec_bytes
+            specs = self.recv_specs
             total = 0
             for op in self.all_recvs:
                 spec = spec_of(*op.boundary)
-                nbytes = size.get(spec)
-                if nbytes is None:
-                    nbytes = size[spec] = math.prod(spec.shape) * spec.dtype.itemsize
+                specs.append(spec)
+                try:
+                    nbytes = size.get(spec)
+                except TypeError:  # a spec that is not hashable (a list as shape)
+                    nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+                else:
+                    if nbytes is None:
+                        nbytes = size[spec] = math.prod(spec.shape) * spec.dtype.itemsize
                 total += nbytes
                 end.append(total)
 
@@ -361,7 +377,11 @@ def _run_simple(st: StepState, ins: Instruction) -> None:
         slots = st.ins[part.wait == 1]
         value = slots.get(part.key)
         if type(value) is Request:
-            _resolve(st, part)
+            try:
+                slots[part.key] = value.wait()
+            except Exception as err:
+                raise RuntimeError(f"waiting for {value.label}: {err}") from err
+            st.recvs.append((part.recv, st.mark()))  # type: ignore[arg-type]
     mark = st.mark
     start = mark()
     y = part.body(st, part)
@@ -409,16 +429,24 @@ def _run_memory(st: StepState, ins: Instruction) -> None:
     part.body(st, part)  # type: ignore[union-attr]
 
 
-def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
-    """Post one batch: sends take their slot's tensor, receives get a fresh buffer from `boundary_spec`."""
+def _post(st: StepState, ops: tuple[CommOp, ...] | list[CommOp], specs: list[Any] | None = None) -> None:
+    """Post one batch: sends take their slot's tensor, receives get a fresh buffer from `boundary_spec`
+    (`specs`: the receives' specs, in order, where already asked)."""
+    if st.send_work is not None and any(op.send for op in ops):
+        _post_sends(st, tuple(op for op in ops if op.send))
+        ops = [op for op in ops if not op.send]
+        if not ops:
+            return
     tensors = []
     spec_of, mark, sends = st.boundary_spec, st.mark, st.sends
+    i = 0
     for op in ops:
         if op.send:
             t = _send_tensor(st, op)
             sends.append((op.record, mark()))
         else:
-            t = _receive_buffer(st, spec_of(*op.boundary))
+            t = _receive_buffer(st, spec_of(*op.boundary) if specs is None else specs[i])
+            i += 1
         tensors.append(t)
     requests = st.p2p.post(ops, tensors)  # type: ignore[union-attr]
     ins, pending = st.ins, st.pending_sends
@@ -470,7 +498,7 @@ def _post_recvs(st: StepState, done: int) -> None:
     fits = bisect_right(st.buffer_end, st.buffer_end[done] + st.recv_ahead_bytes) - 1
     upto = max(done, min(upto, fits))
     if upto > st.posted:
-        _post(st, st.all_recvs[st.posted : upto])
+        _post(st, st.all_recvs[st.posted : upto], st.recv_specs[st.posted : upto])
         st.posted = upto
 
 
@@ -489,8 +517,16 @@ def _run_batch_ahead(st: StepState, ins: Instruction) -> None:
 
 def _post_sends(st: StepState, ops: tuple[CommOp, ...]) -> None:
     """`_post` of a batch of sends only (with receives posted ahead, every batch but the first)."""
-    tensors = []
     mark, sends = st.mark, st.sends
+    send = st.send_work
+    if send is not None:  # gloo, default group: straight to the process group, waited at the step end
+        works = st.send_works
+        for op in ops:
+            t = _send_tensor(st, op)
+            sends.append((op.record, mark()))
+            works.append(send([t], op.peer, 0))
+        return
+    tensors = []
     for op in ops:
         tensors.append(_send_tensor(st, op))
         sends.append((op.record, mark()))
@@ -689,6 +725,12 @@ class ScheduleRunner:
             for request in st.pending_sends:
                 request.wait()
             st.pending_sends.clear()
+            works = st.send_works
+            if works:
+                for work in works:
+                    work.wait()
+                p2p.retire(works)  # type: ignore[union-attr]
+                works.clear()
             left = st.leftovers()
             if left:
                 raise RuntimeError(f"state left after the last node: {', '.join(left[:6])}")
