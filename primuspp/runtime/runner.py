@@ -39,7 +39,7 @@ from primuspp.errors import PrimusppError
 from primuspp.runtime.executor import Cell, Executor
 from primuspp.runtime.memory import ActivationMeter, SavedRecord
 from primuspp.runtime.p2p import P2P, Message, Request
-from primuspp.runtime.timing import clock_for
+from primuspp.runtime.timing import CpuClock, clock_for
 from primuspp.runtime.wgrad import WeightGradStore, begin_recording, end_recording
 from primuspp.schedule import semantics as sem
 from primuspp.schedule.nodes import Node, NodeKind, format_node
@@ -238,6 +238,8 @@ class StepState:
                 end.append(total)
 
     def leftovers(self) -> list[str]:
+        if not (self.fwd_in or self.bwd_in or self.out_f or self.out_b or self.cells):
+            return []
         return [
             f"{what} {k}"
             for what, d in (
@@ -743,30 +745,42 @@ class ScheduleRunner:
             raise failure from err
         clock.finish()
         wall_ms = (time.perf_counter_ns() - wall0) / 1e6
-        # every mark converted in one call: starts and ends, memory samples, sends, receives
         marks, mem, sent, got = st.marks, st.mem_marks, st.sends, st.recvs
-        times = clock.ms_all(
-            [t for _, a, b in marks for t in (a, b)]
-            + [t for t, _ in mem]
-            + [t for _, t in sent]
-            + [t for _, t in got]
-        )
-        n, k = 2 * len(marks), 2 * len(marks) + len(mem)
-        intervals = [
-            Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
-            for i, (ins, _, _) in enumerate(marks)
-        ]
-        memory = [(0.0, float(mem_start))] + [
-            (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
-        ]
-        j = k + len(sent)
+        if type(clock) is CpuClock:  # ns from the step start, to ms: one pass per list
+            t0 = clock.origin_ns
+            intervals = [
+                Interval(*ins.interval, (a - t0) / 1e6, (b - t0) / 1e6, ins.back)  # type: ignore[misc]
+                for ins, a, b in marks
+            ]
+            memory = [(0.0, float(mem_start))]
+            memory += [((t - t0) / 1e6, float(level)) for t, level in mem]
+            sent_ms = [(*rec, (t - t0) / 1e6) for rec, t in sent]
+            got_ms = [(*rec, (t - t0) / 1e6) for rec, t in got]
+        else:  # every mark converted in one call: starts and ends, memory samples, sends, receives
+            times = clock.ms_all(
+                [t for _, a, b in marks for t in (a, b)]
+                + [t for t, _ in mem]
+                + [t for _, t in sent]
+                + [t for _, t in got]
+            )
+            n, k = 2 * len(marks), 2 * len(marks) + len(mem)
+            intervals = [
+                Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
+                for i, (ins, _, _) in enumerate(marks)
+            ]
+            memory = [(0.0, float(mem_start))] + [
+                (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
+            ]
+            j = k + len(sent)
+            sent_ms = [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)]  # type: ignore[misc]
+            got_ms = [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)]  # type: ignore[misc]
         return RankStep(
             self.rank,
             intervals,
             memory,
             meter.peak if meter is not None else 0,
-            [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)],  # type: ignore[misc]
-            [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)],  # type: ignore[misc]
+            sent_ms,  # type: ignore[arg-type]
+            got_ms,  # type: ignore[arg-type]
             clock.origin_ns,
             _HOST,
             wall_ms,

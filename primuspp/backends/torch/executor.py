@@ -151,6 +151,8 @@ class ModuleExecutor:
         return dict(zip(losses, values, strict=True))
 
     def _on_device(self, t: torch.Tensor) -> torch.Tensor:
+        if self._cpu and t.is_cpu:  # no `torch.device` object built for the comparison
+            return t
         return t if t.device == self.device else t.to(self.device, non_blocking=True)
 
     def _seed(self, loss: torch.Tensor) -> torch.Tensor:
