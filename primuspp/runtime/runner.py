@@ -218,9 +218,11 @@ class StepState:
         self.posted = 0  # receives posted so far (receives ahead)
         self.buffer_end = [0]  # receive buffer bytes before each receive, and in all
         #: the boundary spec of each receive (receives ahead: asked once per step, for the budget and the
-        #: buffer)
+        #: buffer; once per runner where the executor says its specs never change)
         self.recv_specs: list[Any] = []
-        if self.ahead != 0:
+        if self.ahead != 0 and runner._recv_plan is not None:
+            self.recv_specs, self.buffer_end = runner._recv_plan
+        elif self.ahead != 0:
             spec_of, end, size = self.boundary_spec, self.buffer_end, runner._spec_bytes
             specs = self.recv_specs
             total = 0
@@ -236,6 +238,8 @@ class StepState:
                         nbytes = size[spec] = math.prod(spec.shape) * spec.dtype.itemsize
                 total += nbytes
                 end.append(total)
+            if getattr(ex, "static_boundary", False):
+                runner._recv_plan = (specs, end)
 
     def leftovers(self) -> list[str]:
         if not (self.fwd_in or self.bwd_in or self.out_f or self.out_b or self.cells):
@@ -591,6 +595,9 @@ class ScheduleRunner:
         self._templates: dict[Any, torch.Tensor] = {}
         #: every receive of the step, in program order (posted ahead from this list)
         self._recvs = tuple(op for ins in self.program for op in ins.ops if not op.send)
+        #: the receives' specs and buffer ends, kept from the first step when the executor's
+        #: `static_boundary` is true (`boundary_spec` then answers the same in every step)
+        self._recv_plan: tuple[list[Any], list[int]] | None = None
         if p2p is None and any(ins.ops for ins in self.program):
             raise ValueError(f"rank {rank}: the table has p2p nodes here but no P2P was given")
 

@@ -97,6 +97,8 @@ class ModuleExecutor:
         self.stages = dict(stages)
         self.loss_fn = loss_fn
         self._boundary = boundary
+        #: one spec for every boundary, fixed: the runner may ask `boundary_spec` once, not every step
+        self.static_boundary = isinstance(boundary, TensorSpec)
         self.device = device
         self.microbatches: Sequence[Microbatch] = ()
         self.losses: dict[int, torch.Tensor] = {}
