@@ -93,6 +93,15 @@ class P2P:
             self._pg = pg
         #: completed works kept alive a little longer (gloo: see the module docstring)
         self.retired: deque | None = deque(maxlen=RETIRED) if self.independent_ops else None
+        #: on the direct path, pipeline ranks being global ranks: `send_work([tensor], peer, 0)` posts one
+        #: send and returns its work; the runner's form for sends (no `Request`: it waits for them all at the
+        #: step end, then hands the works to `retire`); None elsewhere (use `post`)
+        self.send_work: Any = self._pg.send if self._pg is not None and self.ranks is None else None
+
+    def retire(self, works: list[Any]) -> None:
+        """Keep the last of these waited works alive a little longer (gloo: see the module docstring)."""
+        if self.retired is not None:
+            self.retired.extend(works)
 
     def post(self, messages: Sequence[Message], tensors: Sequence[torch.Tensor]) -> list[Request]:
         """Post `messages[i]` on `tensors[i]` (the tensor to send, or the buffer to receive into) as one

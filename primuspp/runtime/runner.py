@@ -39,7 +39,7 @@ from primuspp.errors import PrimusppError
 from primuspp.runtime.executor import Cell, Executor
 from primuspp.runtime.memory import ActivationMeter, SavedRecord
 from primuspp.runtime.p2p import P2P, Message, Request
-from primuspp.runtime.timing import clock_for
+from primuspp.runtime.timing import CpuClock, clock_for
 from primuspp.runtime.wgrad import WeightGradStore, begin_recording, end_recording
 from primuspp.schedule import semantics as sem
 from primuspp.schedule.nodes import Node, NodeKind, format_node
@@ -174,8 +174,11 @@ class StepState:
         "posted",
         "prune_at",
         "recv_ahead_bytes",
+        "recv_specs",
         "recvs",
         "run_fb",
+        "send_work",
+        "send_works",
         "sends",
         "templates",
     )
@@ -201,6 +204,10 @@ class StepState:
         self.cells: dict[tuple[int, int], Cell] = {}
         self.pending_sends: list[Request] = []
         self.prune_at = 32
+        #: gloo on the default group: sends posted straight to the process group, their works waited at the
+        #: step end (P2P.send_work)
+        self.send_work = runner.p2p.send_work if runner.p2p is not None else None
+        self.send_works: list[Any] = []
         self.marks: list[tuple[Instruction, Any, Any]] = []
         self.mem_marks: list[tuple[Any, int]] = []
         self.sends: list[tuple[tuple[str, int, int, int], Any]] = []
@@ -210,18 +217,33 @@ class StepState:
         self.templates = runner._templates
         self.posted = 0  # receives posted so far (receives ahead)
         self.buffer_end = [0]  # receive buffer bytes before each receive, and in all
-        if self.ahead != 0:
+        #: the boundary spec of each receive (receives ahead: asked once per step, for the budget and the
+        #: buffer; once per runner where the executor says its specs never change)
+        self.recv_specs: list[Any] = []
+        if self.ahead != 0 and runner._recv_plan is not None:
+            self.recv_specs, self.buffer_end = runner._recv_plan
+        elif self.ahead != 0:
             spec_of, end, size = self.boundary_spec, self.buffer_end, runner._spec_bytes
+            specs = self.recv_specs
             total = 0
             for op in self.all_recvs:
                 spec = spec_of(*op.boundary)
-                nbytes = size.get(spec)
-                if nbytes is None:
-                    nbytes = size[spec] = math.prod(spec.shape) * spec.dtype.itemsize
+                specs.append(spec)
+                try:
+                    nbytes = size.get(spec)
+                except TypeError:  # a spec that is not hashable (a list as shape)
+                    nbytes = math.prod(spec.shape) * spec.dtype.itemsize
+                else:
+                    if nbytes is None:
+                        nbytes = size[spec] = math.prod(spec.shape) * spec.dtype.itemsize
                 total += nbytes
                 end.append(total)
+            if getattr(ex, "static_boundary", False):
+                runner._recv_plan = (specs, end)
 
     def leftovers(self) -> list[str]:
+        if not (self.fwd_in or self.bwd_in or self.out_f or self.out_b or self.cells):
+            return []
         return [
             f"{what} {k}"
             for what, d in (
@@ -361,7 +383,11 @@ def _run_simple(st: StepState, ins: Instruction) -> None:
         slots = st.ins[part.wait == 1]
         value = slots.get(part.key)
         if type(value) is Request:
-            _resolve(st, part)
+            try:
+                slots[part.key] = value.wait()
+            except Exception as err:
+                raise RuntimeError(f"waiting for {value.label}: {err}") from err
+            st.recvs.append((part.recv, st.mark()))  # type: ignore[arg-type]
     mark = st.mark
     start = mark()
     y = part.body(st, part)
@@ -409,16 +435,24 @@ def _run_memory(st: StepState, ins: Instruction) -> None:
     part.body(st, part)  # type: ignore[union-attr]
 
 
-def _post(st: StepState, ops: tuple[CommOp, ...]) -> None:
-    """Post one batch: sends take their slot's tensor, receives get a fresh buffer from `boundary_spec`."""
+def _post(st: StepState, ops: tuple[CommOp, ...] | list[CommOp], specs: list[Any] | None = None) -> None:
+    """Post one batch: sends take their slot's tensor, receives get a fresh buffer from `boundary_spec`
+    (`specs`: the receives' specs, in order, where already asked)."""
+    if st.send_work is not None and any(op.send for op in ops):
+        _post_sends(st, tuple(op for op in ops if op.send))
+        ops = [op for op in ops if not op.send]
+        if not ops:
+            return
     tensors = []
     spec_of, mark, sends = st.boundary_spec, st.mark, st.sends
+    i = 0
     for op in ops:
         if op.send:
             t = _send_tensor(st, op)
             sends.append((op.record, mark()))
         else:
-            t = _receive_buffer(st, spec_of(*op.boundary))
+            t = _receive_buffer(st, spec_of(*op.boundary) if specs is None else specs[i])
+            i += 1
         tensors.append(t)
     requests = st.p2p.post(ops, tensors)  # type: ignore[union-attr]
     ins, pending = st.ins, st.pending_sends
@@ -470,7 +504,7 @@ def _post_recvs(st: StepState, done: int) -> None:
     fits = bisect_right(st.buffer_end, st.buffer_end[done] + st.recv_ahead_bytes) - 1
     upto = max(done, min(upto, fits))
     if upto > st.posted:
-        _post(st, st.all_recvs[st.posted : upto])
+        _post(st, st.all_recvs[st.posted : upto], st.recv_specs[st.posted : upto])
         st.posted = upto
 
 
@@ -489,8 +523,16 @@ def _run_batch_ahead(st: StepState, ins: Instruction) -> None:
 
 def _post_sends(st: StepState, ops: tuple[CommOp, ...]) -> None:
     """`_post` of a batch of sends only (with receives posted ahead, every batch but the first)."""
-    tensors = []
     mark, sends = st.mark, st.sends
+    send = st.send_work
+    if send is not None:  # gloo, default group: straight to the process group, waited at the step end
+        works = st.send_works
+        for op in ops:
+            t = _send_tensor(st, op)
+            sends.append((op.record, mark()))
+            works.append(send([t], op.peer, 0))
+        return
+    tensors = []
     for op in ops:
         tensors.append(_send_tensor(st, op))
         sends.append((op.record, mark()))
@@ -553,6 +595,9 @@ class ScheduleRunner:
         self._templates: dict[Any, torch.Tensor] = {}
         #: every receive of the step, in program order (posted ahead from this list)
         self._recvs = tuple(op for ins in self.program for op in ins.ops if not op.send)
+        #: the receives' specs and buffer ends, kept from the first step when the executor's
+        #: `static_boundary` is true (`boundary_spec` then answers the same in every step)
+        self._recv_plan: tuple[list[Any], list[int]] | None = None
         if p2p is None and any(ins.ops for ins in self.program):
             raise ValueError(f"rank {rank}: the table has p2p nodes here but no P2P was given")
 
@@ -689,6 +734,12 @@ class ScheduleRunner:
             for request in st.pending_sends:
                 request.wait()
             st.pending_sends.clear()
+            works = st.send_works
+            if works:
+                for work in works:
+                    work.wait()
+                p2p.retire(works)  # type: ignore[union-attr]
+                works.clear()
             left = st.leftovers()
             if left:
                 raise RuntimeError(f"state left after the last node: {', '.join(left[:6])}")
@@ -701,30 +752,42 @@ class ScheduleRunner:
             raise failure from err
         clock.finish()
         wall_ms = (time.perf_counter_ns() - wall0) / 1e6
-        # every mark converted in one call: starts and ends, memory samples, sends, receives
         marks, mem, sent, got = st.marks, st.mem_marks, st.sends, st.recvs
-        times = clock.ms_all(
-            [t for _, a, b in marks for t in (a, b)]
-            + [t for t, _ in mem]
-            + [t for _, t in sent]
-            + [t for _, t in got]
-        )
-        n, k = 2 * len(marks), 2 * len(marks) + len(mem)
-        intervals = [
-            Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
-            for i, (ins, _, _) in enumerate(marks)
-        ]
-        memory = [(0.0, float(mem_start))] + [
-            (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
-        ]
-        j = k + len(sent)
+        if type(clock) is CpuClock:  # ns from the step start, to ms: one pass per list
+            t0 = clock.origin_ns
+            intervals = [
+                Interval(*ins.interval, (a - t0) / 1e6, (b - t0) / 1e6, ins.back)  # type: ignore[misc]
+                for ins, a, b in marks
+            ]
+            memory = [(0.0, float(mem_start))]
+            memory += [((t - t0) / 1e6, float(level)) for t, level in mem]
+            sent_ms = [(*rec, (t - t0) / 1e6) for rec, t in sent]
+            got_ms = [(*rec, (t - t0) / 1e6) for rec, t in got]
+        else:  # every mark converted in one call: starts and ends, memory samples, sends, receives
+            times = clock.ms_all(
+                [t for _, a, b in marks for t in (a, b)]
+                + [t for t, _ in mem]
+                + [t for _, t in sent]
+                + [t for _, t in got]
+            )
+            n, k = 2 * len(marks), 2 * len(marks) + len(mem)
+            intervals = [
+                Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
+                for i, (ins, _, _) in enumerate(marks)
+            ]
+            memory = [(0.0, float(mem_start))] + [
+                (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
+            ]
+            j = k + len(sent)
+            sent_ms = [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)]  # type: ignore[misc]
+            got_ms = [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)]  # type: ignore[misc]
         return RankStep(
             self.rank,
             intervals,
             memory,
             meter.peak if meter is not None else 0,
-            [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)],  # type: ignore[misc]
-            [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)],  # type: ignore[misc]
+            sent_ms,  # type: ignore[arg-type]
+            got_ms,  # type: ignore[arg-type]
             clock.origin_ns,
             _HOST,
             wall_ms,

@@ -97,6 +97,8 @@ class ModuleExecutor:
         self.stages = dict(stages)
         self.loss_fn = loss_fn
         self._boundary = boundary
+        #: one spec for every boundary, fixed: the runner may ask `boundary_spec` once, not every step
+        self.static_boundary = isinstance(boundary, TensorSpec)
         self.device = device
         self.microbatches: Sequence[Microbatch] = ()
         self.losses: dict[int, torch.Tensor] = {}
@@ -151,6 +153,8 @@ class ModuleExecutor:
         return dict(zip(losses, values, strict=True))
 
     def _on_device(self, t: torch.Tensor) -> torch.Tensor:
+        if self._cpu and t.is_cpu:  # no `torch.device` object built for the comparison
+            return t
         return t if t.device == self.device else t.to(self.device, non_blocking=True)
 
     def _seed(self, loss: torch.Tensor) -> torch.Tensor:
