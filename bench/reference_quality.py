@@ -1,6 +1,7 @@
 """Are primuspp's cost-aware schedules at least as good as the sail-sg reference generators?
 
     python bench/reference_quality.py --reference PATH [--pp 4,8,16] [--algo zbv ...] [--cache DIR] [-v]
+                                      [--effort fast|auto|full]
 
 PATH is a checkout of github.com/sail-sg/zero-bubble-pipeline-parallelism (or set
 PRIMUSPP_REFERENCE). Its schedulers (megatron/core/pipeline_parallel/zerobubble/scheduler/) run unmodified:
@@ -304,6 +305,9 @@ def main() -> int:
     ap.add_argument("--costs", action="append", help="cost case name(s) (default all)")
     ap.add_argument("--cache", help="directory keeping the reference's orders between runs")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every case")
+    ap.add_argument(
+        "--effort", choices=("fast", "auto", "full"), help="primuspp's search effort (default: auto)"
+    )
     args = ap.parse_args()
     if not args.reference:
         print("reference not available (give --reference PATH or set PRIMUSPP_REFERENCE)")
@@ -328,6 +332,8 @@ def main() -> int:
                         continue
                     costs = c.model()
                     params = dict(pair.params)
+                    if args.effort:
+                        params["effort"] = args.effort
                     if "budget" in params:
                         num, den = params.pop("budget")
                         params["max_mem"] = p * num / den / 2

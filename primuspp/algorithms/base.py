@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import Node
 
-ComputeOrder = list[list[Node]]
+#: each rank's compute and memory nodes in order: lists of Nodes, or an `ArrayOrder`
+#: (`schedule/array_order.py`), which reads as a tuple of Node tuples
+ComputeOrder = Sequence[Sequence[Node]]
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms import greedy, v_auto_blocks, v_blocks, vshape, zbv_timed
+from primuspp.algorithms import greedy, v_auto_blocks, v_auto_grid, v_blocks, vshape, zbv_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
@@ -103,6 +103,15 @@ def v_orders(
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)
             candidates.append((f"greedy/{policy.name}", plan.order))
+    if space and small:  # v-auto: no worse than the controllable-memory construction in span and step
+
+        def floor():
+            return v_auto_grid.floor_order(p, m, chunks, stage_costs, cap, effort, report)
+
+        limit = None if exact else cap
+        name, order = v_auto_grid.floor_pick(placement, m, candidates, stage_costs, limit, floor, report)
+        report["candidate"] = name
+        return order
     choose = pick_refined if small else pick  # the W post-pass only with a full search
     name, order, _ = choose(placement, m, candidates, stage_costs, None if exact else cap, "span")
     report["candidate"] = name
