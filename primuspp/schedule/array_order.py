@@ -14,16 +14,17 @@ numpy is imported inside the functions that need it: importing this module costs
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from primuspp.schedule.lazy_ranks import LazyRanks
 from primuspp.schedule.nodes import Node, NodeKind
 
 #: kind codes: the index of the kind in NodeKind's order (`compact.KINDS`)
 KINDS: tuple[NodeKind, ...] = tuple(NodeKind)
 
 
-class ArrayOrder(Sequence):
+class ArrayOrder(LazyRanks):
     """Each rank's compute order as columns; reads as `tuple[tuple[Node, ...], ...]`.
 
     `rows`: the `compact.order_arrays` dictionary of the order (node_kind, parts_ok, kind, mb, stage, rank,
@@ -168,34 +169,6 @@ class ArrayOrder(Sequence):
     def texts(self, r: int) -> list[str]:
         """Rank r's nodes in their text form (`nodes.format_node` of each), without building a Node."""
         return _texts(self, r)
-
-    def __len__(self) -> int:
-        return len(self._cache)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return tuple(self[r] for r in range(*index.indices(len(self))))
-        r = range(len(self._cache))[index]  # negative indices, IndexError
-        nodes = self._cache[r]
-        if nodes is None:
-            nodes = self._cache[r] = self._build(r)
-        return nodes
-
-    def __iter__(self) -> Iterator[tuple[Node, ...]]:
-        return (self[r] for r in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ArrayOrder | tuple | list):
-            if len(self) != len(other):
-                return False
-            return all(tuple(a) == tuple(b) for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"ArrayOrder({tuple(self)!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         return {"rows": self.rows, "first": self.first}

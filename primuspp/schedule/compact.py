@@ -15,12 +15,13 @@ numpy is imported inside the functions that need it: importing this module costs
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import cache
 from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from primuspp.schedule.lazy_ranks import LazyRanks
 from primuspp.schedule.nodes import Node, NodeKind, format_node
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 
@@ -33,7 +34,7 @@ CODE: dict[str, int] = {k.text: i for i, k in enumerate(KINDS)}  # keyed by text
 _KIND_TEXT, _MB, _STAGE = attrgetter("kind.text"), attrgetter("microbatch"), attrgetter("stage")
 
 
-class LoweredRanks(Sequence):
+class LoweredRanks(LazyRanks):
     """Each rank's lowered node list, stored compactly; reads as `tuple[tuple[Node, ...], ...]`.
 
     `order[r]`: rank r's compute and memory nodes (the lowering's input: an ArrayOrder or Node tuples);
@@ -79,36 +80,6 @@ class LoweredRanks(Sequence):
         self.hints, self.hint_first = hints, hint_first
         self.lengths = lengths
         self._cache: list[tuple[Node, ...] | None] = [None] * len(order)
-
-    # -- the tuple it stands for ----------------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def __getitem__(self, index):  # type: ignore[override]
-        if isinstance(index, slice):
-            return tuple(self[r] for r in range(*index.indices(len(self))))
-        r = range(len(self.order))[index]  # negative indices, IndexError
-        nodes = self._cache[r]
-        if nodes is None:
-            nodes = self._cache[r] = self._build(r)
-        return nodes
-
-    def __iter__(self) -> Iterator[tuple[Node, ...]]:
-        return (self[r] for r in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, LoweredRanks | tuple | list):
-            if len(self) != len(other):
-                return False
-            return all(tuple(a) == tuple(b) for a, b in zip(self, other, strict=True))
-        return NotImplemented
-
-    def __hash__(self) -> int:
-        return hash(tuple(self))
-
-    def __repr__(self) -> str:
-        return f"LoweredRanks({tuple(self)!r})"
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in self.__slots__ if k != "_cache"}
