@@ -151,3 +151,9 @@ class Proof:
         if self._bounds is None:
             self._bounds = rank_bounds(self.placement, self.m, self.costs)
         return unbeatable(self._bounds, sc, self.cap) and all_simple(order)  # the order's kinds last: slow
+
+    def scored(self, candidates: list, name: str, order: Sequence[Sequence], sc: Score) -> bool:
+        """Append (name, order, sc) to a search's `candidates`; whether it is the result already (the first
+        candidate proven unbeatable is also the one the full search would pick: nothing after it can win)."""
+        candidates.append((name, order, sc))
+        return self.unbeatable(order, sc)

@@ -42,11 +42,8 @@ def best_linear(
     candidates: list[tuple[str, ComputeOrder, Score]] = []
 
     def unbeatable(name: str, order: ComputeOrder) -> bool:
-        """Score the candidate; whether it is the result already (nothing after it can win: the first
-        candidate proven unbeatable is also the one the full search would pick)."""
-        sc = score_memo.score(placement, m, order, costs)
-        candidates.append((name, order, sc))
-        return proof.unbeatable(order, sc)
+        """Score the candidate; whether it is the result already (`Proof.scored`)."""
+        return proof.scored(candidates, name, order, score_memo.score(placement, m, order, costs))
 
     if any(unbeatable(name, order) for name, order in own):
         report["candidate"] = candidates[-1][0]
