@@ -48,6 +48,7 @@ from primuspp.runtime.runner import RankStep, ScheduleRunner
 from primuspp.runtime.trace import step_timeline
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.semantics import SEMANTICS
 from primuspp.schedule.table import ScheduleTable
 from primuspp.sim.iterations import optimizer_per_rank
 from primuspp.trace.pp_data import write_pp_data
@@ -111,23 +112,26 @@ class EmulatedExecutor:
         self._b_bytes = [round(act[s] * min(max(frac[s], 0.0), 1.0)) for s in range(n)]
         self._w_bytes = [act[s] - self._b_bytes[s] for s in range(n)]
         self._b_extra = [round(act[s] * -frac[s]) if frac[s] < 0 else 0 for s in range(n)]
-        # FB parts on this rank: each waits fb_overlap x its own duration
-        self._fb_f: set[tuple[int, int]] = set()
-        self._fb_b: set[tuple[int, int]] = set()
+        # the parts of composite nodes (FB) on this rank: each waits its own duration times the composite's
+        # overlap factor (`semantics`: FB's `fb_overlap`)
+        self._fb_f: dict[tuple[int, int], float] = {}
+        self._fb_b: dict[tuple[int, int], float] = {}
         for node in table.ranks[rank]:
-            if node.kind is NodeKind.FB:
-                f, b = node.parts
-                self._fb_f.add((f.microbatch, f.stage))
-                self._fb_b.add((b.microbatch, b.stage))
+            overlap = SEMANTICS[node.kind].overlap
+            if overlap is None:
+                continue
+            factor = getattr(sc, overlap)
+            for part in node.parts:
+                into = self._fb_f if part.kind is NodeKind.F else self._fb_b
+                into[(part.microbatch, part.stage)] = factor
         self._anchor = torch.zeros(1, requires_grad=True)
 
     def boundary_spec(self, microbatch: int, stage: int) -> TensorSpec:
         return _BOUNDARY
 
-    def _deadline(self, ms: float, key: tuple[int, int], fb: set[tuple[int, int]]) -> float:
+    def _deadline(self, ms: float, key: tuple[int, int], fb: dict[tuple[int, int], float]) -> float:
         """When the node started now should end (perf_counter seconds)."""
-        if key in fb:
-            ms *= self.stage_costs.fb_overlap
+        ms *= fb.get(key, 1.0)
         return time.perf_counter() + ms / 1000.0
 
     def _buffer(self, nbytes: int) -> torch.Tensor:
@@ -162,7 +166,7 @@ class EmulatedExecutor:
         return g
 
     def backward_weight(self, cell: Cell) -> None:
-        deadline = self._deadline(self.stage_costs.wgrad[cell.stage], (cell.microbatch, cell.stage), set())
+        deadline = self._deadline(self.stage_costs.wgrad[cell.stage], (cell.microbatch, cell.stage), {})
         cell.data = None
         cell.wgrad.run()
         wait_until(deadline, self.spin)

@@ -191,3 +191,13 @@ def test_timing_follows_a_changed_table(monkeypatch):
         monkeypatch.undo()
         importlib.reload(timing)
     assert timing._FAST_OK
+
+
+def test_weight_grad_only_is_read_from_the_table(monkeypatch):
+    """Only W computes weight gradients alone; a kind's cost row decides it (what the Megatron backend asks
+    before it splits the backward)."""
+    import dataclasses
+
+    assert [k for k in NodeKind if semantics.weight_grad_only(k)] == [NodeKind.W]
+    monkeypatch.setitem(SEMANTICS, NodeKind.W, dataclasses.replace(SEMANTICS[NodeKind.W], cost=("backward",)))
+    assert not semantics.weight_grad_only(NodeKind.W)

@@ -37,7 +37,7 @@ from primuspp.runtime.p2p import P2P
 from primuspp.runtime.runner import RankStep, ScheduleRunner
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import NodeKind
-from primuspp.schedule.semantics import simple_parts
+from primuspp.schedule.semantics import simple_parts, weight_grad_only
 from primuspp.schedule.table import ScheduleTable
 from primuspp.trace.pp_data import rank_record
 from primuspp.trace.timeline import RankTimeline
@@ -107,7 +107,8 @@ def conflicts(
 
 
 def has_split(table: ScheduleTable) -> bool:
-    return any(n.kind is NodeKind.W for nodes in table.ranks for n in nodes)
+    """Whether some node of `table` runs weight gradients alone (a split backward: `semantics`)."""
+    return any(weight_grad_only(part.kind) for rank in table.ranks for n in rank for part in simple_parts(n))
 
 
 def check(table: ScheduleTable, settings: Any, *, shared_embeddings: bool | None = None) -> None:
