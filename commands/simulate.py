@@ -10,10 +10,9 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.render import print_refused, results_table
 
 if TYPE_CHECKING:
-    from primuspp.commands.model_mode import ModelFlags
+    from primuspp.commands.model_flags import ModelFlags
     from primuspp.sim.engine import SimResult
 
 #: the most iterations `--iterations` lays out (primuspp.sim.iterations.MAX_ITERATIONS; not imported here:
@@ -102,7 +101,7 @@ def simulate(
     and its steady step time and bubble are shown (docs/guide.md)."""
     laps = _iterations_request(iterations, post_validation, optimizer_cost)
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
-    from primuspp.commands.model_mode import ModelFlags  # here: --help needs no model code
+    from primuspp.commands.model_flags import ModelFlags  # here: --help needs no model code
 
     flags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
     if model is not None:
@@ -132,6 +131,8 @@ def simulate(
     if json_:
         print(json.dumps({"results": summaries, "refused": refused}))
     else:
+        from primuspp.commands.render import print_refused, results_table
+
         out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))
         if laps is not None:
             out.print(_iterations_table(summaries, laps))
@@ -179,6 +180,8 @@ def _simulate_model(
         mm.print_breakdown(records)
         if laps is not None:
             out.print(_iterations_table(records, laps, unit=" ms"))
+        from primuspp.commands.render import print_refused
+
         print_refused(setup.refused)
     if show:
         console = err if json_ else out
