@@ -104,8 +104,11 @@ def _pieces(codes: np.ndarray, text: Any) -> tuple[np.ndarray, np.ndarray]:
         used[codes] = True
         values = np.flatnonzero(used)
         index = (np.cumsum(used) - 1)[codes]
-    else:
-        values, index = np.unique(codes, return_inverse=True)
-        index = index.reshape(-1)
+    else:  # sorted distinct codes (not np.unique: it imports numpy.ma)
+        values = np.sort(codes)
+        keep = np.ones(len(values), dtype=bool)
+        keep[1:] = values[1:] != values[:-1]
+        values = values[keep]
+        index = np.searchsorted(values, codes)
     vocab = np.array([*(text(c) for c in values.tolist()), ""], dtype=object)
     return vocab, index

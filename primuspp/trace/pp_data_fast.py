@@ -56,13 +56,21 @@ def json_numbers(col: Any) -> str | None:
 def _few_values(col: Any) -> str | None:
     """The list text of a column with few distinct values (no -0.0): each one's repr, once."""
     n = len(col)
-    if n < _FEW_MIN or len(np.unique(col[:: max(1, n // _SAMPLE)])) * _FEW_RATIO > min(n, _SAMPLE):
+    if n < _FEW_MIN or len(distinct(col[:: max(1, n // _SAMPLE)])) * _FEW_RATIO > min(n, _SAMPLE):
         return None  # short, or the sample says most values differ
-    values, where = np.unique(col, return_inverse=True)
+    values = distinct(col)
     if len(values) * _FEW_RATIO > n:
         return None
     texts = np.array([repr(v) for v in values.tolist()], dtype=object)
-    return "[" + ", ".join(texts[where.reshape(-1)].tolist()) + "]"
+    return "[" + ", ".join(texts[np.searchsorted(values, col)].tolist()) + "]"
+
+
+def distinct(col: Any) -> Any:
+    """The sorted distinct values of a finite column (np.unique without its import of numpy.ma)."""
+    values = np.sort(col)
+    keep = np.ones(len(values), dtype=bool)
+    keep[1:] = values[1:] != values[:-1]
+    return values[keep]
 
 
 def file_text(timelines: list[Timeline], rank: int) -> str | None:
@@ -82,8 +90,13 @@ def file_text(timelines: list[Timeline], rank: int) -> str | None:
 def rank_text(rt: RankTimeline) -> str | None:
     """`json.dumps(pp_data.rank_record(rt))`, or None when `rt` is not held as columns."""
     ivs, curve = rt.intervals, rt.memory
-    if not isinstance(ivs, IntervalColumns) or not isinstance(curve, CurveColumns):
+    if not isinstance(ivs, IntervalColumns):
         return None
+    if isinstance(curve, CurveColumns):
+        levels, times = json_numbers(curve.level), json_numbers(curve.time)
+    else:  # a curve the simulator wrote as a list (a table with memory nodes: OFFLOAD, RELOAD)
+        levels = json.dumps([level for _, level in curve[1:]])
+        times = json.dumps([t for t, _ in curve[1:]])
     group_of = np.array(
         [_PREFIXES.index(_GROUP[k]) if k in _GROUP else -1 for k in ivs.kinds], dtype=np.int64
     )
@@ -108,12 +121,12 @@ def rank_text(rt: RankTimeline) -> str | None:
             (f"{prefix}_minibatch", json_numbers(ivs.mb[sel])),
             (f"{prefix}_chunk", json_numbers(ivs.chunk[sel])),
         ]
-    parts.append(("activation_memory_usage", json_numbers(curve.level)))
+    parts.append(("activation_memory_usage", levels))
     names = ivs.kinds
     parts.append(("bwd_kind", json.dumps([names[k] for k in ivs.kind[rows["bwd"]].tolist()])))
     for prefix in ("fwd", "bwd", "wgrad"):
         parts.append((f"{prefix}_stage", json_numbers(ivs.stage[rows[prefix]])))
-    parts.append(("activation_memory_time", json_numbers(curve.time)))
+    parts.append(("activation_memory_time", times))
     fb = rows["fb"]
     if len(fb):
         parts += [
