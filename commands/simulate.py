@@ -111,7 +111,6 @@ def simulate(
     from primuspp.config.loader import load_config, run_specs
     from primuspp.sim.output import results_dir, write_result
     from primuspp.sim.runs import run, split_refused, summary
-    from primuspp.viz.terminal import render_timeline
 
     cfg = load_config(config)
     specs = run_specs(
@@ -138,6 +137,8 @@ def simulate(
             out.print(_iterations_table(summaries, laps))
         print_refused(refused)
     if show:  # with --json, stdout holds the JSON document alone: the drawings go to stderr
+        from primuspp.viz.terminal import render_timeline
+
         console = err if json_ else out
         for result in results:
             console.print(render_timeline(result.timeline, console.width))
