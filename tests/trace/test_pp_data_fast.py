@@ -12,7 +12,7 @@ from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 from primuspp.sim.output import write_result
 from primuspp.trace.pp_data import rank_record, write_pp_data
-from primuspp.trace.pp_data_fast import file_text, json_numbers, rank_text
+from primuspp.trace.pp_data_fast import Vocab, file_text, file_texts, json_numbers, rank_text
 
 SIZES = [(2, 4), (4, 8), (4, 12)]
 COSTS = [
@@ -36,10 +36,13 @@ def _results(algorithm):
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_every_rank_is_written_from_columns_as_the_reference_writes_it(algorithm):
     for result in _results(algorithm):
+        shared = file_texts([result.timeline])  # through the timeline's shared vocabularies
         for rt in result.timeline.ranks:
-            fast = rank_text(rt)
+            ref = json.dumps(rank_record(rt))
+            fast = rank_text(rt)  # column by column
             assert fast is not None  # a simulated rank is held as columns: the fast path is taken
-            assert fast == json.dumps(rank_record(rt))
+            assert fast == ref
+            assert shared[rt.rank] == json.dumps({"0": rank_record(rt)})
 
 
 @pytest.mark.parametrize("algorithm", ["zbv", "dualpipe-v", "1f1b-interleaved"])
@@ -97,6 +100,19 @@ VALUES = [0.0, 1.0, 0.5, 1e-4, 1e-5, 0.1 + 0.2, 1 / 3, 2.0**53, 2.0**53 - 1, 1e1
 )
 def test_json_numbers_is_json_dumps(column):
     assert json_numbers(column) == json.dumps(column.tolist())
+
+
+def test_vocab_writes_only_the_values_it_holds():
+    vocab = Vocab.of([np.array([0.5, 1.0, 1.0, 2.5] * 10)])
+    assert vocab is not None
+    assert vocab.text(np.array([2.5, 0.5])) == "[2.5, 0.5]"
+    assert vocab.text(np.array([], dtype=np.float64)) == "[]"
+    assert vocab.text(np.array([0.75])) is None  # not among its values
+    assert vocab.text(np.array([3.0])) is None
+    assert vocab.text(np.array([1, 2])) is None  # another dtype
+    assert Vocab.of([np.arange(100.0)]) is None  # every value distinct: no gain
+    assert Vocab.of([np.array([0.0, -0.0] * 10)]) is None  # -0.0 reads "-0.0", equal to 0.0
+    assert Vocab.of([np.array([np.nan] * 10)]) is None
 
 
 @pytest.mark.parametrize("column", [np.array([1.0, np.nan]), np.array([np.inf] * 100), np.array(["a"])])
