@@ -1,10 +1,14 @@
-"""Start-up time of the CLI next to a bare `python -c pass` (target: within 0.3 s).
+"""Start-up time of the CLI next to a bare `python -c pass` (target: within 0.3 s), and with --simulate the
+wall time of `primuspp simulate --algo X --pp 64 --mb 512 --json` for every registered algorithm (target:
+1 s each; issue 14's acceptance).
 
-Usage: python bench/startup.py [--repeat 5] [--importtime]
+Usage: python bench/startup.py [--repeat 5] [--importtime] [--simulate [ALGO ...]] [--pp 64] [--mb 512]
 Each round runs every command once, side by side (bare python first), so load from other work hits them
 alike; prints the median and best wall seconds of each, its excess over bare python, and the load average
 before and after. `--importtime` adds the slowest imports of each command (`python -X importtime`).
-Commands run as `python -m primuspp ...` with stdout and stderr discarded, from a temporary directory.
+Commands run as `python -m primuspp ...` with stdout and stderr discarded, from a temporary directory
+(`simulate` writes its result directory there). With --simulate the CPU seconds of each run (user + system
+of the child) are printed beside its wall time: on a loaded machine the wall time includes waiting.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import tempfile
 import time
 
 TARGET_S = 0.3
+SIMULATE_TARGET_S = 1.0
 COMMANDS: dict[str, list[str]] = {
     "python -c pass": ["-c", "pass"],
     "primuspp --version": ["-m", "primuspp", "--version"],
@@ -28,11 +33,20 @@ COMMANDS: dict[str, list[str]] = {
 
 
 def _wall(args: list[str], cwd: str) -> float:
+    return _timed(args, cwd)[0]
+
+
+def _timed(args: list[str], cwd: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run of `python ARGS` (CPU: the child's user + system time)."""
+    before = os.times()
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
     )
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return wall, cpu
 
 
 def _slowest_imports(args: list[str], cwd: str, n: int = 6) -> list[tuple[int, str]]:
@@ -61,7 +75,18 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--importtime", action="store_true")
+    parser.add_argument(
+        "--simulate",
+        nargs="*",
+        metavar="ALGO",
+        help="time `primuspp simulate --algo ALGO --pp P --mb M --json` instead (default: every algorithm)",
+    )
+    parser.add_argument("--pp", type=int, default=64)
+    parser.add_argument("--mb", type=int, default=512)
     args = parser.parse_args()
+    if args.simulate is not None:
+        _simulate(args)
+        return
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as cwd:
         times: dict[str, list[float]] = {name: [] for name in COMMANDS}
@@ -91,6 +116,45 @@ def main() -> None:
                     continue
                 top = ", ".join(f"{mod} {us / 1e3:.0f} ms" for us, mod in _slowest_imports(argv, cwd))
                 print(f" {name}: {top}")
+
+
+def _simulate(args: argparse.Namespace) -> None:
+    from primuspp.algorithms.registry import ALGORITHMS, refusal
+
+    algos = args.simulate or [a for a in ALGORITHMS if refusal(a, args.pp, None, args.mb, {}) is None]
+    load_before = os.getloadavg()
+    samples: dict[str, list[tuple[float, float]]] = {a: [] for a in algos}
+    with tempfile.TemporaryDirectory() as cwd:
+        for _ in range(args.repeat):
+            for algo in algos:
+                argv = [
+                    "-m",
+                    "primuspp",
+                    "simulate",
+                    "--algo",
+                    algo,
+                    "--pp",
+                    str(args.pp),
+                    "--mb",
+                    str(args.mb),
+                ]
+                samples[algo].append(_timed([*argv, "--json", "--out", "res"], cwd))
+    load_after = os.getloadavg()
+    print(
+        f"primuspp simulate --algo X --pp {args.pp} --mb {args.mb} --json, {args.repeat} rounds side by side "
+        f"(median / best wall s, median CPU s; target: wall <= {SIMULATE_TARGET_S})"
+    )
+    print(f" {'algorithm':<24} {'median':>7} {'best':>7} {'cpu':>7}")
+    for algo, runs in samples.items():
+        median = statistics.median(w for w, _ in runs)
+        cpu = statistics.median(c for _, c in runs)
+        verdict = "  ok" if median <= SIMULATE_TARGET_S else "  OVER"
+        print(f" {algo:<24} {median:7.3f} {min(w for w, _ in runs):7.3f} {cpu:7.3f}{verdict}")
+    print(
+        "load average before {:.2f} {:.2f} {:.2f}, after {:.2f} {:.2f} {:.2f}".format(
+            *load_before, *load_after
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -134,9 +134,40 @@ def _flags_as_flags(params: list[Any]) -> list[Any]:
     return params
 
 
+class _DeferredCoercion:
+    """Stands in for a parameter's typer coercion until a value arrives. Typer (0.29) builds a pydantic
+    TypeAdapter for every parameter it processes, a flag not given included (its value None, which the
+    coercion returns as it is), and importing pydantic is most of a verb's start-up: `simulate --help` and
+    `algorithms` would pay it for nothing. A None value is answered here exactly as typer's
+    `RuntimeParam.coerce` answers it; any other value goes to typer's own coercion, built on first use."""
+
+    __slots__ = ("descriptor", "real")
+
+    def __init__(self, descriptor: Any) -> None:
+        self.descriptor, self.real = descriptor, None
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None:
+            return () if param.multiple or param.nargs == -1 else None
+        if self.real is None:
+            from typer._coercion import build_runtime_param
+
+            self.real = build_runtime_param(self.descriptor)
+        return self.real.coerce(value, param=param, ctx=ctx)
+
+
+def _defer_coercion(params: list[Any]) -> list[Any]:
+    """Each typer parameter whose coercion is not built yet gets a `_DeferredCoercion` (a parameter without
+    typer's private `_runtime_param`/`type_descriptor` is left alone: typer then does what it always did)."""
+    for param in params:
+        if getattr(param, "_runtime_param", False) is None and hasattr(param, "type_descriptor"):
+            param._runtime_param = _DeferredCoercion(param.type_descriptor)
+    return params
+
+
 class _Command(TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
-        return _flags_as_flags(super().get_params(ctx))
+        return _defer_coercion(_flags_as_flags(super().get_params(ctx)))
 
 
 class _LazyVerb(TyperCommand):
@@ -152,7 +183,7 @@ class _LazyVerb(TyperCommand):
 
 class _Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
-        return _flags_as_flags(super().get_params(ctx))
+        return _defer_coercion(_flags_as_flags(super().get_params(ctx)))
 
 
 def load(verb: Verb) -> TyperCommand:

@@ -25,7 +25,7 @@ from primuspp.sim.sources import summaries_from_dir
 from primuspp.viz.html import compare_page, write_file
 
 if TYPE_CHECKING:
-    from primuspp.commands.model_mode import ModelFlags
+    from primuspp.commands.model_flags import ModelFlags
 
 
 def _value(x: object) -> str:
@@ -96,7 +96,7 @@ def compare(
     if html is not None:
         check_file_target(html, "--html")  # before any work
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
-    from primuspp.commands.model_mode import ModelFlags  # here: --help needs no model code
+    from primuspp.commands.model_flags import ModelFlags  # here: --help needs no model code
 
     mflags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
     if model is not None:

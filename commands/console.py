@@ -7,10 +7,12 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 def _width(stream) -> int | None:
@@ -40,6 +42,15 @@ def progress(items: Iterable[T], label: str, delay: float = 1.0, every: float = 
     try:
         for i, item in enumerate(items):
             if bar is None and time.perf_counter() - start > delay:
+                # imported here: most runs end before the bar would show (start-up time)
+                from rich.progress import (
+                    BarColumn,
+                    MofNCompleteColumn,
+                    Progress,
+                    TextColumn,
+                    TimeElapsedColumn,
+                )
+
                 bar = Progress(
                     TextColumn("{task.description}"),
                     BarColumn(),

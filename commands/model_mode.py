@@ -3,17 +3,16 @@ runs (primuspp.models.runs), and their table in real units."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from rich.table import Table
 
 from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands.console import out
+from primuspp.commands.model_flags import ModelFlags
 from primuspp.commands.options import check_positive, first_last, sp_wgrad
-from primuspp.errors import ConfigError
 from primuspp.models.hardware import Hardware
 from primuspp.models.parallel import Parallel
 from primuspp.models.runs import ModelRun, model_header, model_parallel, model_runs
@@ -21,117 +20,6 @@ from primuspp.models.spec import ModelSpec
 
 DEFAULT_GPU = "h100"
 DEFAULT_SEQ_LEN = 4096
-
-
-@dataclass(frozen=True)
-class ModelFlags:
-    """What `--model` and its companions say (None: not given)."""
-
-    model: str | None = None
-    gpu: str | None = None
-    tp: int | None = None
-    ep: int | None = None
-    cp: int | None = None
-    gpus: int | None = None
-    micro_batch_size: int | None = None
-    global_batch_size: int | None = None
-    seq_len: int | None = None
-    recompute: str | None = None
-    layout: str | None = None
-    first_layers: int | None = None
-    last_layers: int | None = None
-    no_sequence_parallel: bool = False
-    sp_wgrad: str | None = None
-    dtype: str | None = None
-    layers: int | None = None
-    hidden: int | None = None
-    heads: int | None = None
-    ffn: int | None = None
-    kv_heads: int | None = None
-    vocab: int | None = None
-
-    _FLAGS: ClassVar[dict[str, str]] = {
-        "gpu": "--gpu",
-        "tp": "--tp",
-        "ep": "--ep",
-        "cp": "--cp",
-        "gpus": "--gpus",
-        "micro_batch_size": "--micro-batch-size",
-        "global_batch_size": "--global-batch-size",
-        "seq_len": "--seq-len",
-        "recompute": "--recompute",
-        "layout": "--layout",
-        "first_layers": "--decoder-first-pipeline-num-layers",
-        "last_layers": "--decoder-last-pipeline-num-layers",
-        "no_sequence_parallel": "--no-sequence-parallel",
-        "sp_wgrad": "--sp-wgrad",
-        "dtype": "--dtype",
-        "layers": "--layers",
-        "hidden": "--hidden",
-        "heads": "--heads",
-        "ffn": "--ffn",
-        "kv_heads": "--kv-heads",
-        "vocab": "--vocab",
-    }
-
-    def spec(self) -> ModelSpec:
-        """The model, with the size flags applied (like `primuspp train`'s)."""
-        from primuspp.models.presets import resolve_model
-
-        assert self.model is not None
-        spec = resolve_model(self.model)
-        sizes = {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "ffn": self.ffn}
-        sizes.update(kv_heads=self.kv_heads, vocab=self.vocab)
-        changes: dict[str, Any] = {k: v for k, v in sizes.items() if v is not None}
-        for k, v in changes.items():
-            check_positive(self._FLAGS[k], v)
-        if self.hidden is not None and self.ffn is None:
-            changes["ffn"] = spec.ffn * self.hidden // spec.hidden
-        if self.seq_len is not None and spec.learned_positions:
-            changes["learned_positions"] = self.seq_len  # a position table of the sequence (Megatron's)
-        if not changes:
-            return spec
-        try:
-            return spec.with_(**changes)
-        except ConfigError as e:
-            msg = str(e)
-            for k, flag in self._FLAGS.items():
-                msg = msg.replace(f"model.{k}=", f"{flag} ")
-            raise ConfigError(msg, key=e.key) from None
-
-    @classmethod
-    def given(cls, params: Mapping[str, Any], abstract: Mapping[str, object]) -> ModelFlags:
-        """The flags from a verb's parameters (its `locals()`), checked: without --model its companions are
-        errors, with --model the abstract-cost flags in `abstract` (`{"--fwd": value, ...}`) are."""
-        flags = cls(**{f.name: params[f.name] for f in fields(cls)})
-        flags.check_without_model()
-        if flags.model is not None:
-            reject_with_model(abstract)
-        return flags
-
-    def check_without_model(self) -> None:
-        """Without --model, its companions mean nothing: the first one given is an error."""
-        if self.model is not None:
-            return
-        for attr, flag in self._FLAGS.items():
-            value = getattr(self, attr)
-            if value not in (None, False):
-                raise ConfigError(
-                    f"{flag} {value}: only with --model (a model's sizes; the simulation costs come from "
-                    "--config, --fwd/--bwd/--wgrad/--comm or --costs-from otherwise)",
-                    key=flag,
-                )
-
-
-def reject_with_model(given: dict[str, object]) -> None:
-    """With --model the costs and the memory come from the model: abstract-cost flags are errors."""
-    for flag, value in given.items():
-        if value is not None:
-            raise ConfigError(
-                f"{flag} {value}: not with --model (its costs come from the model and the GPU profile; "
-                "the memory limit is the GPU's HBM)",
-                key=flag,
-            )
 
 
 @dataclass(frozen=True)

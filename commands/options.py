@@ -140,10 +140,11 @@ def overrides(
 ) -> Overrides:
     # imported here, not above: a verb's --help needs only the option types (start-up time)
     from primuspp.config.loader import Overrides
-    from primuspp.sim.calibrate import costs_from_dir
 
     costs: dict[str, Any] = {}
     if costs_from is not None:
+        from primuspp.sim.calibrate import costs_from_dir
+
         cal = costs_from_dir(str(costs_from))
         measured = cal.portable()  # one value per rank: any placement over the same p
         keys = ("forward", "backward", "wgrad", "comm", "activation", "b_free_fraction")

@@ -10,10 +10,9 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.render import print_refused, results_table
 
 if TYPE_CHECKING:
-    from primuspp.commands.model_mode import ModelFlags
+    from primuspp.commands.model_flags import ModelFlags
     from primuspp.sim.engine import SimResult
 
 #: the most iterations `--iterations` lays out (primuspp.sim.iterations.MAX_ITERATIONS; not imported here:
@@ -102,7 +101,7 @@ def simulate(
     and its steady step time and bubble are shown (docs/guide.md)."""
     laps = _iterations_request(iterations, post_validation, optimizer_cost)
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
-    from primuspp.commands.model_mode import ModelFlags  # here: --help needs no model code
+    from primuspp.commands.model_flags import ModelFlags  # here: --help needs no model code
 
     flags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
     if model is not None:
@@ -112,7 +111,6 @@ def simulate(
     from primuspp.config.loader import load_config, run_specs
     from primuspp.sim.output import results_dir, write_result
     from primuspp.sim.runs import run, split_refused, summary
-    from primuspp.viz.terminal import render_timeline
 
     cfg = load_config(config)
     specs = run_specs(
@@ -132,11 +130,15 @@ def simulate(
     if json_:
         print(json.dumps({"results": summaries, "refused": refused}))
     else:
+        from primuspp.commands.render import print_refused, results_table
+
         out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))
         if laps is not None:
             out.print(_iterations_table(summaries, laps))
         print_refused(refused)
     if show:  # with --json, stdout holds the JSON document alone: the drawings go to stderr
+        from primuspp.viz.terminal import render_timeline
+
         console = err if json_ else out
         for result in results:
             console.print(render_timeline(result.timeline, console.width))
@@ -179,6 +181,8 @@ def _simulate_model(
         mm.print_breakdown(records)
         if laps is not None:
             out.print(_iterations_table(records, laps, unit=" ms"))
+        from primuspp.commands.render import print_refused
+
         print_refused(setup.refused)
     if show:
         console = err if json_ else out

@@ -66,15 +66,30 @@ def _nodes(ranks: list[list[Any]], source: str) -> tuple[tuple[Node, ...], ...]:
         raise ValidationError(f"{source}: bad node ({' '.join(str(err).split())})") from None
 
 
-def to_json_dict(table: ScheduleTable) -> dict[str, Any]:
+def to_json_dict(table: ScheduleTable, texts: bool = True) -> dict[str, Any]:
+    """The JSON document of `table`; `texts=False` leaves "ranks" empty (its caller writes them)."""
     return {
         "format": JSON_FORMAT,
         "algorithm": table.algorithm,
         "params": table.params,
         "micro_batches": table.num_microbatches,
         "placement": table.placement.to_dict(),
-        "ranks": node_texts(table),
+        "ranks": node_texts(table) if texts else [],
     }
+
+
+def to_json_text(table: ScheduleTable, fast: bool = True) -> str:
+    """`json.dumps(to_json_dict(table))` (one line, as result directories hold it). `fast`: a compact table's
+    node list is written from its arrays (`formats_fast.ranks_json`, the same bytes)."""
+    ranks = None
+    if fast:
+        from primuspp.schedule.formats_fast import ranks_json
+
+        ranks = ranks_json(table)
+    if ranks is None:
+        return json.dumps(to_json_dict(table))
+    head = {k: v for k, v in to_json_dict(table, texts=False).items() if k != "ranks"}
+    return json.dumps(head)[:-1] + f', "ranks": {ranks}}}'
 
 
 def to_json(table: ScheduleTable) -> str:

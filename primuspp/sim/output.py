@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from primuspp.outputs import check_dir_target, locked_dir, replace_dir, safe_component
-from primuspp.schedule.formats import to_json_dict
+from primuspp.schedule.formats import to_json_text
 from primuspp.sim.engine import SimResult
 from primuspp.sim.runs import summary
 from primuspp.trace.pp_data import write_pp_data
@@ -35,9 +35,10 @@ def results_dir(out_dir: str | Path, names: Sequence[str]) -> Iterator[Path]:
         yield out
 
 
-def write_result(result: SimResult, out_dir: str | Path) -> Path:
+def write_result(result: SimResult, out_dir: str | Path, fast: bool = True) -> Path:
     """Write one run's directory; an earlier one of the same name (ours) is replaced only once all is
-    written."""
+    written. `fast`: written from the simulator's columns and the table's arrays (the same bytes; False
+    writes through the readable reference writers, `pp_data.rank_record` and `formats.to_json_dict`)."""
     name = safe_component(result.name, "run name")  # again here: no name may leave `out_dir`
 
     def write(tmp: Path) -> None:
@@ -46,8 +47,8 @@ def write_result(result: SimResult, out_dir: str | Path) -> Path:
             "placement": result.table.placement.kind,
             "costs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in costs.__dict__.items()},
         }
-        write_pp_data([result.timeline], tmp, extra)
+        write_pp_data([result.timeline], tmp, extra, fast=fast)
         (tmp / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n")
-        (tmp / "schedule.json").write_text(json.dumps(to_json_dict(result.table)) + "\n")
+        (tmp / "schedule.json").write_text(to_json_text(result.table, fast=fast) + "\n")
 
     return replace_dir(Path(out_dir) / name, "result", write, KEY)

@@ -68,13 +68,23 @@ def config_record(timeline: Timeline, extra: dict[str, Any] | None = None) -> di
     return rec
 
 
-def write_pp_data(timelines: list[Timeline], directory: Path, extra: dict[str, Any] | None = None) -> None:
-    """Write one or more iterations of the same run (same pp) into `directory` (which must exist)."""
+def write_pp_data(
+    timelines: list[Timeline], directory: Path, extra: dict[str, Any] | None = None, fast: bool = True
+) -> None:
+    """Write one or more iterations of the same run (same pp) into `directory` (which must exist).
+
+    `fast`: a simulated timeline's ranks are written from its columns (`pp_data_fast.file_texts`, the same
+    bytes); False writes every rank through `rank_record`, the readable reference."""
+    from primuspp.trace.pp_data_fast import file_texts
+
     first = timelines[0]
     (directory / "config.json").write_text(json.dumps(config_record(first, extra), indent=2) + "\n")
+    fast_texts = (file_texts(timelines) if fast else None) or [None] * first.pp
     for r in range(first.pp):
-        data = {tl.iteration: rank_record(tl.ranks[r]) for tl in timelines}
-        (directory / f"pp_rank_{r}.json").write_text(json.dumps(data) + "\n")
+        text = fast_texts[r]
+        if text is None:
+            text = json.dumps({tl.iteration: rank_record(tl.ranks[r]) for tl in timelines})
+        (directory / f"pp_rank_{r}.json").write_text(text + "\n")
 
 
 def _source_and_unit(config: dict) -> tuple[str, str]:
