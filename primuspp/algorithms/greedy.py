@@ -18,6 +18,10 @@ activations and deadlocking.
 The engine plans with the simulator's model (asynchronous sends, `comm` latency across ranks). Its times
 are one feasible timing of the order it emits; the simulator's as-soon-as-possible timing of that order is
 the same, or earlier where a policy chose to wait. Generators time candidates with `node_times` anyway.
+
+The order comes out as an `ArrayOrder` (integer columns: one int per decision while planning, the columns
+built once at the end), so a pass builds no Node; `schedule_reference` emits the same decisions as Node
+lists, the readable form tests hold it equal to.
 """
 
 from __future__ import annotations
@@ -28,15 +32,17 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from primuspp.algorithms.orders import node
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
+from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
+#: ArrayOrder kind codes of _F, _B, _W
+_CODES = tuple(KINDS.index(k) for k in _KINDS)
 
 
 @dataclass(frozen=True)
@@ -75,10 +81,11 @@ POLICIES = (
 
 @dataclass(frozen=True)
 class Plan:
-    """A greedy result: the compute order and its planned figures."""
+    """A greedy result: the compute order and its planned figures (`schedule`: an ArrayOrder, which reads
+    as a tuple of per-rank Node tuples; `schedule_reference`: Node lists)."""
 
     policy: str
-    order: list[list[Node]]
+    order: ArrayOrder | list[list[Node]]
     makespan: float
     max_span: float
     peak: float
@@ -91,7 +98,8 @@ _SHARED: ContextVar[dict | None] = ContextVar("greedy_shared_plans", default=Non
 def shared_plans() -> Iterator[None]:
     """Within the block, `schedule` computes each distinct pass once: a generator whose candidates run the
     same pass twice (zero-bubble-heuristic's policies, then the same policies inside the zero-bubble search
-    it also runs) gets the first result again, as a fresh copy. The plans are dropped on exit."""
+    it also runs) gets the first result again (its order, an ArrayOrder nobody can change, shared). The plans
+    are dropped on exit."""
     token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
     try:
         yield
@@ -114,16 +122,41 @@ def schedule(
     plan = shared.get(key)
     if plan is None:
         plan = shared[key] = _schedule(placement, m, costs, cap, policy)
-    return Plan(plan.policy, [list(seq) for seq in plan.order], plan.makespan, plan.max_span, plan.peak)
+    return Plan(plan.policy, plan.order, plan.makespan, plan.max_span, plan.peak)
 
 
-def _schedule(
-    placement: Placement,
-    m: int,
-    costs: StageCosts,
-    cap: float,
-    policy: Policy,
-) -> Plan:
+def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
+    """One pass, its order as columns: each decision is one int, (mb * stages + stage) * 3 + kind."""
+    import numpy as np
+
+    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy)
+    lengths = [len(seq) for seq in decisions]
+    flat = np.fromiter((x for seq in decisions for x in seq), dtype=np.int64, count=sum(lengths))
+    key, kind = np.divmod(flat, 3)
+    mb, stage = np.divmod(key, placement.num_stages)
+    codes = np.array(_CODES, dtype=np.int8)[kind]
+    return Plan(policy.name, ArrayOrder.from_flat(codes, mb, stage, lengths), makespan, max_span, peak)
+
+
+def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
+    """Reference: `schedule`'s pass (never shared) with its order as lists of Nodes, decoded one by one."""
+    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy)
+    order = []
+    for seq in decisions:
+        nodes = []
+        for x in seq:
+            key, kind = divmod(x, 3)
+            mb, stage = divmod(key, placement.num_stages)
+            nodes.append(Node(_KINDS[kind], mb, stage))
+        order.append(nodes)
+    return Plan(policy.name, order, makespan, max_span, peak)
+
+
+def _plan(
+    placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy
+) -> tuple[list[list[int]], float, float, float]:
+    """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
+    planned step time, longest span and peak."""
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     dur = (costs.forward, costs.backward, costs.wgrad)
@@ -181,7 +214,7 @@ def _schedule(
     free = [0.0] * p
     first = [-1.0] * p
     left = [sum(3 * n_of[s] for s in rank_stages[r]) for r in range(p)]
-    order: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
+    order: list[list[int]] = [[] for _ in range(p)]
     heap = [(0.0, r) for r in range(p)]
     fill, lag, patience = policy.fill, policy.w_lag, policy.patience
     deep = [0] * n_stages  # tie-break among a rank's stages: 0 = deepest (or all equal: oldest first)
@@ -295,7 +328,7 @@ def _schedule(
         else:
             nw[s] += 1
             mem[r] -= w_drop[s]
-        order[r].append((kind, mb, s))
+        order[r].append(key * 3 + kind)
         if kind != _W:
             last_kind[r] = kind
         free[r] = end
@@ -306,9 +339,7 @@ def _schedule(
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    kinds = _KINDS
-    nodes = [[node(kinds[k], mb, s) for k, mb, s in seq] for seq in order]
-    return Plan(policy.name, nodes, max(free) - min(first), max(spans), peak)
+    return order, max(free) - min(first), max(spans), peak
 
 
 def least_cap(placement: Placement, costs: StageCosts) -> float:

@@ -21,8 +21,9 @@ from collections import deque
 from collections.abc import Sequence
 
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import memory_units
+from primuspp.algorithms.portfolio import array_rank_peaks, memory_units
 from primuspp.errors import ValidationError
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
@@ -41,14 +42,24 @@ VARIANTS = (
 
 
 def only_fbw(order: Sequence[Sequence[Node]]) -> bool:
-    """Whether every node is an F, B or W (identity tests: a set of kinds would hash every node's Enum)."""
+    """Whether every node is an F, B or W (identity tests: a set of kinds would hash every node's Enum; an
+    ArrayOrder: its kind column)."""
+    if isinstance(order, ArrayOrder):
+        from primuspp.algorithms.bounds import kinds_within
+
+        return kinds_within(order, (_F, _B, _W))
     return all(n.kind is _F or n.kind is _B or n.kind is _W for seq in order for n in seq)
 
 
 def rank_peaks(placement: Placement, order: Sequence[Sequence[Node]], costs: StageCosts) -> list[float]:
-    """Each rank's peak activation in microbatch units (the simulator's memory model)."""
+    """Each rank's peak activation in microbatch units (the simulator's memory model; an ArrayOrder's as
+    array passes)."""
     units = memory_units(placement, costs.activation)
     fractions = costs.fractions()
+    if isinstance(order, ArrayOrder):
+        peaks = array_rank_peaks(order, units, fractions)
+        if peaks is not None:
+            return peaks
     return [order_memory(seq, units, fractions, keep_curve=False)[1] for seq in order]
 
 
