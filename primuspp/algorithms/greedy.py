@@ -139,8 +139,9 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
 
 
 def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
-    """Reference: `schedule`'s pass (never shared) with its order as lists of Nodes, decoded one by one."""
-    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy)
+    """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
+    `schedule` runs the one-stage loop), its order as lists of Nodes decoded one by one."""
+    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy, general=True)
     order = []
     for seq in decisions:
         nodes = []
@@ -153,10 +154,11 @@ def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: flo
 
 
 def _plan(
-    placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy
+    placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy, general: bool = False
 ) -> tuple[list[list[int]], float, float, float]:
     """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
-    planned step time, longest span and peak."""
+    planned step time, longest span and peak. A placement with one stage per rank (linear) runs
+    `_one_stage_loop`, the same decisions without the loop over a rank's stages, unless `general`."""
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     dur = (costs.forward, costs.backward, costs.wgrad)
@@ -224,6 +226,13 @@ def _plan(
     inf = float("inf")
     last_kind = [_B] * p
     alternate = policy.alternate
+    if not general and all(len(stages) == 1 for stages in rank_stages):
+        need = [foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages)]
+        state = (f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind)
+        peak = _one_stage_loop(
+            placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state
+        )
+        heap = []  # the loop above emptied it: the general loop below has nothing to do
 
     while heap:
         t, r = heapq.heappop(heap)
@@ -340,6 +349,141 @@ def _plan(
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
     return order, max(free) - min(first), max(spans), peak
+
+
+def _one_stage_loop(
+    placement: Placement,
+    dur: tuple,
+    comm: float,
+    eps: float,
+    cap_eps: float,
+    need: list[float],
+    foot: list[float],
+    b_drop: list[float],
+    w_drop: list[float],
+    stage_mbs: list[list[int]],
+    policy: Policy,
+    state: tuple,
+) -> float:
+    """`_plan`'s event loop where every rank holds one stage: the same decisions, events and float
+    operations, with the rank's one stage read directly and the priorities written out (B before F unless
+    `alternate` after a B; no second stage to compare), and no wake-up pushed that would only be popped
+    stale (before its rank is free: a rank's free time only grows). Updates `state` in place; returns the
+    peak."""
+    f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind = state
+    srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
+    n_stages = placement.num_stages
+    stage_of = [0] * placement.pp
+    for s in range(n_stages):
+        stage_of[srank[s]] = s
+    dur_f, dur_b, dur_w = dur
+    n_of = [len(mbs) for mbs in stage_mbs]
+    fill, lag, patience, alternate = policy.fill, policy.w_lag, policy.patience, policy.alternate
+    wait_f = [patience * d for d in dur_f]
+    wait_b = [patience * d for d in dur_b]
+    eager, fit = fill == "eager", fill == "fit"
+    inf = float("inf")
+    peak = 0.0
+    pop, push = heapq.heappop, heapq.heappush
+    while heap:
+        t, r = pop(heap)
+        if t < free[r] - eps or not left[r]:
+            continue
+        if t < free[r]:
+            t = free[r]
+        s = stage_of[r]
+        mbs = stage_mbs[s]
+        i_w, i_b, i_f = nw[s], nb[s], nf[s]
+        kind = -1  # the chosen node's kind (-1: none), microbatch and ready time
+        next_known = inf
+        blocked_by_memory = False
+        limit = t + eps
+        if i_b < i_f:
+            mb = mbs[i_b]
+            key = mb * n_stages + s
+            q = nxt[s]
+            if q < 0:
+                ready = f_end[key]
+            else:
+                e = g_end[mb * n_stages + q]
+                ready = -1.0 if e < 0 else max(f_end[key], e + (comm if srank[q] != r else 0.0))
+            if ready >= 0:
+                if ready <= limit + wait_b[s]:
+                    kind, chosen, at = _B, mb, ready
+                elif ready < next_known:
+                    next_known = ready
+        if i_f < n_of[s]:
+            mb = mbs[i_f]
+            q = prv[s]
+            if q < 0:
+                ready = 0.0
+            else:
+                e = f_end[mb * n_stages + q]
+                ready = -1.0 if e < 0 else e + (comm if srank[q] != r else 0.0)
+            if ready >= 0:
+                if mem[r] + need[s] > cap_eps:
+                    blocked_by_memory = True
+                elif ready <= limit + wait_f[s]:
+                    if kind < 0 or (alternate and last_kind[r] == _B):
+                        kind, chosen, at = _F, mb, ready
+                elif ready < next_known:
+                    next_known = ready
+        # a pending W: when W's lag too far behind, else when nothing else runs and the fill rule allows
+        if i_w < i_b and (
+            (lag is not None and i_b - i_w > lag * r)
+            or (
+                kind < 0
+                and (
+                    blocked_by_memory or i_b >= n_of[s] or eager or (fit and t + dur_w[s] <= next_known + eps)
+                )
+            )
+        ):
+            kind, chosen, at = _W, mbs[i_w], 0.0
+        if kind < 0:
+            if next_known < inf:
+                push(heap, (next_known, r))
+            continue
+        if at > limit:  # worth waiting for: it arrives within the policy's patience
+            push(heap, (at, r))
+            continue
+        key = chosen * n_stages + s
+        if first[r] < 0:
+            first[r] = t
+        if kind == _F:
+            end = t + dur_f[s]
+            nf[s] += 1
+            f_end[key] = end
+            mem[r] += foot[s]
+            if mem[r] > peak:
+                peak = mem[r]
+            q = nxt[s]
+            if q >= 0:
+                r2 = srank[q]
+                wake = end + (comm if r2 != r else 0.0)
+                if wake >= free[r2] - eps and left[r2]:  # else it would be popped stale (free only grows)
+                    push(heap, (wake, r2))
+        elif kind == _B:
+            end = t + dur_b[s]
+            nb[s] += 1
+            g_end[key] = end
+            mem[r] -= b_drop[s]
+            q = prv[s]
+            if q >= 0:
+                r2 = srank[q]
+                wake = end + (comm if r2 != r else 0.0)
+                if wake >= free[r2] - eps and left[r2]:
+                    push(heap, (wake, r2))
+        else:
+            end = t + dur_w[s]
+            nw[s] += 1
+            mem[r] -= w_drop[s]
+        order[r].append(key * 3 + kind)
+        if kind != _W:
+            last_kind[r] = kind
+        free[r] = end
+        left[r] -= 1
+        push(heap, (end, r))
+    return peak
 
 
 def least_cap(placement: Placement, costs: StageCosts) -> float:

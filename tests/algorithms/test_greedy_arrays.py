@@ -1,5 +1,6 @@
-"""`greedy.schedule` emits an ArrayOrder equal to its Node reference (`schedule_reference`), and the search's
-array bookkeeping (peak, timing, bounds) reads it as the Node path reads the reference's lists."""
+"""`greedy.schedule` (on a linear placement its one-stage loop) emits an ArrayOrder equal to its Node
+reference (`schedule_reference`: the general loop), and the search's array bookkeeping (peak, timing, bounds)
+reads it as the Node path reads the reference's lists."""
 
 import itertools
 
@@ -21,12 +22,19 @@ COSTS = (
         comm=1.0,
         b_free_fraction=0.5,
     ),
+    dict(
+        forward=(2.0, 0.5, 1.0, 1.5, 0.7, 1.1, 0.9, 1.3),
+        backward=1.0,
+        wgrad=0.0,
+        comm=0.3,
+        b_free_fraction=-0.25,
+    ),
 )
 
 
 def _cases():
     for kind, pp, m, cap, policy, cost in itertools.product(
-        ("linear", "v"), (1, 2, 4), (1, 3, 8), (1.0, 2.5, 100.0), greedy.POLICIES, COSTS
+        ("linear", "v"), (1, 2, 5), (1, 3, 11), (1.0, 2.5, 100.0), greedy.POLICIES, COSTS
     ):
         if kind == "v" and cap < 2:  # V: a capped pass needs room for the turn
             continue
