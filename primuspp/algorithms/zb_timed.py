@@ -25,7 +25,9 @@ A variant is built as one int per node (microbatch * 3 + kind; rank r runs stage
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.floor import with_floor
@@ -210,11 +212,40 @@ def _decisions(
     return state.order, state.span()
 
 
+#: within one floored generator's call: (p, m, costs, cap) -> the variants' names and decisions, the floor
+_SHARED: ContextVar[dict | None] = ContextVar("zb_timed_shared", default=None)
+
+
+@contextmanager
+def _shared_variants() -> Iterator[None]:
+    """Within the block, `orders` builds the variants of each (p, m, costs, cap) once: zero-bubble-heuristic
+    floors its result with them and runs zero-bubble, which floors its own with the same ones. Each call
+    still returns new ArrayOrders (the floor tells orders apart by identity). Dropped on exit."""
+    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[str, ComputeOrder]], int]:
     """The timed linear orders within `cap` microbatches per rank, named `timed/...`, and the index of the
     floor (the least span on the construction's clock; -1 when every variant got stuck)."""
+    shared = _SHARED.get()
+    key = (p, m, costs, cap)
+    found = None if shared is None else shared.get(key)
+    if found is None:
+        found = _variants(p, m, costs, cap)
+        if shared is not None:
+            shared[key] = found
+    named, floor = found
+    return [(name, _columns(raw)) for name, raw in named], floor
+
+
+def _variants(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[str, list[list[int]]]], int]:
+    """`orders` as each variant's name and per-rank decisions."""
     max_mem = int(cap + 1e-9)
-    out: list[tuple[str, ComputeOrder]] = []
+    out: list[tuple[str, list[list[int]]]] = []
     raw: list[list[list[int]]] = []  # each kept variant's decisions: equal decisions, equal orders
     floor, least = -1, float("inf")
     for fill_late in (True, False):
@@ -230,7 +261,7 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
                     continue
                 tags = [t for t, on in (("late", fill_late), ("bfirst", b_first), ("strict", strict)) if on]
                 raw.append(found[0])
-                out.append(("timed/" + "-".join(tags or ["plain"]), _columns(found[0])))
+                out.append(("timed/" + "-".join(tags or ["plain"]), found[0]))
     return out, floor
 
 
@@ -238,5 +269,12 @@ def floored(
     inner: Generator, budget: Callable[[int, dict], float], objective: str = "span", **extra
 ) -> Generator:
     """A linear zero-bubble generator with the timed orders' floor (`floor.with_floor`) at `budget`;
-    `extra`: with_floor's `planning` and `guards`."""
-    return with_floor(inner, linear, orders, budget, objective, **extra)
+    `extra`: with_floor's `planning` and `guards`. The variants are built once per call (a floored generator
+    that runs another shares them with it)."""
+    floored_inner = with_floor(inner, linear, orders, budget, objective, **extra)
+
+    def generate(req: GenerationRequest) -> ComputeOrder:
+        with _shared_variants():
+            return floored_inner(req)
+
+    return generate

@@ -53,3 +53,29 @@ def test_zbv_timed_equals_reference(p, m, cost):
             found += 1
             assert isinstance(fast[0], ArrayOrder) and fast[0] == ref[0] and fast[1] == ref[1]
     assert found
+
+
+def test_variants_shared_within_one_call(monkeypatch):
+    """zero-bubble-heuristic floors its result and runs zero-bubble, which floors its own: the timed
+    variants are built once per call, each `orders` call still returning new (equal) ArrayOrders."""
+    from primuspp.algorithms import heuristic
+    from primuspp.algorithms.base import GenerationRequest
+    from primuspp.algorithms.floor import forget
+
+    calls = []
+    real = zb_timed._variants
+    monkeypatch.setattr(zb_timed, "_variants", lambda *args: calls.append(args) or real(*args))
+    costs = CostModel(1.0, 2.0, 0.5, comm=0.05)
+    forget()
+    heuristic.ALGORITHM.generate(GenerationRequest(4, 1, 8, costs, {}))
+    assert len(calls) == 1
+    place = linear(4)
+    stage_costs = costs.for_placement(place)
+    with zb_timed._shared_variants():
+        first, floor = zb_timed.orders(4, 8, stage_costs, 4.0)
+        again, floor2 = zb_timed.orders(4, 8, stage_costs, 4.0)
+    assert len(calls) == 2 and floor == floor2
+    assert [n for n, _ in first] == [n for n, _ in again]
+    assert all(a is not b and a == b for (_, a), (_, b) in zip(first, again, strict=True))
+    assert zb_timed.orders(4, 8, stage_costs, 4.0) == (first, floor)  # outside: built again, equal
+    assert len(calls) == 3
