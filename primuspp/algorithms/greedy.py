@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from itertools import chain
 
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
@@ -131,7 +132,7 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
 
     decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy)
     lengths = [len(seq) for seq in decisions]
-    flat = np.fromiter((x for seq in decisions for x in seq), dtype=np.int64, count=sum(lengths))
+    flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
     key, kind = np.divmod(flat, 3)
     mb, stage = np.divmod(key, placement.num_stages)
     codes = np.array(_CODES, dtype=np.int8)[kind]

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.floor import with_floor
@@ -189,7 +190,7 @@ def _columns(decisions: list[list[int]]) -> ArrayOrder:
     import numpy as np
 
     lengths = [len(seq) for seq in decisions]
-    flat = np.fromiter((x for seq in decisions for x in seq), dtype=np.int64, count=sum(lengths))
+    flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
     mb, kind = np.divmod(flat, 3)
     stage = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.floor import with_floor
@@ -251,7 +252,7 @@ def _columns(p: int, decisions: list[list[int]]) -> ArrayOrder:
     import numpy as np
 
     lengths = [len(seq) for seq in decisions]
-    flat = np.fromiter((x for seq in decisions for x in seq), dtype=np.int64, count=sum(lengths))
+    flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
     key, kind = np.divmod(flat, 3)
     mb, stage = np.divmod(key, 2 * p)
     return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)
