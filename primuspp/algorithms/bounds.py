@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from primuspp.algorithms.portfolio import Score, memory_units
+from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.placement import Placement
@@ -132,7 +133,17 @@ def _at(value: float, bound: float) -> bool:
 def all_simple(order: Sequence[Sequence]) -> bool:
     """Whether the order holds only F, B, W and BW nodes (the bounds hold for orders of those)."""
     f, b, w, bw = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW
+    if isinstance(order, ArrayOrder):  # from the kind column, without building a Node
+        return kinds_within(order, (f, b, w, bw))
     return all(n.kind is f or n.kind is b or n.kind is w or n.kind is bw for seq in order for n in seq)
+
+
+def kinds_within(order: ArrayOrder, kinds: Sequence[NodeKind]) -> bool:
+    """Whether every node of the ArrayOrder is of one of `kinds` (its node-kind column alone)."""
+    import numpy as np
+
+    allowed = np.array([k in kinds for k in KINDS], dtype=bool)
+    return bool(allowed[order.rows["node_kind"]].all())
 
 
 class Proof:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from primuspp.algorithms import greedy, score_memo
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.bounds import Proof
-from primuspp.algorithms.portfolio import Score, memory_units, order_peak, pick
+from primuspp.algorithms.portfolio import Score, pick
 from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
@@ -35,9 +35,8 @@ def best_linear(
     """The best of the generator's own orders `own` (first wins ties), the greedy `policies` at `cap` and,
     with a `full` search, the W post-pass of the leaders. `cap` None: the own orders' peak is the cap, so
     no candidate uses more memory than the construction does."""
-    if cap is None:
-        units = memory_units(placement, costs.activation)
-        cap = max(order_peak(order, units, costs.fractions()) for _, order in own)
+    if cap is None:  # the own orders' peaks (score_memo keeps them with their timing, scored below)
+        cap = max(score_memo.score(placement, m, order, costs).peak for _, order in own)
     proof = Proof(placement, m, costs, cap)
     candidates: list[tuple[str, ComputeOrder, Score]] = []
 

@@ -18,6 +18,10 @@ activations and deadlocking.
 The engine plans with the simulator's model (asynchronous sends, `comm` latency across ranks). Its times
 are one feasible timing of the order it emits; the simulator's as-soon-as-possible timing of that order is
 the same, or earlier where a policy chose to wait. Generators time candidates with `node_times` anyway.
+
+The order comes out as an `ArrayOrder` (integer columns: one int per decision while planning, the columns
+built once at the end), so a pass builds no Node; `schedule_reference` emits the same decisions as Node
+lists, the readable form tests hold it equal to.
 """
 
 from __future__ import annotations
@@ -27,16 +31,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from itertools import chain
 
-from primuspp.algorithms.orders import node
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
+from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
+#: ArrayOrder kind codes of _F, _B, _W
+_CODES = tuple(KINDS.index(k) for k in _KINDS)
 
 
 @dataclass(frozen=True)
@@ -75,10 +82,11 @@ POLICIES = (
 
 @dataclass(frozen=True)
 class Plan:
-    """A greedy result: the compute order and its planned figures."""
+    """A greedy result: the compute order and its planned figures (`schedule`: an ArrayOrder, which reads
+    as a tuple of per-rank Node tuples; `schedule_reference`: Node lists)."""
 
     policy: str
-    order: list[list[Node]]
+    order: ArrayOrder | list[list[Node]]
     makespan: float
     max_span: float
     peak: float
@@ -91,7 +99,8 @@ _SHARED: ContextVar[dict | None] = ContextVar("greedy_shared_plans", default=Non
 def shared_plans() -> Iterator[None]:
     """Within the block, `schedule` computes each distinct pass once: a generator whose candidates run the
     same pass twice (zero-bubble-heuristic's policies, then the same policies inside the zero-bubble search
-    it also runs) gets the first result again, as a fresh copy. The plans are dropped on exit."""
+    it also runs) gets the first result again (its order, an ArrayOrder nobody can change, shared). The plans
+    are dropped on exit."""
     token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
     try:
         yield
@@ -114,16 +123,43 @@ def schedule(
     plan = shared.get(key)
     if plan is None:
         plan = shared[key] = _schedule(placement, m, costs, cap, policy)
-    return Plan(plan.policy, [list(seq) for seq in plan.order], plan.makespan, plan.max_span, plan.peak)
+    return Plan(plan.policy, plan.order, plan.makespan, plan.max_span, plan.peak)
 
 
-def _schedule(
-    placement: Placement,
-    m: int,
-    costs: StageCosts,
-    cap: float,
-    policy: Policy,
-) -> Plan:
+def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
+    """One pass, its order as columns: each decision is one int, (mb * stages + stage) * 3 + kind."""
+    import numpy as np
+
+    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy)
+    lengths = [len(seq) for seq in decisions]
+    flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
+    key, kind = np.divmod(flat, 3)
+    mb, stage = np.divmod(key, placement.num_stages)
+    codes = np.array(_CODES, dtype=np.int8)[kind]
+    return Plan(policy.name, ArrayOrder.from_flat(codes, mb, stage, lengths), makespan, max_span, peak)
+
+
+def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
+    """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
+    `schedule` runs the one-stage loop), its order as lists of Nodes decoded one by one."""
+    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy, general=True)
+    order = []
+    for seq in decisions:
+        nodes = []
+        for x in seq:
+            key, kind = divmod(x, 3)
+            mb, stage = divmod(key, placement.num_stages)
+            nodes.append(Node(_KINDS[kind], mb, stage))
+        order.append(nodes)
+    return Plan(policy.name, order, makespan, max_span, peak)
+
+
+def _plan(
+    placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy, general: bool = False
+) -> tuple[list[list[int]], float, float, float]:
+    """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
+    planned step time, longest span and peak. A placement with one stage per rank (linear) runs
+    `_one_stage_loop`, the same decisions without the loop over a rank's stages, unless `general`."""
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     dur = (costs.forward, costs.backward, costs.wgrad)
@@ -181,7 +217,7 @@ def _schedule(
     free = [0.0] * p
     first = [-1.0] * p
     left = [sum(3 * n_of[s] for s in rank_stages[r]) for r in range(p)]
-    order: list[list[tuple[int, int, int]]] = [[] for _ in range(p)]
+    order: list[list[int]] = [[] for _ in range(p)]
     heap = [(0.0, r) for r in range(p)]
     fill, lag, patience = policy.fill, policy.w_lag, policy.patience
     deep = [0] * n_stages  # tie-break among a rank's stages: 0 = deepest (or all equal: oldest first)
@@ -191,6 +227,13 @@ def _schedule(
     inf = float("inf")
     last_kind = [_B] * p
     alternate = policy.alternate
+    if not general and all(len(stages) == 1 for stages in rank_stages):
+        need = [foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages)]
+        state = (f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind)
+        peak = _one_stage_loop(
+            placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state
+        )
+        heap = []  # the loop above emptied it: the general loop below has nothing to do
 
     while heap:
         t, r = heapq.heappop(heap)
@@ -295,7 +338,7 @@ def _schedule(
         else:
             nw[s] += 1
             mem[r] -= w_drop[s]
-        order[r].append((kind, mb, s))
+        order[r].append(key * 3 + kind)
         if kind != _W:
             last_kind[r] = kind
         free[r] = end
@@ -306,9 +349,142 @@ def _schedule(
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    kinds = _KINDS
-    nodes = [[node(kinds[k], mb, s) for k, mb, s in seq] for seq in order]
-    return Plan(policy.name, nodes, max(free) - min(first), max(spans), peak)
+    return order, max(free) - min(first), max(spans), peak
+
+
+def _one_stage_loop(
+    placement: Placement,
+    dur: tuple,
+    comm: float,
+    eps: float,
+    cap_eps: float,
+    need: list[float],
+    foot: list[float],
+    b_drop: list[float],
+    w_drop: list[float],
+    stage_mbs: list[list[int]],
+    policy: Policy,
+    state: tuple,
+) -> float:
+    """`_plan`'s event loop where every rank holds one stage: the same decisions, events and float
+    operations, with the rank's one stage read directly and the priorities written out (B before F unless
+    `alternate` after a B; no second stage to compare), and no wake-up pushed that would only be popped
+    stale (before its rank is free: a rank's free time only grows). Updates `state` in place; returns the
+    peak."""
+    f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind = state
+    srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
+    n_stages = placement.num_stages
+    stage_of = [0] * placement.pp
+    for s in range(n_stages):
+        stage_of[srank[s]] = s
+    dur_f, dur_b, dur_w = dur
+    n_of = [len(mbs) for mbs in stage_mbs]
+    fill, lag, patience, alternate = policy.fill, policy.w_lag, policy.patience, policy.alternate
+    wait_f = [patience * d for d in dur_f]
+    wait_b = [patience * d for d in dur_b]
+    eager, fit = fill == "eager", fill == "fit"
+    inf = float("inf")
+    peak = 0.0
+    pop, push = heapq.heappop, heapq.heappush
+    while heap:
+        t, r = pop(heap)
+        if t < free[r] - eps or not left[r]:
+            continue
+        if t < free[r]:
+            t = free[r]
+        s = stage_of[r]
+        mbs = stage_mbs[s]
+        i_w, i_b, i_f = nw[s], nb[s], nf[s]
+        kind = -1  # the chosen node's kind (-1: none), microbatch and ready time
+        next_known = inf
+        blocked_by_memory = False
+        limit = t + eps
+        if i_b < i_f:
+            mb = mbs[i_b]
+            key = mb * n_stages + s
+            q = nxt[s]
+            if q < 0:
+                ready = f_end[key]
+            else:
+                e = g_end[mb * n_stages + q]
+                ready = -1.0 if e < 0 else max(f_end[key], e + (comm if srank[q] != r else 0.0))
+            if ready >= 0:
+                if ready <= limit + wait_b[s]:
+                    kind, chosen, at = _B, mb, ready
+                elif ready < next_known:
+                    next_known = ready
+        if i_f < n_of[s]:
+            mb = mbs[i_f]
+            q = prv[s]
+            if q < 0:
+                ready = 0.0
+            else:
+                e = f_end[mb * n_stages + q]
+                ready = -1.0 if e < 0 else e + (comm if srank[q] != r else 0.0)
+            if ready >= 0:
+                if mem[r] + need[s] > cap_eps:
+                    blocked_by_memory = True
+                elif ready <= limit + wait_f[s]:
+                    if kind < 0 or (alternate and last_kind[r] == _B):
+                        kind, chosen, at = _F, mb, ready
+                elif ready < next_known:
+                    next_known = ready
+        # a pending W: when W's lag too far behind, else when nothing else runs and the fill rule allows
+        if i_w < i_b and (
+            (lag is not None and i_b - i_w > lag * r)
+            or (
+                kind < 0
+                and (
+                    blocked_by_memory or i_b >= n_of[s] or eager or (fit and t + dur_w[s] <= next_known + eps)
+                )
+            )
+        ):
+            kind, chosen, at = _W, mbs[i_w], 0.0
+        if kind < 0:
+            if next_known < inf:
+                push(heap, (next_known, r))
+            continue
+        if at > limit:  # worth waiting for: it arrives within the policy's patience
+            push(heap, (at, r))
+            continue
+        key = chosen * n_stages + s
+        if first[r] < 0:
+            first[r] = t
+        if kind == _F:
+            end = t + dur_f[s]
+            nf[s] += 1
+            f_end[key] = end
+            mem[r] += foot[s]
+            if mem[r] > peak:
+                peak = mem[r]
+            q = nxt[s]
+            if q >= 0:
+                r2 = srank[q]
+                wake = end + (comm if r2 != r else 0.0)
+                if wake >= free[r2] - eps and left[r2]:  # else it would be popped stale (free only grows)
+                    push(heap, (wake, r2))
+        elif kind == _B:
+            end = t + dur_b[s]
+            nb[s] += 1
+            g_end[key] = end
+            mem[r] -= b_drop[s]
+            q = prv[s]
+            if q >= 0:
+                r2 = srank[q]
+                wake = end + (comm if r2 != r else 0.0)
+                if wake >= free[r2] - eps and left[r2]:
+                    push(heap, (wake, r2))
+        else:
+            end = t + dur_w[s]
+            nw[s] += 1
+            mem[r] -= w_drop[s]
+        order[r].append(key * 3 + kind)
+        if kind != _W:
+            last_kind[r] = kind
+        free[r] = end
+        left[r] -= 1
+        push(heap, (end, r))
+    return peak
 
 
 def least_cap(placement: Placement, costs: StageCosts) -> float:

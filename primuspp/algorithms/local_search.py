@@ -25,6 +25,7 @@ from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units
 from primuspp.algorithms.retime import retime
 from primuspp.errors import ValidationError
+from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
@@ -176,7 +177,7 @@ def improve(
     round's in its objective and no worse in the other."""
     if not w_pass.only_fbw(order):
         return None
-    n_nodes = sum(len(s) for s in order)
+    n_nodes = sum(rank_lengths(order))
     budget = min(MAX_EVALS, WORK // max(n_nodes, 1))
     cur = start or score_memo.score(placement, m, order, costs)
     span_lb, step_lb = lower_bounds(placement, order, costs)
@@ -283,7 +284,7 @@ def improve_both(
     critical chain, then the step time's."""
     if not w_pass.only_fbw(order):
         return None
-    budget = min(MAX_EVALS, WORK // max(sum(len(s) for s in order), 1))
+    budget = min(MAX_EVALS, WORK // max(sum(rank_lengths(order)), 1))
     cur = start or score_memo.score(placement, m, order, costs)
 
     def dominates(new: Score, old: Score) -> bool:

@@ -58,15 +58,25 @@ def order_peak(
     counted as array passes (`sim.memory_curve.memory_levels`, the same events and float operations)."""
     b_free = semantics.per_stage(b_free, len(units))
     if isinstance(order, ArrayOrder):
-        import numpy as np
-
-        from primuspp.sim.memory_curve import memory_levels
-
-        at = np.zeros(order.num_nodes())  # the peak does not depend on when the events happen
-        levels = memory_levels(order.rows, order.first, at, at, units, b_free)
-        if levels is not None:
-            return max((float(peak) for _, _, peak in levels), default=0.0)
+        peaks = array_rank_peaks(order, units, b_free)
+        if peaks is not None:
+            return max(peaks, default=0.0)
     return semantics.order_peak(order, units, b_free)
+
+
+def array_rank_peaks(
+    order: ArrayOrder, units: Sequence[float], b_free: Sequence[float]
+) -> list[float] | None:
+    """Each rank's peak (`semantics.order_memory`'s) of an ArrayOrder as array passes
+    (`sim.memory_curve.memory_levels`, the same events and float operations), or None where the arrays
+    cannot reproduce it (the caller walks the Nodes). `b_free`: one value per stage."""
+    import numpy as np
+
+    from primuspp.sim.memory_curve import memory_levels
+
+    at = np.zeros(order.num_nodes())  # the peak does not depend on when the events happen
+    levels = memory_levels(order.rows, order.first, at, at, units, b_free)
+    return None if levels is None else [float(peak) for _, _, peak in levels]
 
 
 def score(
@@ -165,9 +175,29 @@ def lower_bounds(placement: Placement, order: ComputeOrder, costs: StageCosts) -
             t += costs.forward[s]
             prev = r
     span = step = 0.0
-    for r, seq in enumerate(order):
-        busy = sum(costs.duration(n) for n in seq if n.kind.is_compute)
+    if isinstance(order, ArrayOrder):
+        busy_of, held = _array_busy(order, costs), order.lengths()
+    else:
+        busy_of = [sum(costs.duration(n) for n in seq if n.kind.is_compute) for seq in order]
+        held = [len(seq) for seq in order]
+    for r, busy in enumerate(busy_of):
         span = max(span, busy)
-        if seq:
+        if held[r]:
             step = max(step, earliest[r] + busy)
     return span, step
+
+
+def _array_busy(order: ArrayOrder, costs: StageCosts) -> list[float]:
+    """Each rank's compute time, `sum(costs.duration(n) for n in seq if n.kind.is_compute)` as array
+    passes: the same durations (`timing_arrays.node_durations`) added in the same order (bincount adds its
+    weights in order, from 0.0; a memory node adds 0.0, which changes no sum)."""
+    import numpy as np
+
+    from primuspp.schedule.compact import KINDS
+    from primuspp.schedule.timing_arrays import node_durations
+
+    d = node_durations(order.rows, order.first, costs)
+    is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[order.rows["node_kind"]]
+    lengths = np.diff(order.first)
+    rank = np.repeat(np.arange(len(lengths)), lengths)
+    return np.bincount(rank, weights=np.where(is_compute, d, 0.0), minlength=len(lengths)).tolist()

@@ -18,6 +18,7 @@ from primuspp.algorithms import bounds, local_search, score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.effort import refine_top
 from primuspp.algorithms.portfolio import Score, pick
+from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
 
@@ -51,7 +52,7 @@ def refined_pool(
     """The candidates within `cap`, scored, followed by their refined variants (`pick_refined` picks from
     this list); None when no candidate fits `cap`."""
     if top is None:  # the search effort's width (`effort.refine_top`, reported with the branch)
-        top = refine_top(sum(len(seq) for seq in candidates[0][1]) if candidates else 0)
+        top = refine_top(sum(rank_lengths(candidates[0][1])) if candidates else 0)
     scored: list[tuple[str, ComputeOrder, Score]] = []
     proof = bounds.Proof(placement, m, costs, cap)
     for cand in candidates:

@@ -8,7 +8,8 @@ order is keyed by its nodes' identities (hashing a node hashes its kind, an Enum
 searches build variants from the same node objects, and the kept orders hold their nodes, so an identity
 cannot be reused while its key is kept. Equal orders of other node objects are timed again, never confused.
 An `ArrayOrder` is keyed by its columns' bytes instead (reading its nodes would build them). The figures are
-the timing's own, so a hit returns exactly what a new timing would.
+the timing's own, so a hit returns exactly what a new timing would; `score` keeps the order's peak as well
+(a generator's own order is counted for its cap, scored, then scored again by the floor).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from primuspp.schedule.placement import Placement
 #: compute nodes of the orders kept, all together (the oldest go first)
 MAX_NODES = 400_000
 
-#: key -> (makespan, longest span, what keeps the identities in the key unused, compute nodes)
-_kept: dict[tuple, tuple[float, float, object, int]] = {}
+#: key -> [makespan, longest span, what keeps the identities in the key unused, compute nodes, peak or None]
+_kept: dict[tuple, list] = {}
 _nodes = [0]
 
 
@@ -34,21 +35,44 @@ def forget() -> None:
 
 
 def score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) -> Score:
-    """`portfolio.score(placement, m, order, costs, costs.fractions())`, the timing looked up if done."""
+    """`portfolio.score(placement, m, order, costs, costs.fractions())`, the timing and the peak looked up if
+    done (the peak, `order_peak`'s, depends on nothing the key leaves out either)."""
+    key, keep = _key(placement, m, order, costs)
+    hit = _kept.get(key)
+    if hit is not None and hit[4] is not None:
+        return Score(hit[0], hit[1], hit[4])
     peak = order_peak(order, memory_units(placement, costs.activation), costs.fractions())
-    return peaked(placement, m, order, costs, peak)
+    sc = _timed(key, keep, placement, m, order, costs, peak)
+    entry = _kept.get(key)
+    if entry is not None:
+        entry[4] = peak
+    return sc
 
 
 def peaked(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts, peak: float) -> Score:
     """`portfolio.timed_score` (the peak known), the timing looked up if done."""
+    key, keep = _key(placement, m, order, costs)
+    return _timed(key, keep, placement, m, order, costs, peak)
+
+
+def _key(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[tuple, object]:
+    """The memo key of an order (see the module docstring) and what keeps its node identities unused."""
     if isinstance(order, ArrayOrder):  # by content: equal columns, equal timing
         rows = order.rows
         names = ("node_kind", "kind", "mb", "stage", "part")
-        key = (placement, m, costs, order.first.tobytes(), *(rows[k].tobytes() for k in names))
-        keep: object = None
-    else:
-        key = (placement, m, costs, tuple(tuple(map(id, seq)) for seq in order))
-        keep = tuple(map(tuple, order))
+        return (placement, m, costs, order.first.tobytes(), *(rows[k].tobytes() for k in names)), None
+    return (placement, m, costs, tuple(tuple(map(id, seq)) for seq in order)), tuple(map(tuple, order))
+
+
+def _timed(
+    key: tuple,
+    keep: object,
+    placement: Placement,
+    m: int,
+    order: ComputeOrder,
+    costs: StageCosts,
+    peak: float,
+) -> Score:
     hit = _kept.get(key)
     if hit is not None:
         return Score(hit[0], hit[1], peak)
@@ -58,6 +82,6 @@ def peaked(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts,
         old = next(iter(_kept))
         _nodes[0] -= _kept.pop(old)[3]
     if size <= MAX_NODES:
-        _kept[key] = (sc.makespan, sc.max_span, keep, size)
+        _kept[key] = [sc.makespan, sc.max_span, keep, size, None]
         _nodes[0] += size
     return sc

@@ -21,8 +21,9 @@ from collections import deque
 from collections.abc import Sequence
 
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import memory_units
+from primuspp.algorithms.portfolio import array_rank_peaks, memory_units
 from primuspp.errors import ValidationError
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
@@ -41,14 +42,24 @@ VARIANTS = (
 
 
 def only_fbw(order: Sequence[Sequence[Node]]) -> bool:
-    """Whether every node is an F, B or W (identity tests: a set of kinds would hash every node's Enum)."""
+    """Whether every node is an F, B or W (identity tests: a set of kinds would hash every node's Enum; an
+    ArrayOrder: its kind column)."""
+    if isinstance(order, ArrayOrder):
+        from primuspp.algorithms.bounds import kinds_within
+
+        return kinds_within(order, (_F, _B, _W))
     return all(n.kind is _F or n.kind is _B or n.kind is _W for seq in order for n in seq)
 
 
 def rank_peaks(placement: Placement, order: Sequence[Sequence[Node]], costs: StageCosts) -> list[float]:
-    """Each rank's peak activation in microbatch units (the simulator's memory model)."""
+    """Each rank's peak activation in microbatch units (the simulator's memory model; an ArrayOrder's as
+    array passes)."""
     units = memory_units(placement, costs.activation)
     fractions = costs.fractions()
+    if isinstance(order, ArrayOrder):
+        peaks = array_rank_peaks(order, units, fractions)
+        if peaks is not None:
+            return peaks
     return [order_memory(seq, units, fractions, keep_curve=False)[1] for seq in order]
 
 
@@ -283,8 +294,11 @@ def fill_gaps(
             # positions of each (kind, stage) on this rank, in order, and a pointer past the placed ones
             slot: dict[int, int] = {}
             where: list[list[int]] = []
+            # each node's position by (kind code * stages + stage, microbatch): int keys hash fast
+            at: dict[tuple[int, int], int] = {}
             for i, node in enumerate(seq):
                 code = (0 if node.kind is _F else 1 if node.kind is _B else 2) * n_stages + node.stage
+                at[code, node.microbatch] = i
                 k = slot.get(code)
                 if k is None:
                     k = slot[code] = len(where)
@@ -293,7 +307,6 @@ def fill_gaps(
             head = [0] * len(where)
             moved = [False] * len(seq)
             into: dict[int, list[int]] = {}  # gap before position i -> moved positions, in order
-            at = {(n.kind, n.microbatch, n.stage): i for i, n in enumerate(seq)}
             moved_to: dict[int, int] = {}  # moved position -> the gap it went into
             for i in range(1, len(seq)):
                 a, b = ends[i - 1], starts[i]
@@ -353,15 +366,15 @@ def fill_gaps(
 def _inputs_before(y: Node, i: int, at: dict, moved_to: dict[int, int], placement: Placement, r: int) -> bool:
     """Whether every producer of `y` on rank `r` runs before the gap at position `i` (or was moved into
     it already, so it precedes `y` there)."""
-    s, mb = y.stage, y.microbatch
+    s, mb, n = y.stage, y.microbatch, placement.num_stages  # `at` keys: (kind code * n + stage, mb)
     if y.kind is _F:
         q = placement.prev_stage[s]
-        producers = [(_F, mb, q)] if q >= 0 and placement.stage_rank[q] == r else []
+        producers = [(q, mb)] if q >= 0 and placement.stage_rank[q] == r else []
     elif y.kind is _B:
         q = placement.next_stage[s]
-        producers = [(_F, mb, s)] + ([(_B, mb, q)] if q >= 0 and placement.stage_rank[q] == r else [])
+        producers = [(s, mb)] + ([(n + q, mb)] if q >= 0 and placement.stage_rank[q] == r else [])
     else:
-        producers = [(_B, mb, s)]
+        producers = [(n + s, mb)]
     for key in producers:
         j = at.get(key)
         if j is None:

@@ -18,14 +18,21 @@ end, plus `comm` across ranks), in rounds of one microbatch:
 
 A rank may idle as long as the rank that idled most so far. The eight variants (three switches) are
 returned; the one with the shortest longest span on the construction's own clock is the floor.
+
+A variant is built as one int per node (microbatch * 3 + kind; rank r runs stage r) and returned as an
+`ArrayOrder`; `build_reference` returns the same order as Node lists (tests hold them equal).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.floor import with_floor
+from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import linear
@@ -33,6 +40,7 @@ from primuspp.schedule.placement import linear
 Generator = Callable[[GenerationRequest], ComputeOrder]
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
+_CODES = tuple(KINDS.index(k) for k in _KINDS)  # ArrayOrder kind codes of _F, _B, _W
 
 
 class _Stuck(Exception):
@@ -49,7 +57,7 @@ class _Build:
         self.idle = [0.0] * p
         self.mem = [0] * p
         self.first = [0.0] * p
-        self.order: ComputeOrder = [[] for _ in range(p)]
+        self.order: list[list[int]] = [[] for _ in range(p)]  # per rank: mb * 3 + kind
 
     def arrival(self, kind: int, r: int, mb: int) -> float:
         """When the input of node (kind, r, mb) from the neighbouring rank is on rank r (0 without one)."""
@@ -75,7 +83,7 @@ class _Build:
         self.clock[r] = self.end[kind][r][mb] = start + self.dur[kind][r]
         self.count[kind][r] += 1
         self.mem[r] += 1 if kind == _F else -1 if kind == _W else 0
-        self.order[r].append(Node(_KINDS[kind], mb, r))
+        self.order[r].append(mb * 3 + kind)
 
     def pending(self, r: int) -> bool:
         return self.count[_W][r] < self.count[_B][r]
@@ -160,7 +168,38 @@ class _Build:
 def build(
     p: int, m: int, costs: StageCosts, max_mem: int, fill_late: bool, b_first: bool, strict: bool
 ) -> tuple[ComputeOrder, float] | None:
-    """One variant: the order and its longest span on the construction's clock; None if it gets stuck."""
+    """One variant: the order (an ArrayOrder) and its longest span on the construction's clock; None if it
+    gets stuck."""
+    found = _decisions(p, m, costs, max_mem, fill_late, b_first, strict)
+    return None if found is None else (_columns(found[0]), found[1])
+
+
+def build_reference(
+    p: int, m: int, costs: StageCosts, max_mem: int, fill_late: bool, b_first: bool, strict: bool
+) -> tuple[list[list[Node]], float] | None:
+    """Reference: `build` with the order as Node lists, decoded one node at a time."""
+    found = _decisions(p, m, costs, max_mem, fill_late, b_first, strict)
+    if found is None:
+        return None
+    order = [[Node(_KINDS[x % 3], x // 3, r) for x in seq] for r, seq in enumerate(found[0])]
+    return order, found[1]
+
+
+def _columns(decisions: list[list[int]]) -> ArrayOrder:
+    """Per-rank decisions (mb * 3 + kind, rank r on stage r) as an ArrayOrder."""
+    import numpy as np
+
+    lengths = [len(seq) for seq in decisions]
+    flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
+    mb, kind = np.divmod(flat, 3)
+    stage = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)
+
+
+def _decisions(
+    p: int, m: int, costs: StageCosts, max_mem: int, fill_late: bool, b_first: bool, strict: bool
+) -> tuple[list[list[int]], float] | None:
+    """One variant's per-rank decisions (mb * 3 + kind) and its span; None if it gets stuck."""
     state = _Build(p, m, costs, max_mem)
     try:
         state.first_round(fill_late)
@@ -174,24 +213,55 @@ def build(
     return state.order, state.span()
 
 
+#: within one floored generator's call: (p, m, costs, cap) -> the variants' names and decisions, the floor
+_SHARED: ContextVar[dict | None] = ContextVar("zb_timed_shared", default=None)
+
+
+@contextmanager
+def _shared_variants() -> Iterator[None]:
+    """Within the block, `orders` builds the variants of each (p, m, costs, cap) once: zero-bubble-heuristic
+    floors its result with them and runs zero-bubble, which floors its own with the same ones. Each call
+    still returns new ArrayOrders (the floor tells orders apart by identity). Dropped on exit."""
+    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
 def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[str, ComputeOrder]], int]:
     """The timed linear orders within `cap` microbatches per rank, named `timed/...`, and the index of the
     floor (the least span on the construction's clock; -1 when every variant got stuck)."""
+    shared = _SHARED.get()
+    key = (p, m, costs, cap)
+    found = None if shared is None else shared.get(key)
+    if found is None:
+        found = _variants(p, m, costs, cap)
+        if shared is not None:
+            shared[key] = found
+    named, floor = found
+    return [(name, _columns(raw)) for name, raw in named], floor
+
+
+def _variants(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[str, list[list[int]]]], int]:
+    """`orders` as each variant's name and per-rank decisions."""
     max_mem = int(cap + 1e-9)
-    out: list[tuple[str, ComputeOrder]] = []
+    out: list[tuple[str, list[list[int]]]] = []
+    raw: list[list[list[int]]] = []  # each kept variant's decisions: equal decisions, equal orders
     floor, least = -1, float("inf")
     for fill_late in (True, False):
         for b_first in (True, False):
             for strict in (True, False):
-                found = build(p, m, costs, max_mem, fill_late, b_first, strict)
+                found = _decisions(p, m, costs, max_mem, fill_late, b_first, strict)
                 if found is None:
                     continue
-                same = next((i for i, (_, o) in enumerate(out) if o == found[0]), None)
+                same = next((i for i, o in enumerate(raw) if o == found[0]), None)
                 if found[1] < least:
                     floor, least = len(out) if same is None else same, found[1]
                 if same is not None:  # equal variants are timed once
                     continue
                 tags = [t for t, on in (("late", fill_late), ("bfirst", b_first), ("strict", strict)) if on]
+                raw.append(found[0])
                 out.append(("timed/" + "-".join(tags or ["plain"]), found[0]))
     return out, floor
 
@@ -200,5 +270,12 @@ def floored(
     inner: Generator, budget: Callable[[int, dict], float], objective: str = "span", **extra
 ) -> Generator:
     """A linear zero-bubble generator with the timed orders' floor (`floor.with_floor`) at `budget`;
-    `extra`: with_floor's `planning` and `guards`."""
-    return with_floor(inner, linear, orders, budget, objective, **extra)
+    `extra`: with_floor's `planning` and `guards`. The variants are built once per call (a floored generator
+    that runs another shares them with it)."""
+    floored_inner = with_floor(inner, linear, orders, budget, objective, **extra)
+
+    def generate(req: GenerationRequest) -> ComputeOrder:
+        with _shared_variants():
+            return floored_inner(req)
+
+    return generate

@@ -19,21 +19,27 @@ across ranks), and decides by those times:
 Four variants (whether a long wait before a B / before an F takes a W) are returned; built with the
 per-stage costs and, when the stages differ, with their means too. The caller times them with the
 simulator's model and keeps the best.
+
+An attempt records one int per node ((mb * 2p + stage) * 3 + kind) and a variant is returned as an
+`ArrayOrder`; `build_reference` returns the same order as Node lists (tests hold them equal).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
+from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.floor import with_floor
+from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
+_CODES = tuple(KINDS.index(k) for k in _KINDS)  # ArrayOrder kind codes of _F, _B, _W
 #: the idle-time rounds stop after this many attempts even if the largest idle time still shrinks
 MAX_ROUNDS = 12
 
@@ -62,7 +68,7 @@ class _Build:
         self.idle = [0.0] * p
         self.chunks = [0] * p
         self.pending: list[deque[tuple[int, int]]] = [deque() for _ in range(p)]
-        self.order: ComputeOrder = [[] for _ in range(p)]
+        self.order: list[list[int]] = [[] for _ in range(p)]  # per rank: (mb * 2p + stage) * 3 + kind
         top = max(allowed) if allowed else 0.0
         self.extra = [top - a for a in allowed] if allowed else [0.0] * p
 
@@ -111,7 +117,7 @@ class _Build:
             self.idle[r] += start - self.clock[r]
         self.clock[r] = self.end[kind][s][mb] = start + self.dur[kind][s]
         self.count[kind][s] += 1
-        self.order[r].append(Node(_KINDS[kind], mb, s))
+        self.order[r].append((mb * 2 * self.p + s) * 3 + kind)
         if kind == _B:
             self.pending[r].append((s, mb))
         elif kind == _W:
@@ -217,9 +223,46 @@ class _Build:
 def build(
     p: int, m: int, dur: Sequence[Sequence[float]], comm: float, max_chunks: int, fill_b: bool, fill_f: bool
 ) -> tuple[ComputeOrder, float] | None:
-    """The construction with the idle-time rounds: the order and its largest idle time on the
-    construction's clock; None when it gets stuck (too little memory)."""
-    best: tuple[ComputeOrder, float] | None = None
+    """The construction with the idle-time rounds: the order (an ArrayOrder) and its largest idle time on
+    the construction's clock; None when it gets stuck (too little memory)."""
+    found = _decisions(p, m, dur, comm, max_chunks, fill_b, fill_f)
+    return None if found is None else (_columns(p, found[0]), found[1])
+
+
+def build_reference(
+    p: int, m: int, dur: Sequence[Sequence[float]], comm: float, max_chunks: int, fill_b: bool, fill_f: bool
+) -> tuple[list[list[Node]], float] | None:
+    """Reference: `build` with the order as Node lists, decoded one node at a time."""
+    found = _decisions(p, m, dur, comm, max_chunks, fill_b, fill_f)
+    if found is None:
+        return None
+    order = []
+    for seq in found[0]:
+        nodes = []
+        for x in seq:
+            key, kind = divmod(x, 3)
+            mb, stage = divmod(key, 2 * p)
+            nodes.append(Node(_KINDS[kind], mb, stage))
+        order.append(nodes)
+    return order, found[1]
+
+
+def _columns(p: int, decisions: list[list[int]]) -> ArrayOrder:
+    """Per-rank decisions ((mb * 2p + stage) * 3 + kind) as an ArrayOrder."""
+    import numpy as np
+
+    lengths = [len(seq) for seq in decisions]
+    flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
+    key, kind = np.divmod(flat, 3)
+    mb, stage = np.divmod(key, 2 * p)
+    return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)
+
+
+def _decisions(
+    p: int, m: int, dur: Sequence[Sequence[float]], comm: float, max_chunks: int, fill_b: bool, fill_f: bool
+) -> tuple[list[list[int]], float] | None:
+    """The idle-time rounds of one variant: the best attempt's per-rank decisions and largest idle time."""
+    best: tuple[list[list[int]], float] | None = None
     allowed: list[float] | None = None
     for _ in range(MAX_ROUNDS):
         attempt = _Build(p, m, dur, comm, max_chunks, allowed)
@@ -252,18 +295,21 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
     else:
         versions = [("", per_stage)]
     out: list[tuple[str, ComputeOrder]] = []
+    raw: list[list[list[int]]] = []  # each kept variant's decisions: equal decisions, equal orders
     floor, least = -1, float("inf")
     for tag, dur in versions:
         for fill_b in (True, False):
             for fill_f in (True, False):
-                found = build(p, m, dur, costs.comm, max_chunks, fill_b, fill_f)
+                found = _decisions(p, m, dur, costs.comm, max_chunks, fill_b, fill_f)
                 if found is None:
                     continue
-                same = next((i for i, (_, o) in enumerate(out) if o == found[0]), None)
+                same = next((i for i, o in enumerate(raw) if o == found[0]), None)
                 if dur is versions[-1][1] and found[1] < least:
                     floor, least = len(out) if same is None else same, found[1]
                 if same is None:  # equal variants are timed once
-                    out.append((f"timed/{tag}{'b' if fill_b else ''}{'f' if fill_f else ''}", found[0]))
+                    raw.append(found[0])
+                    name = f"timed/{tag}{'b' if fill_b else ''}{'f' if fill_f else ''}"
+                    out.append((name, _columns(p, found[0])))
     return out, floor
 
 

@@ -1,0 +1,78 @@
+"""`greedy.schedule` (on a linear placement its one-stage loop) emits an ArrayOrder equal to its Node
+reference (`schedule_reference`: the general loop), and the search's array bookkeeping (peak, timing, bounds)
+reads it as the Node path reads the reference's lists."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from primuspp.algorithms import bounds, greedy, portfolio
+from primuspp.schedule.array_order import ArrayOrder
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.placement import make_placement
+
+COSTS = (
+    dict(forward=1.0, backward=1.0, wgrad=1.0),
+    dict(forward=1.0, backward=2.0, wgrad=0.5, comm=0.1),
+    dict(
+        forward=(0.5, 1.5, 1.0, 2.0, 0.7, 1.1, 0.9, 1.3),
+        backward=2.2,
+        wgrad=0.3,
+        comm=1.0,
+        b_free_fraction=0.5,
+    ),
+    dict(
+        forward=(2.0, 0.5, 1.0, 1.5, 0.7, 1.1, 0.9, 1.3),
+        backward=1.0,
+        wgrad=0.0,
+        comm=0.3,
+        b_free_fraction=-0.25,
+    ),
+)
+
+
+def _cases():
+    for kind, pp, m, cap, policy, cost in itertools.product(
+        ("linear", "v"), (1, 2, 5), (1, 3, 11), (1.0, 2.5, 100.0), greedy.POLICIES, COSTS
+    ):
+        if kind == "v" and cap < 2:  # V: a capped pass needs room for the turn
+            continue
+        yield kind, pp, m, cap, policy, cost
+
+
+def _placement_costs(kind, pp, cost):
+    placement = make_placement(kind, pp, 2 if kind == "v" else 1)
+    n = placement.num_stages
+    values = {
+        k: (v[:n] + (1.0,) * max(0, n - len(v)) if isinstance(v, tuple) else v) for k, v in cost.items()
+    }
+    return placement, CostModel(**values).for_placement(placement)
+
+
+@pytest.mark.parametrize("kind,pp,m,cap,policy,cost", list(_cases()))
+def test_schedule_equals_reference(kind, pp, m, cap, policy, cost):
+    placement, costs = _placement_costs(kind, pp, cost)
+    if greedy.least_cap(placement, costs) > cap + 1e-9:
+        pytest.skip("below the least cap")
+    plan = greedy.schedule(placement, m, costs, cap, policy)
+    ref = greedy.schedule_reference(placement, m, costs, cap, policy)
+    assert isinstance(plan.order, ArrayOrder) and isinstance(ref.order, list)
+    assert (plan.policy, plan.makespan, plan.max_span, plan.peak) == (
+        ref.policy, ref.makespan, ref.max_span, ref.peak
+    )  # fmt: skip
+    assert plan.order == ref.order and plan.order.lengths() == [len(seq) for seq in ref.order]
+    cols = ArrayOrder.from_nodes(ref.order).rows
+    for name in ("node_kind", "kind", "mb", "stage", "rank", "index", "part"):
+        assert np.array_equal(plan.order.rows[name], cols[name]), name
+    # the array bookkeeping on the columns, the Node path on the reference's lists: the same figures
+    units = portfolio.memory_units(placement, costs.activation)
+    fr = costs.fractions()
+    assert portfolio.order_peak(plan.order, units, fr) == portfolio.order_peak(ref.order, units, fr)
+    assert portfolio.score(placement, m, plan.order, costs, fr) == portfolio.score(
+        placement, m, ref.order, costs, fr
+    )
+    assert portfolio.lower_bounds(placement, plan.order, costs) == portfolio.lower_bounds(
+        placement, ref.order, costs
+    )
+    assert bounds.all_simple(plan.order) and bounds.all_simple(ref.order)

@@ -1,0 +1,32 @@
+"""`score_memo`: a looked-up score (timing and peak) is exactly `portfolio.score`'s, for Node lists and for
+ArrayOrders, and a content key never confuses two different orders."""
+
+from primuspp.algorithms import one_f_one_b, portfolio, score_memo, zero_bubble
+from primuspp.algorithms.base import GenerationRequest
+from primuspp.schedule.array_order import ArrayOrder
+from primuspp.schedule.costs import CostModel
+from primuspp.schedule.placement import linear
+
+
+def test_memo_hits_equal_fresh_scores():
+    p, m = 4, 9
+    cost = CostModel(1.0, 2.0, 0.5, comm=0.1, b_free_fraction=0.25)
+    placement, costs = linear(p), cost.for_placement(linear(p))
+    req = GenerationRequest(p, 1, m, cost, {})
+    zb, ofob = zero_bubble.generate(req), one_f_one_b.generate(req)
+    assert isinstance(zb, ArrayOrder)
+    score_memo.forget()
+    for order in (zb, [list(seq) for seq in zb], ofob, ArrayOrder.from_nodes(zb)):
+        fresh = portfolio.score(placement, m, order, costs, costs.fractions())
+        for _ in range(2):  # the first call fills the memo, the second reads it
+            assert score_memo.score(placement, m, order, costs) == fresh
+        assert score_memo.peaked(placement, m, order, costs, 7.0) == portfolio.Score(
+            fresh.makespan, fresh.max_span, 7.0
+        )
+    # a peak given to `peaked` is not kept as the order's own
+    score_memo.forget()
+    assert score_memo.peaked(placement, m, zb, costs, 7.0).peak == 7.0
+    assert score_memo.score(placement, m, zb, costs) == portfolio.score(
+        placement, m, zb, costs, costs.fractions()
+    )
+    assert score_memo.score(placement, m, ofob, costs) != score_memo.score(placement, m, zb, costs)
