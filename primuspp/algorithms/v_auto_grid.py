@@ -89,6 +89,9 @@ def _source(code: int, r: int, p: int) -> int | None:
 
 #: activations gained by an op: +1 for a forward (kept), -1 for a weight gradient (freed)
 LIVE = (1, 1, 0, 0, -1, -1)
+#: whether a slot's content is a downward / an upward op (EMPTY, index -1: neither)
+_DOWN_AT = (*DOWN, False)
+_UP_AT = (*(not down for down in DOWN), False)
 #: TURN by code (None: not a turn)
 _TURN = tuple(TURN.get(code) for code in range(SLOTS))
 
@@ -191,28 +194,32 @@ def squeeze(grid: Slots, m: int) -> Slots:
     at = [[[EMPTY] * m for _ in range(SLOTS)] for _ in range(p)]  # at[r][code][mb]: the op's new slot
     count = [[0] * SLOTS for _ in range(p)]
     free = [0] * p
-    sweeps = [(r, True) for r in range(p)] + [(r, False) for r in range(p - 1, -1, -1)]
-    inputs = [[_source(code, r, p) for code in range(SLOTS)] for r in range(p)]
-    for j in range(width):
-        for r, down in sweeps:
-            code = grid[r][j]
-            if code < 0 or DOWN[code] != down:
-                continue
-            mb = count[r][code]
-            if mb >= m:
-                raise _Invalid
-            slot = free[r]
-            src = inputs[r][code]
-            if src is not None:
-                ready = at[src][code][mb]
-                if ready < 0:
+    sweeps = ((range(p), _DOWN_AT), (range(p - 1, -1, -1), _UP_AT))
+    inputs = _inputs(p)
+    if any(len(row) < width for row in grid):
+        raise IndexError(width)
+    for col in zip(*grid, strict=False):  # the first row's width: none is shorter, a longer one is cut
+        for ranks, side in sweeps:
+            for r in ranks:
+                code = col[r]
+                if not side[code]:
+                    continue
+                mine = count[r]
+                mb = mine[code]
+                if mb >= m:
                     raise _Invalid
-                if ready >= slot:
-                    slot = ready + 1
-            out[r][slot] = code
-            at[r][code][mb] = slot
-            count[r][code] = mb + 1
-            free[r] = slot + 1
+                slot = free[r]
+                src = inputs[r][code]
+                if src is not None:
+                    ready = at[src][code][mb]
+                    if ready < 0:
+                        raise _Invalid
+                    if ready >= slot:
+                        slot = ready + 1
+                out[r][slot] = code
+                at[r][code][mb] = slot
+                mine[code] = mb + 1
+                free[r] = slot + 1
     end = max(free)
     return [row[:end] for row in out]
 
@@ -310,6 +317,11 @@ def _take_last(row: list[int], quota: dict[int, int]) -> dict[int, int]:
     return taken
 
 
+def _last(row: list[int], code: int) -> int:
+    """The slot of the row's last op of that code (EMPTY: none)."""
+    return len(row) - 1 - row[::-1].index(code) if code in row else EMPTY
+
+
 def cool_down(grid: Slots, m: int) -> Slots:
     """The tail laid out by formula from t, the first rank's last F1: rank r's last n0 = min((peak+1)/2, m)
     B0's go to t + 2p - r - 2i (i < n0: up the ranks, two slots apart) and its last
@@ -325,7 +337,7 @@ def cool_down(grid: Slots, m: int) -> Slots:
     t = EMPTY
     for r, row in enumerate(grid):
         if r == 0:
-            t = max((j for j, code in enumerate(row) if code == F1), default=EMPTY)
+            t = _last(row, F1)
         taken = _take_last(row, {B1: min(r + 1, most_b1), B0: most_b0})
         n1, n0 = taken[B1], taken[B0]
         w1 = w0 = 0
@@ -349,13 +361,14 @@ def cool_down(grid: Slots, m: int) -> Slots:
                 raise _Invalid
             row[slot] = B1
     for row in grid:
-        last_w = max((j for j, code in enumerate(row) if _kind(code) == 2), default=EMPTY)
+        last_w = max(_last(row, W0), _last(row, W1))
         owed = [0] * SLOTS  # owed[W]: backwards of its chunk without their weight gradient so far
         for j, code in enumerate(row):
             if code >= 0:
-                if _kind(code) == 1:
+                kind = code >> 1
+                if kind == 1:
                     owed[code + 2] += 1
-                elif _kind(code) == 2:
+                elif kind == 2:
                     owed[code] -= 1
             elif j > last_w:
                 wgrad = W1 if owed[W1] > 0 else W0 if owed[W0] > 0 else EMPTY
