@@ -728,15 +728,17 @@ def floor_order(
     space up to `GRID_WORK` nodes x chunks, the thinned one up to `THIN_WORK`, none beyond (stated in
     `report["grid"]`); effort="full" always takes the whole space."""
     work = 6 * p * max(m, 2 * p) * chunks
-    limits = f"whole space up to {GRID_WORK:,}, thinned up to {THIN_WORK:,}"
     thin = effort != "full" and work > GRID_WORK
     if thin and work > THIN_WORK:
         if report is not None:
-            report["grid"] = f"skipped: {work:,} nodes x chunks ({limits})"
+            report["grid"] = f"skipped: {work:,} nodes x chunks (limit {THIN_WORK:,})"
         return None
     if report is not None:
-        space = "the thinned block space" if thin else "the whole block space"
-        report["grid"] = f"built from {space}: {work:,} nodes x chunks ({limits})"
+        report["grid"] = (
+            f"built from the thinned space: {work:,} nodes x chunks (whole space up to {GRID_WORK:,})"
+            if thin
+            else f"built: {work:,} nodes x chunks (limit {GRID_WORK:,})"
+        )
     wider = [chunks + 1] if chunks < 2 * p else []
     grids = best(p, m, [chunks, *wider], mean_costs(costs), thin)
     if wider and grids[1] is not None:  # one chunk more whose order still holds within the cap
