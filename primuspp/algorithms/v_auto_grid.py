@@ -60,11 +60,11 @@ TURN = {F1: F0, B1: F1, B0: B1}
 #: F/B shift per rank step of the downward chains (the upward chains shift by -1)
 SPACINGS = (1, 2, 3, 4, 5)
 #: effort="auto": most nodes (p * 6 * max(m, 2p)) times the budget in chunk activations the construction
-#: is run for over the whole block space: the blocks within a budget and their sizes grow with both (about
-#: 1.5 CPU s at p=8, m=32 with the default budget, and at p=16, m=16 with a budget of p chunks)
+#: is run for over the whole block space: the blocks within a budget and their sizes grow with both (the
+#: floor is about 1.1 CPU s of v-auto's 1.7 at p=8, m=32, W = B/2, comm 10 % of F, default budget)
 GRID_WORK = 50_000
-#: effort="auto": beyond GRID_WORK and up to this, the thinned space (`best(thin=True)`: about a ninth of the
-#: blocks; p=16, m=16 at every budget up to 2p chunks, about 1 CPU s); p=64, m=512 is far beyond
+#: effort="auto": beyond GRID_WORK and up to this, the thinned space (`best(thin=True)`: about a ninth of
+#: the blocks; p=16, m=16 at 1.5p and 2p chunks, about 1.3 to 2.4 CPU s); p=64, m=512 is far beyond
 THIN_WORK = 100_000
 
 Slots = list[list[int]]
@@ -638,8 +638,9 @@ def best(
 
     `thin`: only the blocks whose tiled peak (`tile`, before any squeeze; cheap) is within one chunk below
     the smallest budget up to the largest are built (about a ninth of the space at p = 16). The shortest
-    spans come from blocks that use their budget: on the reference grid at p = 16, m = 16 the thinned space
-    finds the same shortest span as the whole one at 8, 12 and 16 microbatches of budget."""
+    spans come from blocks that use their budget: at p = 16, m = 16, under every cost case of
+    bench/reference_quality.py, the thinned space finds the same shortest span as the whole one at budgets
+    of 24, 25 and 32 chunks."""
     budgets = [min(2 * p, x) for x in budgets]
     most = max(budgets)
     window = range(min(budgets) - 1, most + 1) if thin else None
