@@ -32,13 +32,15 @@ One block is built into a schedule by (`build`):
 
 `best` builds every block of the space within the budget (walked by spacing; a block whose peak is already
 above the budget ends its spacing's walk, the wider splits only hold more) and keeps the one with the
-shortest longest span under one mean cost per kind (`span`). `v_family` uses that order as a floor for
+shortest longest span under one mean cost per kind (`span`); beyond `GRID_WORK` under effort="auto" only the
+blocks whose tiled peak is near the budget are built (`thin`). `v_family` uses that order as a floor for
 v-auto: the final pick is the best candidate no worse in both step time and longest span (`floor_pick`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import cache
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units, order_peak, score
@@ -58,9 +60,12 @@ TURN = {F1: F0, B1: F1, B0: B1}
 #: F/B shift per rank step of the downward chains (the upward chains shift by -1)
 SPACINGS = (1, 2, 3, 4, 5)
 #: effort="auto": most nodes (p * 6 * max(m, 2p)) times the budget in chunk activations the construction
-#: is run for: the blocks within a budget and their sizes grow with both (about 2 CPU s at p=8, m=32 with
-#: the default budget, and at p=16, m=16 with a budget of p chunks; p=64, m=512 is far beyond)
+#: is run for over the whole block space: the blocks within a budget and their sizes grow with both (the
+#: floor is about 1.1 CPU s of v-auto's 1.7 at p=8, m=32, W = B/2, comm 10 % of F, default budget)
 GRID_WORK = 50_000
+#: effort="auto": beyond GRID_WORK and up to this, the thinned space (`best(thin=True)`: about a ninth of
+#: the blocks; p=16, m=16 at 1.5p and 2p chunks, about 1.3 to 2.4 CPU s); p=64, m=512 is far beyond
+THIN_WORK = 100_000
 
 Slots = list[list[int]]
 
@@ -84,6 +89,17 @@ def _source(code: int, r: int, p: int) -> int | None:
 
 #: activations gained by an op: +1 for a forward (kept), -1 for a weight gradient (freed)
 LIVE = (1, 1, 0, 0, -1, -1)
+#: whether a slot's content is a downward / an upward op (EMPTY, index -1: neither)
+_DOWN_AT = (*DOWN, False)
+_UP_AT = (*(not down for down in DOWN), False)
+#: TURN by code (None: not a turn)
+_TURN = tuple(TURN.get(code) for code in range(SLOTS))
+
+
+@cache
+def _inputs(p: int) -> tuple[tuple[int | None, ...], ...]:
+    """`_source` of every code on every rank."""
+    return tuple(tuple(_source(code, r, p) for code in range(SLOTS)) for r in range(p))
 
 
 def with_wgrads(slots: list[int]) -> list[int]:
@@ -178,28 +194,32 @@ def squeeze(grid: Slots, m: int) -> Slots:
     at = [[[EMPTY] * m for _ in range(SLOTS)] for _ in range(p)]  # at[r][code][mb]: the op's new slot
     count = [[0] * SLOTS for _ in range(p)]
     free = [0] * p
-    sweeps = [(r, True) for r in range(p)] + [(r, False) for r in range(p - 1, -1, -1)]
-    inputs = [[_source(code, r, p) for code in range(SLOTS)] for r in range(p)]
-    for j in range(width):
-        for r, down in sweeps:
-            code = grid[r][j]
-            if code < 0 or DOWN[code] != down:
-                continue
-            mb = count[r][code]
-            if mb >= m:
-                raise _Invalid
-            slot = free[r]
-            src = inputs[r][code]
-            if src is not None:
-                ready = at[src][code][mb]
-                if ready < 0:
+    sweeps = ((range(p), _DOWN_AT), (range(p - 1, -1, -1), _UP_AT))
+    inputs = _inputs(p)
+    if any(len(row) < width for row in grid):
+        raise IndexError(width)
+    for col in zip(*grid, strict=False):  # the first row's width: none is shorter, a longer one is cut
+        for ranks, side in sweeps:
+            for r in ranks:
+                code = col[r]
+                if not side[code]:
+                    continue
+                mine = count[r]
+                mb = mine[code]
+                if mb >= m:
                     raise _Invalid
-                if ready >= slot:
-                    slot = ready + 1
-            out[r][slot] = code
-            at[r][code][mb] = slot
-            count[r][code] = mb + 1
-            free[r] = slot + 1
+                slot = free[r]
+                src = inputs[r][code]
+                if src is not None:
+                    ready = at[src][code][mb]
+                    if ready < 0:
+                        raise _Invalid
+                    if ready >= slot:
+                        slot = ready + 1
+                out[r][slot] = code
+                at[r][code][mb] = slot
+                mine[code] = mb + 1
+                free[r] = slot + 1
     end = max(free)
     return [row[:end] for row in out]
 
@@ -297,6 +317,11 @@ def _take_last(row: list[int], quota: dict[int, int]) -> dict[int, int]:
     return taken
 
 
+def _last(row: list[int], code: int) -> int:
+    """The slot of the row's last op of that code (EMPTY: none)."""
+    return len(row) - 1 - row[::-1].index(code) if code in row else EMPTY
+
+
 def cool_down(grid: Slots, m: int) -> Slots:
     """The tail laid out by formula from t, the first rank's last F1: rank r's last n0 = min((peak+1)/2, m)
     B0's go to t + 2p - r - 2i (i < n0: up the ranks, two slots apart) and its last
@@ -312,7 +337,7 @@ def cool_down(grid: Slots, m: int) -> Slots:
     t = EMPTY
     for r, row in enumerate(grid):
         if r == 0:
-            t = max((j for j, code in enumerate(row) if code == F1), default=EMPTY)
+            t = _last(row, F1)
         taken = _take_last(row, {B1: min(r + 1, most_b1), B0: most_b0})
         n1, n0 = taken[B1], taken[B0]
         w1 = w0 = 0
@@ -336,13 +361,14 @@ def cool_down(grid: Slots, m: int) -> Slots:
                 raise _Invalid
             row[slot] = B1
     for row in grid:
-        last_w = max((j for j, code in enumerate(row) if _kind(code) == 2), default=EMPTY)
+        last_w = max(_last(row, W0), _last(row, W1))
         owed = [0] * SLOTS  # owed[W]: backwards of its chunk without their weight gradient so far
         for j, code in enumerate(row):
             if code >= 0:
-                if _kind(code) == 1:
+                kind = code >> 1
+                if kind == 1:
                     owed[code + 2] += 1
-                elif _kind(code) == 2:
+                elif kind == 2:
                     owed[code] -= 1
             elif j > last_w:
                 wgrad = W1 if owed[W1] > 0 else W0 if owed[W0] > 0 else EMPTY
@@ -356,52 +382,51 @@ def cool_down(grid: Slots, m: int) -> Slots:
     return squeeze(grid, m)
 
 
-def _ready(code: int, mb: int, r: int, j: int, src: int | None, done: list[list[int]], at) -> bool:
-    """Whether op (code, mb) of rank r (input on rank `src`, None: its own) may run in slot j: its input
-    ran in an earlier slot."""
-    if _kind(code) == 2:
-        return done[r][code - 2] > mb
-    if src is None:
-        return code == F0 or done[r][TURN[code]] > mb
-    return 0 <= at[src][code][mb] < j
-
-
 def fill_bubbles(grid: Slots, m: int) -> Slots:
     """Every free slot, in time order (ranks in order within a slot), takes the first later op of its rank
-    that is ready (`_ready`) and, for a forward, finds the rank below the peak over the ops it jumps;
-    each code is tried once per slot, and only codes whose last op (in the grid as given) is still ahead."""
+    that is ready (its input ran in an earlier slot) and, for a forward, finds the rank below the peak over
+    the ops it jumps; each code is tried once per slot, and only codes whose last op (in the grid as given)
+    is still ahead."""
     p = len(grid)
     top = peak(grid)
     width = len(grid[0])
-    last = [[EMPTY] * SLOTS for _ in range(p)]
-    for r, row in enumerate(grid):
-        for j, code in enumerate(row):
-            if code >= 0:
-                last[r][code] = j
-    inputs = [[_source(code, r, p) for code in range(SLOTS)] for r in range(p)]
-    final = [max(x) for x in last]  # the rank's last op: no free slot after it to fill
+    inputs = _inputs(p)
+    # per rank: its codes by the slot of their last op (a code leaves the tried set once that is passed)
+    lasts: list[list[tuple[int, int]]] = []
+    final = []  # the rank's last op: no free slot after it to fill
+    for row in grid:
+        rev = row[::-1]
+        last = [(width - 1 - rev.index(code), code) for code in range(SLOTS) if code in row]
+        lasts.append(sorted(last))
+        final.append(max((j for j, _ in last), default=EMPTY))
+    ahead = [sum(1 << code for _, code in last) for last in lasts]  # bit per code still ahead
+    gone = [0] * p  # how many of `lasts[r]` are passed
     live = [0] * p
     done = [[0] * SLOTS for _ in range(p)]
     at = [[[EMPTY] * m for _ in range(SLOTS)] for _ in range(p)]
-
-    def run(r: int, code: int, j: int) -> None:
-        at[r][code][done[r][code]] = j
-        done[r][code] += 1
-        live[r] += LIVE[code]
-
     for j in range(width):
         for r in range(p):
             row = grid[r]
-            if row[j] >= 0:
-                run(r, row[j], j)
+            code = row[j]
+            if code >= 0:
+                mine = done[r]
+                at[r][code][mine[code]] = j
+                mine[code] += 1
+                live[r] += LIVE[code]
                 continue
             if j >= final[r]:
                 continue
-            ahead = {code for code in range(SLOTS) if last[r][code] > j}
+            last = lasts[r]
+            while gone[r] < len(last) and last[gone[r]][0] <= j:
+                ahead[r] &= ~(1 << last[gone[r]][1])
+                gone[r] += 1
+            left = ahead[r]
+            if not left:
+                continue
+            mine = done[r]
+            src_of = inputs[r]
             live_ahead = rise = 0  # activations gained over the ops jumped; their running maximum
             for k in range(j + 1, width):
-                if not ahead:
-                    break
                 code = row[k]
                 if code < 0:
                     continue
@@ -409,15 +434,30 @@ def fill_bubbles(grid: Slots, m: int) -> Slots:
                 live_ahead += LIVE[code]
                 if live_ahead > rise:
                     rise = live_ahead
-                if code not in ahead:
+                bit = 1 << code
+                if not left & bit:
                     continue
-                ahead.discard(code)
-                if code in (F0, F1) and live[r] + jumped_rise >= top:
+                left ^= bit
+                if code < 2 and live[r] + jumped_rise >= top:  # a forward over the peak
+                    if not left:
+                        break
                     continue
-                if not _ready(code, done[r][code], r, j, inputs[r][code], done, at):
+                mb = mine[code]
+                if code >= 4:
+                    ready = mine[code - 2] > mb
+                elif src_of[code] is None:
+                    ready = code == F0 or mine[_TURN[code]] > mb
+                else:
+                    ran = at[src_of[code]][code][mb]
+                    ready = 0 <= ran < j
+                if not ready:
+                    if not left:
+                        break
                     continue
                 row[j], row[k] = code, EMPTY
-                run(r, code, j)
+                at[r][code][mb] = j
+                mine[code] = mb + 1
+                live[r] += LIVE[code]
                 break
     return grid
 
@@ -529,35 +569,43 @@ def span(grid: Slots, f: float, b: float, w: float, comm: float) -> float:
     and `comm` per hop between ranks, every rank running its ops in order as soon as their inputs end."""
     p = len(grid)
     cost = (f, f, b, b, w, w)
-    seqs = [_ops(row) for row in grid]
-    ends: list[dict[tuple[int, int], float]] = [{} for _ in range(p)]
+    inputs = _inputs(p)
+    seqs = [[code for code in row if code >= 0] for row in grid]
+    ends: list[list[list[float]]] = [[[], [], [], [], [], []] for _ in range(p)]  # [r][code][mb]
     nxt = [0] * p
     clock = [0.0] * p
-    left = sum(len(s) for s in seqs)
+    left = sum(map(len, seqs))
     while left:
         progress = False
         for r in range(p):
             seq = seqs[r]
-            while nxt[r] < len(seq):
-                code, mb = seq[nxt[r]]
-                start = clock[r]
-                src = _source(code, r, p)
+            i = begin = nxt[r]
+            n = len(seq)
+            mine, src_of, now = ends[r], inputs[r], clock[r]
+            while i < n:
+                code = seq[i]
+                start = now
+                src = src_of[code]
                 if src is not None:
-                    ready = ends[src].get((code, mb))
-                    if ready is None:
+                    theirs = ends[src][code]
+                    mb = len(mine[code])
+                    if mb >= len(theirs):
                         break
-                    start = max(start, ready + comm)
-                clock[r] = ends[r][(code, mb)] = start + cost[code]
-                nxt[r] += 1
-                left -= 1
+                    start = max(start, theirs[mb] + comm)
+                now = start + cost[code]
+                mine[code].append(now)
+                i += 1
+            if i > begin:
                 progress = True
+                left -= i - begin
+                nxt[r], clock[r] = i, now
         if not progress:
             raise _Invalid
-    m = sum(1 for code, _ in seqs[-1] if code == F0)
+    m = seqs[-1].count(F0)
     longest = 0.0
     for e in ends:
         for wgrad in (W1, W0):
-            longest = max(e[(wgrad, m - 1)] - e[(F0, 0)] + f, longest)
+            longest = max(e[wgrad][m - 1] - e[F0][0] + f, longest)
     return longest
 
 
@@ -577,16 +625,29 @@ def _outcome(
 
 
 def best(
-    p: int, m: int, budgets: Sequence[int], cost: tuple[float, float, float, float]
+    p: int,
+    m: int,
+    budgets: Sequence[int],
+    cost: tuple[float, float, float, float],
+    thin: bool = False,
 ) -> list[Slots | None]:
     """For each budget (chunk activations), the block of the space with the shortest `span` among those
     within it (the first found on a tie). A spacing's walk over the splits ends at the first block whose
     peak is above the budget. Every block is built under the largest budget; a smaller one reuses that
-    build unless the weight-gradient hold-back differs, only rejecting it when it needed more."""
+    build unless the weight-gradient hold-back differs, only rejecting it when it needed more.
+
+    `thin`: only the blocks whose tiled peak (`tile`, before any squeeze; cheap) is within one chunk below
+    the smallest budget up to the largest are built (about a ninth of the space at p = 16). The shortest
+    spans come from blocks that use their budget: at p = 16, m = 16, under every cost case of
+    bench/reference_quality.py, the thinned space finds the same shortest span as the whole one at budgets
+    of 24, 25 and 32 chunks."""
     budgets = [min(2 * p, x) for x in budgets]
     most = max(budgets)
+    window = range(min(budgets) - 1, most + 1) if thin else None
+    big = max(m, 2 * p)
     found: list[tuple[float, Slots] | None] = [None] * len(budgets)
     memo: dict[tuple[tuple[int, ...], int], Built] = {}
+    tiled: dict[tuple[int, ...], int] = {}  # thin: each block's tiled peak
 
     def outcome(key: tuple[int, ...], rows: list[list[int]], budget: int) -> Built:
         if (key, budget) in memo:
@@ -618,6 +679,11 @@ def best(
                     if rows is None:
                         continue
                     key = tuple(s for row in rows for s in row)  # k0 == k1: every split the same block
+                    if window is not None:
+                        if key not in tiled:
+                            tiled[key] = peak(tile(rows, p, big))
+                        if tiled[key] not in window:
+                            continue
                     outcome(key, rows, most)
                     for i in list(walking):
                         grid, held, _, length = outcome(key, rows, budgets[i])
@@ -659,17 +725,23 @@ def floor_order(
     report: dict | None = None,
 ) -> ComputeOrder | None:
     """The construction's order for `chunks` live chunk activations (or for one more, when that order still
-    holds within `cap` under the memory model); None when no block fits, and with effort="auto" beyond
-    `GRID_WORK` nodes x chunks (stated in `report["grid"]`)."""
+    holds within `cap` under the memory model); None when no block fits. With effort="auto" the whole block
+    space up to `GRID_WORK` nodes x chunks, the thinned one up to `THIN_WORK`, none beyond (stated in
+    `report["grid"]`); effort="full" always takes the whole space."""
     work = 6 * p * max(m, 2 * p) * chunks
-    if effort != "full" and work > GRID_WORK:
+    thin = effort != "full" and work > GRID_WORK
+    if thin and work > THIN_WORK:
         if report is not None:
-            report["grid"] = f"skipped: {work:,} nodes x chunks (limit {GRID_WORK:,})"
+            report["grid"] = f"skipped: {work:,} nodes x chunks (limit {THIN_WORK:,})"
         return None
     if report is not None:
-        report["grid"] = f"built: {work:,} nodes x chunks (limit {GRID_WORK:,})"
+        report["grid"] = (
+            f"built from the thinned space: {work:,} nodes x chunks (whole space up to {GRID_WORK:,})"
+            if thin
+            else f"built: {work:,} nodes x chunks (limit {GRID_WORK:,})"
+        )
     wider = [chunks + 1] if chunks < 2 * p else []
-    grids = best(p, m, [chunks, *wider], mean_costs(costs))
+    grids = best(p, m, [chunks, *wider], mean_costs(costs), thin)
     if wider and grids[1] is not None:  # one chunk more whose order still holds within the cap
         order = to_order(grids[1])
         if order_peak(order, memory_units(v_shape(p), costs.activation), costs.fractions()) <= cap + 1e-9:

@@ -168,11 +168,37 @@ def test_the_wider_budget_is_taken_only_when_its_order_fits_the_cap():
 def test_effort_gates_the_construction_and_reports_it():
     stage = CostModel().for_placement(v_shape(16))
     report: dict = {}
-    assert g.floor_order(16, 64, 16, stage, 8.0, "auto", report) is None
+    assert g.floor_order(16, 64, 32, stage, 16.0, "auto", report) is None  # 196,608 nodes x chunks
     assert report["grid"].startswith("skipped")
     report = {}
     assert g.floor_order(2, 4, 4, stage_of(2), 2.0, "auto", report) is not None
-    assert report["grid"].startswith("built")
+    assert report["grid"].startswith("built: ")
+
+
+def test_between_the_two_limits_the_thinned_space_is_built_and_stated():
+    p, m, chunks = 4, 300, 8  # 6 * 4 * 300 * 8 = 57,600 nodes x chunks: above GRID_WORK, within THIN_WORK
+    assert g.GRID_WORK < 6 * p * m * chunks <= g.THIN_WORK
+    report: dict = {}
+    order = g.floor_order(p, m, chunks, stage_of(p), 4.0, "auto", report)
+    assert report["grid"].startswith("built from the thinned space")
+    assert order is not None
+    _valid(p, m, order)
+
+
+@pytest.mark.parametrize(("p", "m", "chunks"), [(4, 4, 6), (4, 8, 8), (5, 10, 7), (6, 6, 9)])
+def test_the_thinned_space_is_a_part_of_the_whole_one_within_the_budget(p, m, chunks):
+    cost = (1.0, 1.1, 0.5, 0.1)
+    budgets = [chunks, chunks + 1]
+    whole = g.best(p, m, budgets, cost)
+    thinned = g.best(p, m, budgets, cost, thin=True)
+    for budget, a, b in zip(budgets, whole, thinned, strict=True):
+        if b is None:
+            continue
+        assert a is not None
+        assert g.peak(b) <= budget
+        _valid(p, m, g.to_order(b))
+        assert g.span(a, *cost) <= g.span(b, *cost)  # the whole space holds every thinned block
+    assert thinned[1] is not None  # a budget of chunks + 1 keeps the blocks that use it
 
 
 def stage_of(p: int):
