@@ -37,7 +37,10 @@ class ArrayOrder(LazyRanks):
     def __init__(self, rows: dict[str, Any], first: Any) -> None:
         import numpy as np
 
-        self.rows, self.first = rows, first
+        from primuspp.schedule.rows import Rows
+
+        # the columns as `Rows`: facts derived from them are remembered across a build's passes
+        self.rows, self.first = rows if isinstance(rows, Rows) else Rows(rows), first
         n_ranks = len(first) - 1
         # rank r's rows: _row_first[r] .. _row_first[r + 1] (rows are rank-major)
         self._row_first = np.searchsorted(rows["rank"], np.arange(n_ranks + 1), "left")

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from primuspp.schedule.lazy_ranks import LazyRanks
 from primuspp.schedule.nodes import Node, NodeKind, format_node
+from primuspp.schedule.rows import Rows, memo_of
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 
 if TYPE_CHECKING:
@@ -174,16 +175,18 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     node_index = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     composite = composite_of[node_kind]
     if not composite.any():
-        return {
-            "node_kind": node_kind,
-            "parts_ok": True,
-            "kind": node_kind,
-            "mb": mb,
-            "stage": stage,
-            "rank": node_rank,
-            "index": node_index,
-            "part": np.zeros(n, dtype=np.int64),
-        }
+        return Rows(
+            {
+                "node_kind": node_kind,
+                "parts_ok": True,
+                "kind": node_kind,
+                "mb": mb,
+                "stage": stage,
+                "rank": node_rank,
+                "index": node_index,
+                "part": np.zeros(n, dtype=np.int64),
+            }
+        )
     # a composite node becomes one row per part (in place of its own row)
     where = np.nonzero(composite)[0]
     parts = [flat[i].parts for i in where.tolist()]
@@ -205,16 +208,32 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     parts_ok = bool((n_parts == n_parts_of[owner_kind]).all())
     if parts_ok and m_parts:
         parts_ok = bool(part_ok_of[np.repeat(owner_kind, n_parts), part[part_rows], part_kind].all())
-    return {
-        "node_kind": node_kind,
-        "parts_ok": parts_ok,
-        "kind": kind,
-        "mb": row_mb,
-        "stage": row_stage,
-        "rank": node_rank[row_node],
-        "index": node_index[row_node],
-        "part": part,
-    }
+    return Rows(
+        {
+            "node_kind": node_kind,
+            "parts_ok": parts_ok,
+            "kind": kind,
+            "mb": row_mb,
+            "stage": row_stage,
+            "rank": node_rank[row_node],
+            "index": node_index[row_node],
+            "part": part,
+        }
+    )
+
+
+def kinds_present(rows: dict[str, Any], column: str = "kind") -> list[int]:
+    """The kind codes that occur in `rows[column]` ("kind": per row, "node_kind": per node), ascending
+    (`np.unique`'s answer, counted once per order: `rows.Rows.memo`)."""
+    import numpy as np
+
+    memo = memo_of(rows)
+    got = memo.get(("present", column))
+    if got is None:
+        got = memo["present", column] = np.flatnonzero(
+            np.bincount(rows[column], minlength=len(KINDS))
+        ).tolist()
+    return got
 
 
 def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:

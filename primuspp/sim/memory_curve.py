@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from primuspp.schedule.compact import KINDS
+from primuspp.schedule.compact import KINDS, kinds_present
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
@@ -44,7 +44,7 @@ def memory_levels(
     freed_b = amount_a * bfree_a  # as order_memory: amount[s] * b_free[s]
     # (phase, ordinal, effect) of every effect of every kind present
     plans = {}
-    for code in np.unique(kind).tolist():
+    for code in kinds_present(rows, "kind"):
         sem = SEMANTICS[KINDS[code]]
         plan = [(0, n, e) for n, e in enumerate(sem.at_start)] + [(1, n, e) for n, e in enumerate(sem.at_end)]
         if any(e not in _CODES for _, _, e in plan):
@@ -64,7 +64,10 @@ def memory_levels(
         ev_row = np.flatnonzero(has[kind])
         ev_phase, ev_effect = phase_of[kind[ev_row]], effect_of[kind[ev_row]]
         ev_ord = np.zeros(len(ev_row), dtype=np.int64)
+        # one effect per row and no composite node: the rows' order is the loop's order already
+        in_row_order = not _has_composite(rows)
     else:
+        in_row_order = False
         groups = [
             (np.flatnonzero(kind == code), ph, n, e) for code, plan in plans.items() for ph, n, e in plan
         ]
@@ -73,13 +76,15 @@ def memory_levels(
         ev_ord = np.concatenate([np.full(len(g[0]), g[2], dtype=np.int64) for g in groups])
         ev_effect = np.concatenate([np.full(len(g[0]), _CODES[g[3]], dtype=np.int8) for g in groups])
     # the loop's order: node, phase, part, the effect's place in its list (as one integer key)
-    n_part, n_ord = int(part.max(initial=0)) + 1, int(ev_ord.max(initial=0)) + 1
-    sort_key = ((gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]) * n_ord + ev_ord
-    if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
-        order = np.argsort(sort_key, kind="stable")
-        ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
-        del order
-    del sort_key, ev_ord  # large tables: free what is done with (the simulation's peak memory)
+    if not in_row_order:
+        n_part, n_ord = int(part.max(initial=0)) + 1, int(ev_ord.max(initial=0)) + 1
+        sort_key = ((gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]) * n_ord + ev_ord
+        if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
+            order = np.argsort(sort_key, kind="stable")
+            ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
+            del order
+        del sort_key  # large tables: free what is done with (the simulation's peak memory)
+    del ev_ord
     s = stage[ev_row]
     delta = np.empty(len(ev_row), dtype=np.float64)
     is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))
@@ -112,13 +117,43 @@ def memory_levels(
     times = np.where(ev_phase == 0, starts[ev_gidx], ends[ev_gidx])
     n_ranks = len(node_first) - 1
     bounds = np.searchsorted(ev_gidx, node_first)
+    del ev_gidx, ev_phase
+    return _per_rank(times, delta, bounds.tolist(), n_ranks)
+
+
+def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
+    """(times, levels, peak) of each rank, rank r's events being `bounds[r]:bounds[r + 1]`: every rank's
+    running sum in one cumulative sum along the rows of a (rank x event) table (each row adds left to right,
+    as the loop does); a rank whose level comes within 1e-9 of zero (a snap) is redone alone."""
+    counts = np.diff(np.asarray(bounds, dtype=np.int64))
+    width = int(counts.max(initial=0)) + 1
+    # row r: 0.0, then rank r's changes, then zeros (past its end: masked below)
+    table = np.zeros((n_ranks, width), dtype=np.float64)
+    rank_of = np.repeat(np.arange(n_ranks, dtype=np.int64), counts)
+    at = np.arange(len(delta), dtype=np.int64) - np.repeat(np.asarray(bounds[:-1], dtype=np.int64), counts)
+    table[rank_of, at + 1] = delta
+    run = np.cumsum(table, axis=1)[:, 1:]
+    del table
+    inside = np.arange(width - 1) < counts[:, None]
+    near = (run > -1e-9) & (run < 1e-9) & ((run != 0.0) | np.signbit(run)) & inside
+    snapped = near.any(axis=1).tolist()
+    run[~inside] = -np.inf
+    peaks = run.max(axis=1, initial=-np.inf).tolist()
+    del near, inside
     out = []
     for r in range(n_ranks):
-        lo, hi = int(bounds[r]), int(bounds[r + 1])
-        levels = _running_level(delta[lo:hi])
-        peak = float(levels.max()) if len(levels) else 0.0
+        lo, hi = bounds[r], bounds[r + 1]
+        if snapped[r]:
+            levels = _running_level(delta[lo:hi])
+            peak = float(levels.max()) if len(levels) else 0.0
+        else:
+            levels, peak = run[r, : hi - lo], peaks[r]
         out.append((times[lo:hi], levels, peak if peak > 0.0 else 0.0))
     return out
+
+
+def _has_composite(rows: dict[str, Any]) -> bool:
+    return any(SEMANTICS[KINDS[code]].parts for code in kinds_present(rows, "node_kind"))
 
 
 def _running_level(delta: Any) -> Any:
