@@ -120,9 +120,16 @@ def solve(
     if not np.array_equal(scaled, np.floor(scaled)) or float(d.sum()) + comm * graph.n_cross >= _LIMIT:
         return None
     del scaled
-    ends = _sweep(graph, d, comm)
+    memo = memo_of(rows) if graph.n_nodes <= MEMO_MAX_NODES else {}
+    key = ("ends", placement, num_microbatches, len(graph.first) - 1)
+    ends = _rescaled(memo.get(key), graph, d, comm)
     if ends is None:
-        return None
+        ends = _sweep(graph, d, comm)
+        if ends is None:
+            return None
+    # a node that takes time, to scale by (a cross-rank consumer takes time: checked above)
+    j = int(graph.consumers[0]) if len(graph.consumers) else int(np.argmax(d))
+    memo[key] = (j, float(d[j]), comm, ends)
     starts = ends - d
     f_end = np.full(len(graph.act_producer), np.nan)
     g_end = np.full(len(graph.grad_producer), np.nan)
@@ -130,6 +137,46 @@ def solve(
         made = prod >= 0
         out[made] = ends[prod[made]]
     return NodeTimeArrays(graph.first, starts, ends, f_end, g_end)
+
+
+def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float) -> Any:
+    """The ends of an earlier solve of the same order (`known`: its node j, j's duration, its comm, its
+    ends), scaled to these costs, if that is what these costs give: equal costs are the unit costs lowering
+    timed the order by, times a constant. Returned only when it is proven: every value a multiple of 2^-20
+    below 2^32 (so every sum is exact) and every node's end `max(end of the node before it on its rank,
+    arrival of its cross-rank inputs) + duration` (the loop's recurrence), whose solution is unique (the
+    order is acyclic: every cross-rank consumer takes time). Else None: the sweeps run."""
+    if known is None:
+        return None
+    j, d_j, comm_j, ends = known
+    if not d_j > 0.0 or len(ends) != len(d):
+        return None
+    scale = float(d[j]) / d_j
+    if not scale > 0.0 or comm != comm_j * scale:
+        return None
+    cand = ends * scale
+    quanta = cand * _QUANTUM
+    if not (np.array_equal(quanta, np.floor(quanta)) and float(cand.max(initial=0.0)) < _LIMIT):
+        return None
+    del quanta
+    n = len(d)
+    ext = np.empty(n + 1, dtype=np.float64)
+    ext[:n] = cand
+    ext[n] = 0.0
+    add = np.where(graph.via, comm, 0.0)
+    ready = (ext[graph.src] + add).max(axis=0)
+    del ext, add
+    prev = np.empty(n, dtype=np.float64)
+    prev[1:] = cand[:-1]
+    prev[0] = 0.0
+    starts_rank = graph.first[:-1][np.diff(graph.first) > 0]
+    prev[starts_rank] = 0.0  # a rank's first node follows nothing
+    return cand if np.array_equal(np.maximum(prev, ready) + d, cand) else None
+
+
+#: orders of up to this many nodes keep their timing graph and times in their rows' memo (larger ones
+#: recompute them: the memory of a very large build matters more than its second timing)
+MEMO_MAX_NODES = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -149,6 +196,10 @@ class TimingGraph:
     act_producer: Any
     grad_producer: Any
 
+    @property
+    def n_nodes(self) -> int:
+        return int(self.first[-1])
+
 
 def timing_graph(
     placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], rows: dict[str, Any]
@@ -158,7 +209,7 @@ def timing_graph(
     (`rows.Rows`): a build's lowering and its simulation time the same order under two cost models."""
     lengths = rank_lengths(order)
     key = ("timing", placement, num_microbatches, len(lengths))
-    memo = memo_of(rows)
+    memo = memo_of(rows) if sum(lengths) <= MEMO_MAX_NODES else {}
     got = memo.get(key)
     if got is not None and got[0] == lengths:
         return got[1]
