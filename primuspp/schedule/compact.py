@@ -273,6 +273,47 @@ def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     }
 
 
+def _starts_before(cstarts: Any, cfirst: Any, n_compute: Any, t: Any, peer: Any, top: float) -> Any:
+    """For each hand-off (time `t`, rank `peer`): how many of that rank's compute nodes start before `t`
+    (`cstarts`: each rank's compute starts, ascending, rank r's from `cfirst[r]`; `top`: no time above it).
+    Whole unit-cost times (lowering's): counted in a (rank x time) histogram, linear in the table; other
+    times: a binary search of the ranks' starts laid end to end."""
+    import numpy as np
+
+    n_ranks = len(n_compute)
+    width = int(top) + 2
+    if top < 2**40 and n_ranks * width <= 4 * (len(cstarts) + len(t)) + 4096:
+        s_int, t_int = cstarts.astype(np.int64), t.astype(np.int64)
+        if (
+            (s_int == cstarts).all()
+            and (t_int == t).all()
+            and s_int.min(initial=0) >= 0
+            and t_int.min(initial=0) >= 0
+        ):
+            rank_c = np.repeat(np.arange(n_ranks, dtype=np.int64), n_compute)
+            cells = np.bincount(rank_c * width + s_int, minlength=n_ranks * width)
+            before = np.cumsum(cells) - cells  # entries in earlier cells: earlier ranks' and earlier times'
+            return before[peer * width + t_int] - cfirst[peer]
+    span = top + 2.0
+    shifted = cstarts + np.repeat(np.arange(n_ranks, dtype=np.float64), n_compute) * span
+    return np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
+
+
+@cache
+def _lowering_tables() -> tuple[Any, Any, Any]:
+    """Per kind code: whether it is a compute kind; per datum (ACT, GRAD), whether a simple kind makes it
+    and its rank among what the kind produces (the reference sends them in that order)."""
+    import numpy as np
+
+    is_compute = np.array([k.is_compute for k in KINDS])
+    makes, ranks = [], []
+    for what in (ACT, GRAD):
+        makes.append(np.array([what in SEMANTICS[k].produces and not SEMANTICS[k].parts for k in KINDS]))
+        produces = [SEMANTICS[k].produces for k in KINDS]
+        ranks.append(np.array([made.index(what) if what in made else 0 for made in produces]))
+    return is_compute, makes, ranks
+
+
 @cache
 def _part_tables() -> tuple[Any, Any, Any]:
     """Per kind code: composite or not, its number of parts, and which kinds may fill each part."""
@@ -312,14 +353,14 @@ def lower_compact(
         order = tuple(tuple(seq) for seq in order)
     n_ranks = len(order)
     arr = rows if rows is not None else order_arrays(order)
-    kind, mb, stage, rank, index, part = (arr[k] for k in ("kind", "mb", "stage", "rank", "index", "part"))
+    kind, mb, stage, rank, index = (arr[k] for k in ("kind", "mb", "stage", "rank", "index"))
     lengths0 = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths0, out=first[1:])
     gidx = first[rank] + index  # the node's index in the concatenated order
 
     # compute flags and compute indices per node of the concatenated order
-    is_compute_kind = np.array([k.is_compute for k in KINDS])
+    is_compute_kind, makes_of, datum_rank_of = _lowering_tables()
     node_kind = arr["node_kind"]
     node_compute = is_compute_kind[node_kind]
     node_rank = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
@@ -344,18 +385,17 @@ def lower_compact(
     prv = np.array(placement.prev_stage, dtype=np.int64)
     routes = {ACT: (np.array(fwd_peer, dtype=np.int64), nxt), GRAD: (np.array(bwd_peer, dtype=np.int64), prv)}
     pieces = []
+    present = kinds_present(arr, "kind")
     for d, what in enumerate((ACT, GRAD)):
-        makes = np.array(
-            [what in SEMANTICS[k].produces and not SEMANTICS[k].parts for k in KINDS], dtype=bool
-        )
+        makes = makes_of[d]
+        if not makes[present].any():
+            continue
         peers, consumer = routes[what]
         sel = makes[kind]
         sel &= peers[stage] >= 0 if len(stage) else sel
         rows = np.nonzero(sel)[0]
         if len(rows):
-            produces = [SEMANTICS[k].produces for k in KINDS]
-            rank_of = np.array([made.index(what) if what in made else 0 for made in produces])
-            pieces.append((rows, d, what, peers[stage[rows]], consumer[stage[rows]], rank_of))
+            pieces.append((rows, d, what, peers[stage[rows]], consumer[stage[rows]], datum_rank_of[d]))
     if pieces:
         rows = np.concatenate([p[0] for p in pieces])
         datum = np.concatenate([np.full(len(p[0]), p[1]) for p in pieces])
@@ -363,8 +403,10 @@ def lower_compact(
         cons = np.concatenate([p[4] for p in pieces])
         # the datum's rank among what its kind produces (the reference sends them in that order)
         datum_index = np.concatenate([p[5][kind[p[0]]] for p in pieces])
-        # creation order of the reference: rank, node, part, datum
-        sort = np.lexsort((datum_index, part[rows], gidx[rows]))
+        # creation order of the reference: rank, node, part, datum; rows are in (rank, node, part) order
+        # already, each piece ascending: a stable sort of the runs merges them (linear time)
+        width = int(datum_index.max(initial=0)) + 1
+        sort = np.argsort(rows * width + datum_index if width > 1 else rows, kind="stable")
         rows, datum, peer, cons = rows[sort], datum[sort], peer[sort], cons[sort]
         del pieces, datum_index, sort  # the peak memory of a large lowering: free what is done with
     else:
@@ -375,12 +417,12 @@ def lower_compact(
     h_stage = stage[rows]
     t = ends[h_node]
     # the receive goes before the consumer rank's first compute node starting at or after t
-    span = float(max(ends.max(initial=0.0), starts.max(initial=0.0))) + 2.0
-    shifted = cstarts + np.repeat(np.arange(n_ranks, dtype=np.float64), n_compute) * span
-    k = np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
+    k = _starts_before(
+        cstarts, cfirst, n_compute, t, peer, float(max(ends.max(initial=0.0), starts.max(initial=0.0)))
+    )
     # a receive after the peer's last compute node is never emitted (as in the reference)
     keep = k < n_compute[peer]
-    del t, shifted, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
+    del t, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
     send_boundary = node_ci[h_node] + 1  # the producer's compute index + 1
     send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
     recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
@@ -400,7 +442,7 @@ def lower_compact(
     r_cum = np.cumsum(r_count) - r_count
     s_before = s_cum - s_cum[base_of_slot]  # sends at earlier boundaries of the rank
     r_before = r_cum - r_cum[base_of_slot]
-    del s_cum, r_cum, base_of_slot, k
+    del base_of_slot, k
     # index in the rank's order of its compute node b (the rank's length for b = C)
     i_of_slot = np.empty(n_slots, dtype=np.int64)
     last = slot_base[:-1] + n_compute
@@ -416,11 +458,12 @@ def lower_compact(
     del node_slot, node_pos, before, gidx, node_rank, node_ci, mask
     # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
     n_h = len(rows)
-    j = np.arange(n_h, dtype=np.int64) - np.searchsorted(send_slot, send_slot, "left")
+    j = np.arange(n_h, dtype=np.int64) - s_cum[send_slot]  # s_cum[b]: the sends of earlier boundaries
     send_pos = i_of_slot[send_slot] + s_before[send_slot] + r_before[send_slot] + j
     rsort = np.argsort(recv_slot, kind="stable")
     rs = recv_slot[rsort]
-    j = np.arange(len(rs), dtype=np.int64) - np.searchsorted(rs, rs, "left")
+    j = np.arange(len(rs), dtype=np.int64) - r_cum[rs]
+    del s_cum, r_cum
     recv_pos = np.empty(len(rs), dtype=np.int64)
     recv_pos[rsort] = i_of_slot[rs] + s_before[rs] + s_count[rs] + r_before[rs] + j
 

@@ -281,32 +281,47 @@ def _timing_graph(
             cross = ~same
             cons.append(c[cross])
             prods.append(p[cross])
-            vias.append(np.full(int(cross.sum()), via))
-    cons_a = np.concatenate(cons) if cons else np.zeros(0, dtype=np.int64)
-    prods_a = np.concatenate(prods) if prods else np.zeros(0, dtype=np.int64)
-    via_a = np.concatenate(vias) if vias else np.zeros(0, dtype=bool)
-    del cons, prods, vias, key, owner  # large tables: free what is done with (the peak memory of a build)
-    # each node's cross-rank inputs as up to K slots (producer index, via); slot value n = none (time 0.0)
-    sort = np.argsort(cons_a, kind="stable")
-    cons_a, prods_a, via_a = cons_a[sort], prods_a[sort], via_a[sort]
-    del sort
-    slot = np.arange(len(cons_a)) - np.searchsorted(cons_a, cons_a, "left")
-    n_slots = int(slot.max(initial=-1)) + 1
+            vias.append(via)
+    # each node's cross-rank inputs as up to K slots (producer index, via); slot value n = none (time 0.0).
+    # Each group (a kind's rows, one input of it) lists its consumers ascending: a node's slots are taken in
+    # group order (a group naming a node twice, which a valid order has not, is sorted into slots instead)
+    n_cross = sum(len(c) for c in cons)
+    if all(len(c) < 2 or (c[1:] > c[:-1]).all() for c in cons):
+        taken = np.zeros(n, dtype=np.int64)
+        slots = []
+        for c in cons:
+            slots.append(taken[c])
+            taken[c] += 1
+        n_slots = int(taken.max(initial=0))
+        del taken
+    else:
+        order_c = np.argsort(np.concatenate(cons), kind="stable")
+        sorted_c = np.concatenate(cons)[order_c]
+        rank_in = np.empty(n_cross, dtype=np.int64)
+        rank_in[order_c] = np.arange(n_cross) - np.searchsorted(sorted_c, sorted_c, "left")
+        bounds = np.cumsum([0] + [len(c) for c in cons])
+        slots = [rank_in[a:b] for a, b in pairwise(bounds.tolist())]
+        n_slots = int(rank_in.max(initial=-1)) + 1
+        del order_c, sorted_c, rank_in
     src = np.full((max(n_slots, 1), n), n, dtype=np.int64)
     via_m = np.zeros((max(n_slots, 1), n), dtype=bool)
-    src[slot, cons_a] = prods_a
-    via_m[slot, cons_a] = via_a
-    del slot, via_a
+    for c, p, via, slot in zip(cons, prods, vias, slots, strict=True):
+        src[slot, c] = p
+        via_m[slot, c] = via
     # which ranks feed each rank: a rank is recomputed only when one of them changed
     feeds: list[list[int]] = [[] for _ in range(n_ranks)]
-    if len(cons_a):
+    if n_cross:
         rank_of = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths)
-        pairs = np.unique(rank_of[prods_a] * n_ranks + rank_of[cons_a])
-        for x in pairs.tolist():
+        pairs = np.zeros(n_ranks * n_ranks, dtype=bool)
+        for c, p in zip(cons, prods, strict=True):
+            pairs[rank_of[p] * n_ranks + rank_of[c]] = True
+        for x in np.flatnonzero(pairs).tolist():
             feeds[x // n_ranks].append(x % n_ranks)
-    consumers = cons_a[np.r_[True, cons_a[1:] != cons_a[:-1]]] if len(cons_a) else cons_a
+        del rank_of, pairs
+    del cons, prods, vias, slots  # large tables: free what is done with (the peak memory of a build)
+    consumers = np.flatnonzero(src[0] != n) if n_cross else np.zeros(0, dtype=np.int64)
     return TimingGraph(
-        first, src, via_m, consumers, len(cons_a), tuple(map(tuple, feeds)), producer[ACT], producer[GRAD]
+        first, src, via_m, consumers, n_cross, tuple(map(tuple, feeds)), producer[ACT], producer[GRAD]
     )
 
 
