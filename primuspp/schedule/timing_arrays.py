@@ -283,26 +283,19 @@ def _timing_graph(
             prods.append(p[cross])
             vias.append(via)
     # each node's cross-rank inputs as up to K slots (producer index, via); slot value n = none (time 0.0).
-    # Each group (a kind's rows, one input of it) lists its consumers ascending: a node's slots are taken in
-    # group order (a group naming a node twice, which a valid order has not, is sorted into slots instead)
+    # Each group (a kind's rows, one input of it) lists its consumers ascending, each once (a node has one
+    # row of each kind): a node's slots are taken in group order. A group naming a node twice is an order
+    # the parts check let through oddly: the loop takes it.
+    if not all(len(c) < 2 or (c[1:] > c[:-1]).all() for c in cons):
+        return None
     n_cross = sum(len(c) for c in cons)
-    if all(len(c) < 2 or (c[1:] > c[:-1]).all() for c in cons):
-        taken = np.zeros(n, dtype=np.int64)
-        slots = []
-        for c in cons:
-            slots.append(taken[c])
-            taken[c] += 1
-        n_slots = int(taken.max(initial=0))
-        del taken
-    else:
-        order_c = np.argsort(np.concatenate(cons), kind="stable")
-        sorted_c = np.concatenate(cons)[order_c]
-        rank_in = np.empty(n_cross, dtype=np.int64)
-        rank_in[order_c] = np.arange(n_cross) - np.searchsorted(sorted_c, sorted_c, "left")
-        bounds = np.cumsum([0] + [len(c) for c in cons])
-        slots = [rank_in[a:b] for a, b in pairwise(bounds.tolist())]
-        n_slots = int(rank_in.max(initial=-1)) + 1
-        del order_c, sorted_c, rank_in
+    taken = np.zeros(n, dtype=np.int64)
+    slots = []
+    for c in cons:
+        slots.append(taken[c])
+        taken[c] += 1
+    n_slots = int(taken.max(initial=0))
+    del taken
     src = np.full((max(n_slots, 1), n), n, dtype=np.int64)
     via_m = np.zeros((max(n_slots, 1), n), dtype=bool)
     for c, p, via, slot in zip(cons, prods, vias, slots, strict=True):

@@ -101,13 +101,31 @@ def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -
     b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
     b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
     b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
+    summaries = _summaries(i_start, i_end, cuts)
     out = []
     for r in range(n_ranks):
         lo, hi = cuts[r], cuts[r + 1]
         cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
         b_lo, b_hi = b_cuts[r], b_cuts[r + 1]
         backward = tuple(col[b_lo:b_hi] for col in b_cols) if b_hi > b_lo else None
-        out.append(IntervalColumns(_NAMES, *cols, backward))
+        out.append(IntervalColumns(_NAMES, *cols, backward, summaries[r]))
+    return out
+
+
+def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] | None]:
+    """Per rank (rank r's intervals: `cuts[r]:cuts[r + 1]`): its first start, last end and busy time, the
+    values `timeline_metrics` would read from its columns (busy: Python's `sum` of the durations in order),
+    from a few passes over all ranks at once; None for a rank without intervals."""
+    busy_all = (end - start).tolist()
+    nonempty = [r for r in range(len(cuts) - 1) if cuts[r + 1] > cuts[r]]
+    if not nonempty:
+        return [None] * (len(cuts) - 1)
+    at = [cuts[r] for r in nonempty]
+    lows = np.minimum.reduceat(start, at).tolist()
+    highs = np.maximum.reduceat(end, at).tolist()
+    out: list[tuple[float, float, float] | None] = [None] * (len(cuts) - 1)
+    for r, lo, hi in zip(nonempty, lows, highs, strict=True):
+        out[r] = (lo, hi, sum(busy_all[cuts[r] : cuts[r + 1]]))
     return out
 
 
