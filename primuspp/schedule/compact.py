@@ -222,6 +222,14 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     )
 
 
+def one_row_per_node(rows: dict[str, Any]) -> bool:
+    """Whether row i of `rows` is node i (no composite node: each node one row of its own)."""
+    composite = _part_tables()[0]
+    return len(rows["kind"]) == len(rows["node_kind"]) and not any(
+        composite[c] for c in kinds_present(rows, "node_kind")
+    )
+
+
 def kinds_present(rows: dict[str, Any], column: str = "kind") -> list[int]:
     """The kind codes that occur in `rows[column]` ("kind": per row, "node_kind": per node), ascending
     (`np.unique`'s answer, counted once per order: `rows.Rows.memo`)."""
@@ -357,18 +365,26 @@ def lower_compact(
     lengths0 = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths0, out=first[1:])
-    gidx = first[rank] + index  # the node's index in the concatenated order
+    n_nodes = int(first[-1])
+    # the node's index in the concatenated order (row i is node i when no node is composite)
+    gidx = np.arange(n_nodes, dtype=np.int64) if one_row_per_node(arr) else first[rank] + index
 
-    # compute flags and compute indices per node of the concatenated order
+    # compute flags and compute indices per node of the concatenated order (every node a compute node, as
+    # without OFFLOAD/RELOAD: node_compute None, the compute numbering is the node numbering)
     is_compute_kind, makes_of, datum_rank_of = _lowering_tables()
     node_kind = arr["node_kind"]
-    node_compute = is_compute_kind[node_kind]
     node_rank = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
-    ccount = np.cumsum(node_compute) - node_compute  # compute nodes before each node (global)
-    cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
-    np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
-    node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
-    del ccount
+    if all(is_compute_kind[c] for c in kinds_present(arr, "node_kind")):
+        node_compute = None
+        cfirst = first
+        node_ci = np.arange(n_nodes, dtype=np.int64) - first[node_rank]
+    else:
+        node_compute = is_compute_kind[node_kind]
+        ccount = np.cumsum(node_compute) - node_compute  # compute nodes before each node (global)
+        cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
+        np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
+        node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
+        del ccount
     n_compute = np.diff(cfirst)
 
     n_all = int(first[-1])
@@ -377,7 +393,7 @@ def lower_compact(
     else:
         starts = np.fromiter(chain.from_iterable(timing.starts), dtype=np.float64, count=n_all)
         ends = np.fromiter(chain.from_iterable(timing.ends), dtype=np.float64, count=n_all)
-    cstarts = starts[node_compute]  # rank-major, each rank's compute starts in order
+    cstarts = starts if node_compute is None else starts[node_compute]  # rank-major, in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
     fwd_peer, bwd_peer = stage_peers(placement)
@@ -449,12 +465,18 @@ def lower_compact(
     i_of_slot[last] = lengths0
     mask = np.ones(n_slots, dtype=bool)
     mask[last] = False
-    i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
+    if node_compute is None:
+        i_of_slot[mask] = node_ci
+    else:
+        i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
 
     node_slot = slot_base[node_rank] + node_ci
-    node_pos = np.arange(len(node_rank), dtype=np.int64) - first[node_rank]
+    node_pos = node_ci if node_compute is None else np.arange(n_nodes, dtype=np.int64) - first[node_rank]
     before = node_pos + s_before[node_slot] + r_before[node_slot]
-    pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
+    if node_compute is None:
+        pos_all = before + s_count[node_slot] + r_count[node_slot]
+    else:
+        pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
     del node_slot, node_pos, before, gidx, node_rank, node_ci, mask
     # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
     n_h = len(rows)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.compact import CODE, KINDS, LoweredRanks, kinds_present
+from primuspp.schedule.compact import CODE, KINDS, LoweredRanks, kinds_present, one_row_per_node
 from primuspp.schedule.semantics import ACT, ACT_PREV, COMPLETION, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 
 if TYPE_CHECKING:
@@ -112,19 +112,23 @@ def valid(table: ScheduleTable) -> bool:
     kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
     if not set(kinds_present(rows, "kind")) <= {_F, _B, _W, _BW}:  # memory nodes: the reference walk
         return False
-    pos = ranks.node_pos[ranks.first[rank] + rows["index"]]
+    # each row's position (its node's): row i is node i when no node is composite
+    pos = ranks.node_pos if one_row_per_node(rows) else ranks.node_pos[ranks.first[rank] + rows["index"]]
     c_kind, c_mb, c_stage, c_rank = ranks.c_kind, ranks.c_mb, ranks.c_stage, ranks.c_rank
     c_pos, c_peer = ranks.c_pos, ranks.c_peer
 
-    def placed(mbs, stages, on) -> bool:
+    def placed(mbs, stages, on) -> object:
+        """The rows' keys (mb * stages + stage), or None unless each row's microbatch and stage exist, the
+        stage is on the row's rank and on the microbatch's route."""
         if not (_below(mbs, m) & _below(stages, n)).all():
-            return False
-        return bool((srank[stages] == on).all() and on_route[mbs * n + stages].all())
+            return None
+        keys = mbs * n + stages
+        return keys if (srank[stages] == on).all() and on_route[keys].all() else None
 
-    if not placed(mb, stage, rank) or not placed(c_mb, c_stage, c_rank):
+    key = placed(mb, stage, rank)
+    c_key = None if key is None else placed(c_mb, c_stage, c_rank)
+    if c_key is None:
         return False
-    key = mb * n + stage
-    c_key = c_mb * n + c_stage
     big = np.iinfo(np.int64).max
 
     compute_slot, comm_slot = _slots()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primuspp.schedule.compact import KINDS, LoweredRanks, order_arrays
+from primuspp.schedule.compact import KINDS, LoweredRanks, kinds_present, one_row_per_node, order_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, order_memory
@@ -50,8 +50,15 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     starts, ends = times.starts, times.ends
     n_ranks = len(order)
     node_first = times.first
-    owner = node_first[rows["rank"]] + rows["index"]  # each row's node, in the flat numbering
-    is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[rows["node_kind"]]
+    # each row's node, in the flat numbering (row i is node i when no node is composite)
+    simple = one_row_per_node(rows)
+    owner = (
+        np.arange(len(rows["kind"]), dtype=np.int64) if simple else node_first[rows["rank"]] + rows["index"]
+    )
+    # per node: a compute node or not (None: all are, as without OFFLOAD/RELOAD)
+    compute_kind = np.array([k.is_compute for k in KINDS], dtype=bool)
+    all_compute = all(compute_kind[c] for c in kinds_present(rows, "node_kind"))
+    is_compute = None if all_compute and simple else compute_kind[rows["node_kind"]]
     intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk)
 
     # memory: the one memory model, as array passes where the table allows it
@@ -89,13 +96,27 @@ def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -
     kind, mb, stage, part = rows["kind"], rows["mb"], rows["stage"], rows["part"]
     node_kind = rows["node_kind"]
     chunk = np.asarray(stage_chunk, dtype=np.int64)
-    head = part == 0  # one row per node, in node order
-    nodes = np.flatnonzero(is_compute)
-    n_mb, n_stage = mb[head][nodes], stage[head][nodes]
-    i_kind, i_start, i_end, i_chunk = node_kind[nodes], starts[nodes], ends[nodes], chunk[n_stage]
-    cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
+    if is_compute is None:  # every row a compute node of its own: the intervals are the rows
+        n_mb, n_stage, i_kind, i_start, i_end = mb, stage, node_kind, starts, ends
+        nodes = None
+        cuts = node_first.tolist()
+    else:
+        head = part == 0  # one row per node, in node order
+        nodes = np.flatnonzero(is_compute)
+        n_mb, n_stage = mb[head][nodes], stage[head][nodes]
+        i_kind, i_start, i_end = node_kind[nodes], starts[nodes], ends[nodes]
+        cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
+    i_chunk = chunk[n_stage]
     n_ranks = len(cuts) - 1
     composite = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
+    if nodes is None:  # no composite node: no backward parts
+        out = []
+        summaries = _summaries(i_start, i_end, cuts)
+        for r in range(n_ranks):
+            lo, hi = cuts[r], cuts[r + 1]
+            cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
+            out.append(IntervalColumns(_NAMES, *cols, None, summaries[r]))
+        return out
     back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))  # rank-major, as all rows
     b_rank = rows["rank"][back_rows]
     b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
@@ -143,7 +164,7 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
         made = SEMANTICS[KINDS[code]].produces
         if not made:
             continue
-        sel = np.flatnonzero((kind == code) & is_compute[owner])
+        sel = np.flatnonzero(kind == code if is_compute is None else (kind == code) & is_compute[owner])
         for ordinal, what in enumerate(made):
             peers, sent, tag = route[what]
             peer = peers[stage[sel]]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from primuspp.schedule.compact import KINDS, kinds_present
+from primuspp.schedule.compact import KINDS, kinds_present, one_row_per_node
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
@@ -37,7 +37,12 @@ def memory_levels(
     `node_first[r]`: rank r's first node in the flat, rank-major numbering `starts`/`ends` use), or None
     when the arrays cannot reproduce it (see the module docstring)."""
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
-    gidx = node_first[rows["rank"]] + rows["index"]
+    # each row's node (row i is node i when no node is composite)
+    gidx = (
+        np.arange(len(kind), dtype=np.int64)
+        if one_row_per_node(rows)
+        else node_first[rows["rank"]] + rows["index"]
+    )
     part = rows["part"]
     amount_a = np.asarray(amount, dtype=np.float64)
     bfree_a = np.asarray(b_free, dtype=np.float64)
