@@ -160,7 +160,7 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
     n_stages = placement.num_stages
     pieces = []
-    for code in np.unique(kind).tolist():
+    for code in kinds_present(rows, "kind"):
         made = SEMANTICS[KINDS[code]].produces
         if not made:
             continue
