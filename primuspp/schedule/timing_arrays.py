@@ -163,15 +163,22 @@ def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float) -> Any:
     ext = np.empty(n + 1, dtype=np.float64)
     ext[:n] = cand
     ext[n] = 0.0
-    add = np.where(graph.via, comm, 0.0)
+    return cand if _solves(graph, d, np.where(graph.via, comm, 0.0), ext) else None
+
+
+def _solves(graph: TimingGraph, d: Any, add: Any, ext: Any) -> bool:
+    """Whether the ends `ext[:n]` (`ext[n]` = 0.0: the "no input" slot) obey the loop's recurrence at every
+    node: end = max(end of the node before it on its rank, latest arrival of its cross-rank inputs) +
+    duration. Exact when every value is a multiple of 2^-20 below 2^32 (the callers' proofs); the solution
+    is then the loop's, being unique (every cross-rank consumer takes time, so the order is acyclic)."""
+    n = len(d)
     ready = (ext[graph.src] + add).max(axis=0)
-    del ext, add
     prev = np.empty(n, dtype=np.float64)
-    prev[1:] = cand[:-1]
-    prev[0] = 0.0
-    starts_rank = graph.first[:-1][np.diff(graph.first) > 0]
-    prev[starts_rank] = 0.0  # a rank's first node follows nothing
-    return cand if np.array_equal(np.maximum(prev, ready) + d, cand) else None
+    prev[1:] = ext[: n - 1]
+    if n:
+        prev[0] = 0.0
+    prev[graph.first[:-1][np.diff(graph.first) > 0]] = 0.0  # a rank's first node follows nothing
+    return bool(np.array_equal(np.maximum(prev, ready) + d, ext[:n]))
 
 
 #: orders of up to this many nodes keep their timing graph and times in their rows' memo (larger ones
@@ -372,6 +379,10 @@ def _sweep(graph: TimingGraph, d: Any, comm: float) -> Any:
                     dirty[x] = True
                 changed = True
         if not changed:
+            return ends[:n]
+        # settled already? One whole-table check of the recurrence costs less than the sweep that would
+        # find nothing left to change
+        if _solves(graph, d, add, ends):
             return ends[:n]
         if passes > budget:
             return None
