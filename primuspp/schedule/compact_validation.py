@@ -255,17 +255,15 @@ def valid(table: ScheduleTable) -> bool:
     if len(step) and not step[_inner(cfirst)].all():
         return False
 
-    def phi(r, b):
-        """Hint of the compute node after boundary b of rank r (-inf before the first, +inf after the
-        last)."""
-        idx = cfirst[r] + b
-        inside = (b >= 0) & (b < counts[r])
-        out = np.where(b < 0, -np.inf, np.inf)
-        out[inside] = hints[idx[inside]]
-        return out
-
-    a_rank, a_b = c_rank[s_idx], boundary[s_idx]
-    b_rank, b_b = c_rank[r_idx], boundary[r_idx]
-    if not (phi(b_rank, b_b - 1) < phi(a_rank, a_b)).all():
+    # phi(r, b): the hint of the compute node after boundary b of rank r, -inf before the first (b = -1),
+    # +inf after the last (b = count): read from one table, each rank's hints between -inf and +inf
+    ext = np.full(len(hints) + 2 * n_ranks, np.inf)
+    ext[cfirst[:-1] + 2 * np.arange(n_ranks, dtype=np.int64)] = -np.inf
+    ext[
+        np.arange(len(hints), dtype=np.int64) + 2 * np.repeat(np.arange(n_ranks, dtype=np.int64), counts) + 1
+    ] = hints
+    at_b = cfirst[c_rank] + 2 * c_rank + 1 + boundary  # phi(rank, boundary) of each comm row: ext[at_b]
+    a_at, b_at = at_b[s_idx], at_b[r_idx]
+    if not (ext[b_at - 1] < ext[a_at]).all():
         return False
-    return bool((phi(a_rank, a_b - 1) < phi(b_rank, b_b)).all())
+    return bool((ext[a_at - 1] < ext[b_at]).all())
