@@ -38,11 +38,8 @@ def memory_levels(
     when the arrays cannot reproduce it (see the module docstring)."""
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
     # each row's node (row i is node i when no node is composite)
-    gidx = (
-        np.arange(len(kind), dtype=np.int64)
-        if one_row_per_node(rows)
-        else node_first[rows["rank"]] + rows["index"]
-    )
+    simple = one_row_per_node(rows)
+    gidx = np.arange(len(kind), dtype=np.int64) if simple else node_first[rows["rank"]] + rows["index"]
     part = rows["part"]
     amount_a = np.asarray(amount, dtype=np.float64)
     bfree_a = np.asarray(b_free, dtype=np.float64)
@@ -66,13 +63,17 @@ def memory_levels(
         for code, plan in plans.items():
             if plan:
                 has[code], phase_of[code], effect_of[code] = True, plan[0][0], _CODES[plan[0][2]]
-        ev_row = np.flatnonzero(has[kind])
-        ev_phase, ev_effect = phase_of[kind[ev_row]], effect_of[kind[ev_row]]
+        # every row an event (each kind present has its one effect): the events are the rows themselves
+        all_rows = all(has[code] for code in plans)
+        ev_row = np.arange(len(kind), dtype=np.int64) if all_rows else np.flatnonzero(has[kind])
+        ev_kind = kind if all_rows else kind[ev_row]
+        ev_phase, ev_effect = phase_of[ev_kind], effect_of[ev_kind]
+        del ev_kind
         ev_ord = np.zeros(len(ev_row), dtype=np.int64)
         # one effect per row and no composite node: the rows' order is the loop's order already
         in_row_order = not _has_composite(rows)
     else:
-        in_row_order = False
+        in_row_order = all_rows = False
         groups = [
             (np.flatnonzero(kind == code), ph, n, e) for code, plan in plans.items() for ph, n, e in plan
         ]
@@ -87,10 +88,11 @@ def memory_levels(
         if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
             order = np.argsort(sort_key, kind="stable")
             ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
+            all_rows = False  # the events are the rows in another order
             del order
         del sort_key  # large tables: free what is done with (the simulation's peak memory)
     del ev_ord
-    s = stage[ev_row]
+    s = stage if all_rows else stage[ev_row]
     delta = np.empty(len(ev_row), dtype=np.float64)
     is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))
     delta[is_alloc] = amount_a[s[is_alloc]]
@@ -99,14 +101,14 @@ def memory_levels(
     if is_rest.any():
         # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default
         n_stages = len(amount_a)
-        key = mb[ev_row] * n_stages + s
+        key = (mb if all_rows else mb[ev_row]) * n_stages + s
         size = int(key.max()) + 1 if len(key) else 0
         b_keys, rest_keys = key[is_b], key[is_rest]
         if np.bincount(b_keys, minlength=size).max(initial=0) > 1:
             return None
         if np.bincount(rest_keys, minlength=size).max(initial=0) > 1:
             return None
-        ev_rank = rows["rank"][ev_row]
+        ev_rank = rows["rank"] if all_rows else rows["rank"][ev_row]
         where_b = np.full(size, -1, dtype=np.int64)
         where_b[b_keys] = np.nonzero(is_b)[0]
         rest_at = np.nonzero(is_rest)[0]
@@ -117,10 +119,13 @@ def memory_levels(
         delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
         del key, b_keys, rest_keys, ev_rank, where_b, rest_at, b_at, seen, rs
     del s, is_alloc, is_b, is_rest, is_all, ev_effect
-    ev_gidx = gidx[ev_row]
+    n_ranks = len(node_first) - 1
+    if all_rows and simple:  # event i is node i
+        times = np.where(ev_phase == 0, starts, ends)
+        return _per_rank(times, delta, node_first.tolist(), n_ranks)
+    ev_gidx = gidx if all_rows else gidx[ev_row]
     del gidx, ev_row
     times = np.where(ev_phase == 0, starts[ev_gidx], ends[ev_gidx])
-    n_ranks = len(node_first) - 1
     bounds = np.searchsorted(ev_gidx, node_first)
     del ev_gidx, ev_phase
     return _per_rank(times, delta, bounds.tolist(), n_ranks)
