@@ -238,7 +238,9 @@ def _timing_graph(
     srank = np.asarray(placement.stage_rank, dtype=np.int64)
     if not rows["parts_ok"] or n == 0:
         return None
-    if mb.min(initial=0) < 0 or mb.max(initial=0) >= m or (srank[stage] != rank).any():
+    if mb.min(initial=0) < 0 or mb.max(initial=0) >= m or stage.min(initial=0) < 0:
+        return None
+    if (srank[stage] != rank).any():
         return None
     one_row_each = len(kind) == n  # then row i is node i
     owner = np.arange(n, dtype=np.int64) if one_row_each else first[rank] + rows["index"]
@@ -271,7 +273,19 @@ def _timing_graph(
             if need not in routes:
                 return None
             what, step, via = routes[need]
-            q = step[stage[sel]] if step is not None else stage[sel]
+            if step is None:
+                # the node's own stage, so its own rank (checked above): made there, it must come first
+                # (the loop would wait for ever) and then never delays
+                c_rows = sel
+                p = producer[what][key[c_rows]]
+                c = owner[c_rows]
+                if (p < 0).any():
+                    return None  # never made: the loop reports it
+                inner = p == c  # made by another part of the same node
+                if ((p >= c) & ~inner).any():
+                    return None
+                continue
+            q = step[stage[sel]]
             has = q >= 0
             c_rows, q = sel[has], q[has]
             p = producer[what][mb[c_rows] * n_stages + q]

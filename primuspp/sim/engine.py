@@ -176,8 +176,14 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
         empty = np.zeros(0, dtype=np.int64)
         return TransferColumns(_TAGS, empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0))
     row = np.concatenate([p[0] for p in pieces])
-    ordinal = np.concatenate([np.full(len(p[0]), p[1], dtype=np.int64) for p in pieces])
-    order = np.lexsort((ordinal, row))
+    # in (row, ordinal) order; each piece is ascending in row, so a stable sort merges the runs
+    width = max(p[1] for p in pieces) + 1
+    if width > 1:
+        ordinal = np.concatenate([np.full(len(p[0]), p[1], dtype=np.int64) for p in pieces])
+        order = np.argsort(row * width + ordinal, kind="stable")
+        del ordinal
+    else:
+        order = np.argsort(row, kind="stable")
     row = row[order]
     tag = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int8) for p in pieces])[order]
     dst = np.concatenate([p[3] for p in pieces])[order]
