@@ -450,8 +450,9 @@ def lower_compact(
     n_slots = int(slot_base[-1])
     send_slot = slot_base[h_rank] + send_boundary
     s_count = np.bincount(send_slot, minlength=n_slots)
-    recv_rank = peer[keep]
-    recv_slot = slot_base[recv_rank] + k[keep]
+    keep_all = bool(keep.all())  # as usual: every hand-off gets its receive
+    recv_rank = peer if keep_all else peer[keep]
+    recv_slot = slot_base[recv_rank] + (k if keep_all else k[keep])
     r_count = np.bincount(recv_slot, minlength=n_slots)
     base_of_slot = np.repeat(slot_base[:-1], n_compute + 1)
     s_cum = np.cumsum(s_count) - s_count
@@ -490,7 +491,7 @@ def lower_compact(
     recv_pos[rsort] = i_of_slot[rs] + s_before[rs] + s_count[rs] + r_before[rs] + j
 
     del rsort, rs, j, i_of_slot, s_before, r_before, s_count, r_count, send_slot, recv_slot
-    own = np.nonzero(keep)[0]
+    own = slice(None) if keep_all else np.nonzero(keep)[0]
     c_rank = np.concatenate([h_rank, recv_rank])
     c_pos = np.concatenate([send_pos, recv_pos])
     comm = {
