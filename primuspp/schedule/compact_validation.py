@@ -167,10 +167,13 @@ def valid(table: ScheduleTable) -> bool:
     cross_prev = on_route & (prv[stages] >= 0) & (srank[np.maximum(prv[stages], 0)] != srank[stages])
     if not ((n_sf == cross_next) & (n_rf == cross_next) & (n_sb == cross_prev) & (n_rb == cross_prev)).all():
         return False
-    # a send after what it sends
-    sf, sb = c_kind == _SF, c_kind == _SB
-    if not ((pos_f[msg_key[sf]] < c_pos[sf]).all() and (pos_g[msg_key[sb]] < c_pos[sb]).all()):
+    # a send after what it sends (an activation: its F; an input grad: its B or BW)
+    s_idx = np.nonzero(send)[0]
+    s_key = msg_key[s_idx]
+    made_at = np.where(grad[s_idx], pos_g[s_key], pos_f[s_key])
+    if not (made_at < c_pos[s_idx]).all():
         return False
+    del s_key, made_at
 
     # inputs before use, on the same rank: the producer itself, or the receive of what it made
     f = kind == _F
@@ -196,18 +199,23 @@ def valid(table: ScheduleTable) -> bool:
     w = kind == _W
     if not (pos_b[key[w]] < pos[w]).all():
         return False
-    del f, fs, fk, fp, p, has, pk, local, came, g, gs, gk, gp, q, qk, w, key, sf, sb
+    del f, fs, fk, fp, p, has, pk, local, came, g, gs, gk, gp, q, qk, w, key
 
     # FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
     src = np.where(send, c_rank, c_peer)
     dst = np.where(send, c_peer, c_rank)
     msg = 2 * msg_key + grad
-    s_idx = np.nonzero(send)[0]
     r_idx = np.nonzero(~send)[0]
     # the rows are in (rank, position) order (checked: LoweredRanks keeps them so), so each pair's sends are
     # in position order on the sender's rows and its receives on the receiver's: a stable sort by the pair
-    # alone lists both in position order (16-bit keys sort in linear time)
-    if len(c_pos) > 1 and not (np.diff(c_rank * (int(c_pos.max()) + 1) + c_pos) > 0).all():
+    # alone lists both in position order (16-bit keys sort in linear time). Checked on each row's place in
+    # the whole lowered table (rank-major; positions within their rank's length: checked below)
+    lengths = np.asarray(ranks.lengths, dtype=np.int64)
+    if len(lengths) != len(ranks):
+        return False
+    lowered_first = np.cumsum(lengths) - lengths
+    c_at = lowered_first[c_rank] + c_pos
+    if len(c_at) > 1 and not (c_at[1:] > c_at[:-1]).all():
         return False
     n_pairs = pl.pp * pl.pp
     pair = (src * pl.pp + dst).astype(np.int16 if n_pairs <= np.iinfo(np.int16).max else np.int64)
@@ -234,21 +242,20 @@ def valid(table: ScheduleTable) -> bool:
     # each rank's positions are 0..length-1, each held once (compute and comm rows together): the comm rows
     # being in (rank, position) order, the j-th comm row of rank r has r's first `c_pos - j` compute nodes
     # before it
-    lengths = np.asarray(ranks.lengths, dtype=np.int64)
-    if len(lengths) != n_ranks or not (counts + np.bincount(c_rank, minlength=n_ranks) == lengths).all():
+    c_counts = np.bincount(c_rank, minlength=n_ranks)
+    if not (counts + c_counts == lengths).all():
         return False
-    lowered_first = np.cumsum(lengths) - lengths
     node_pos = ranks.node_pos
     rank_of_node = np.repeat(np.arange(n_ranks, dtype=np.int64), counts)
     if not (_below(node_pos, lengths[rank_of_node]).all() and _below(c_pos, lengths[c_rank]).all()):
         return False
     held = np.zeros(int(lengths.sum()), dtype=np.int8)
     held[lowered_first[rank_of_node] + node_pos] = 1
-    held[lowered_first[c_rank] + c_pos] += 1
+    held[c_at] += 1
     if not (held == 1).all():
         return False
     del held, rank_of_node, pos
-    comm_first = np.cumsum(np.bincount(c_rank, minlength=n_ranks)) - np.bincount(c_rank, minlength=n_ranks)
+    comm_first = np.cumsum(c_counts) - c_counts
     boundary = c_pos - (np.arange(len(c_pos), dtype=np.int64) - comm_first[c_rank])
     # hints strictly increase along each rank
     step = np.diff(hints) > 0
