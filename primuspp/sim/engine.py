@@ -25,7 +25,11 @@ from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.timeline import RankTimeline, Timeline
 
 _NAMES = tuple(k.text for k in KINDS)
-_TAGS = ("F", "B")  # a transfer's tag: the activation (F) or the input grad (B)
+_TAGS = ("F", "B")
+_QUANTUM, _LIMIT = (
+    2.0**20,
+    2.0**32,
+)  # see `_summaries`  # a transfer's tag: the activation (F) or the input grad (B)
 
 
 @dataclass(frozen=True)
@@ -137,16 +141,28 @@ def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] |
     """Per rank (rank r's intervals: `cuts[r]:cuts[r + 1]`): its first start, last end and busy time, the
     values `timeline_metrics` would read from its columns (busy: Python's `sum` of the durations in order),
     from a few passes over all ranks at once; None for a rank without intervals."""
-    busy_all = (end - start).tolist()
     nonempty = [r for r in range(len(cuts) - 1) if cuts[r + 1] > cuts[r]]
     if not nonempty:
         return [None] * (len(cuts) - 1)
     at = [cuts[r] for r in nonempty]
     lows = np.minimum.reduceat(start, at).tolist()
     highs = np.maximum.reduceat(end, at).tolist()
+    duration = end - start
+    # every duration a multiple of 2^-20 and every time below 2^32 (as the array timing proves its times):
+    # then every partial sum is exact, so any order of adding gives Python's sum (plain or compensated)
+    quanta = duration * _QUANTUM
+    if (
+        np.array_equal(quanta, np.floor(quanta))
+        and float(end.max(initial=0.0)) < _LIMIT
+        and (duration >= 0).all()
+    ):
+        busy = np.add.reduceat(duration, at).tolist()
+    else:
+        listed = duration.tolist()
+        busy = [sum(listed[cuts[r] : cuts[r + 1]]) for r in nonempty]
     out: list[tuple[float, float, float] | None] = [None] * (len(cuts) - 1)
-    for r, lo, hi in zip(nonempty, lows, highs, strict=True):
-        out[r] = (lo, hi, sum(busy_all[cuts[r] : cuts[r + 1]]))
+    for r, lo, hi, b in zip(nonempty, lows, highs, busy, strict=True):
+        out[r] = (lo, hi, b)
     return out
 
 
