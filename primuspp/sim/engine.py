@@ -148,14 +148,12 @@ def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] |
     lows = np.minimum.reduceat(start, at).tolist()
     highs = np.maximum.reduceat(end, at).tolist()
     duration = end - start
-    # every duration a multiple of 2^-20 and every time below 2^32 (as the array timing proves its times):
-    # then every partial sum is exact, so any order of adding gives Python's sum (plain or compensated)
+    # every duration a non-negative multiple of 2^-20, their total below 2^31 (as with the times the array
+    # timing proves): every partial sum is exact, so any order of adding gives Python's sum (plain or
+    # compensated alike)
     quanta = duration * _QUANTUM
-    if (
-        np.array_equal(quanta, np.floor(quanta))
-        and float(end.max(initial=0.0)) < _LIMIT
-        and (duration >= 0).all()
-    ):
+    exact = np.array_equal(quanta, np.floor(quanta)) and (duration >= 0).all()
+    if exact and float(duration.sum()) < _LIMIT / 2:
         busy = np.add.reduceat(duration, at).tolist()
     else:
         listed = duration.tolist()
