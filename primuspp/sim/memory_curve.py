@@ -93,12 +93,14 @@ def memory_levels(
         del sort_key  # large tables: free what is done with (the simulation's peak memory)
     del ev_ord
     s = stage if all_rows else stage[ev_row]
-    delta = np.empty(len(ev_row), dtype=np.float64)
-    is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))
-    delta[is_alloc] = amount_a[s[is_alloc]]
-    delta[is_all] = -amount_a[s[is_all]]
-    delta[is_b] = -freed_b[s[is_b]]
+    # each event's change, by effect code and stage: +amount, -amount * b_free, (W: below), -amount
+    change = np.zeros((len(_CODES), len(amount_a)), dtype=np.float64)
+    change[_CODES[ALLOC]], change[_CODES[FREE_B]], change[_CODES[FREE_ALL]] = amount_a, -freed_b, -amount_a
+    delta = change[ev_effect, s]
+    del change
+    is_rest = ev_effect == _CODES[FREE_REST]
     if is_rest.any():
+        is_b = ev_effect == _CODES[FREE_B]
         # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default
         n_stages = len(amount_a)
         key = (mb if all_rows else mb[ev_row]) * n_stages + s
@@ -117,8 +119,8 @@ def memory_levels(
         seen &= ev_rank[np.maximum(b_at, 0)] == ev_rank[rest_at]
         rs = s[is_rest]
         delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
-        del key, b_keys, rest_keys, ev_rank, where_b, rest_at, b_at, seen, rs
-    del s, is_alloc, is_b, is_rest, is_all, ev_effect
+        del key, b_keys, rest_keys, ev_rank, where_b, rest_at, b_at, seen, rs, is_b
+    del s, is_rest, ev_effect
     n_ranks = len(node_first) - 1
     if all_rows and simple:  # event i is node i
         times = np.where(ev_phase == 0, starts, ends)
@@ -145,7 +147,8 @@ def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[t
     run = np.cumsum(table, axis=1)[:, 1:]
     del table
     inside = np.arange(width - 1) < counts[:, None]
-    near = (run > -1e-9) & (run < 1e-9) & ((run != 0.0) | np.signbit(run)) & inside
+    # within 1e-9 of zero and not +0.0 itself (whose bits are all zero): a level the loop snaps
+    near = (np.abs(run) < 1e-9) & (run.view(np.int64) != 0) & inside
     snapped = near.any(axis=1).tolist()
     run[~inside] = -np.inf
     peaks = run.max(axis=1, initial=-np.inf).tolist()
