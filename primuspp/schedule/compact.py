@@ -281,6 +281,10 @@ def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     }
 
 
+#: the largest (rank x time) histogram `_starts_before` builds (larger ones: a binary search)
+HISTOGRAM_MAX_CELLS = 1 << 21
+
+
 def _starts_before(cstarts: Any, cfirst: Any, n_compute: Any, t: Any, peer: Any, top: float) -> Any:
     """For each hand-off (time `t`, rank `peer`): how many of that rank's compute nodes start before `t`
     (`cstarts`: each rank's compute starts, ascending, rank r's from `cfirst[r]`; `top`: no time above it).
@@ -290,7 +294,10 @@ def _starts_before(cstarts: Any, cfirst: Any, n_compute: Any, t: Any, peer: Any,
 
     n_ranks = len(n_compute)
     width = int(top) + 2
-    if top < 2**40 and n_ranks * width <= 4 * (len(cstarts) + len(t)) + 4096:
+    # (a histogram no larger than the arrays at hand, and at most HISTOGRAM_MAX_CELLS: a large lowering's
+    # peak memory)
+    cells_ok = n_ranks * width <= min(4 * (len(cstarts) + len(t)) + 4096, HISTOGRAM_MAX_CELLS)
+    if top < 2**40 and cells_ok:
         s_int, t_int = cstarts.astype(np.int64), t.astype(np.int64)
         if (
             (s_int == cstarts).all()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.schedule import compact_validation, timing_arrays
+from primuspp.schedule import compact, compact_validation, timing_arrays
 from primuspp.schedule.compact import LoweredRanks, _starts_before, kinds_present
 from primuspp.schedule.costs import CostModel, unit_costs
 from primuspp.schedule.rows import Rows, memo_of
@@ -106,8 +106,11 @@ def test_large_orders_remember_nothing(monkeypatch):
     _same_times(got, timing_arrays.solve(table.placement, 8, table.compute_order(), sc, _plain(rows)))
 
 
-def test_receive_slots_by_histogram_are_the_binary_search():
-    """`_starts_before`: the (rank x time) histogram for whole times, the search for others, equal."""
+@pytest.mark.parametrize("max_cells", [compact.HISTOGRAM_MAX_CELLS, 0])
+def test_receive_slots_by_histogram_are_the_binary_search(monkeypatch, max_cells):
+    """`_starts_before`: the (rank x time) histogram for whole times (up to its size cap), the search for
+    others, equal."""
+    monkeypatch.setattr(compact, "HISTOGRAM_MAX_CELLS", max_cells)
     rng = random.Random(3)
     for trial in range(40):
         n_ranks = rng.randint(1, 6)
@@ -131,9 +134,11 @@ def test_receive_slots_by_histogram_are_the_binary_search():
         assert got.tolist() == want
 
 
-def test_memory_levels_of_all_ranks_at_once_are_each_ranks_own():
-    """`_per_rank`: one cumulative sum over a (rank x event) table, ranks that snap to zero redone alone,
-    equal to the running level of each rank taken by itself."""
+@pytest.mark.parametrize("block_cells", [memory_curve.BLOCK_CELLS, 20, 1])
+def test_memory_levels_of_all_ranks_at_once_are_each_ranks_own(monkeypatch, block_cells):
+    """`_per_rank`: one cumulative sum over a (rank x event) table per block of ranks, ranks that snap to
+    zero redone alone, equal to the running level of each rank taken by itself."""
+    monkeypatch.setattr(memory_curve, "BLOCK_CELLS", block_cells)
     rng = random.Random(11)
     for _ in range(30):
         n_ranks = rng.randint(1, 5)
