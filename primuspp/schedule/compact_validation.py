@@ -217,6 +217,7 @@ def valid(table: ScheduleTable) -> bool:
     c_at = lowered_first[c_rank] + c_pos
     if len(c_at) > 1 and not (c_at[1:] > c_at[:-1]).all():
         return False
+    del c_at  # (made again below: a large table's peak memory is in the pairing that follows)
     n_pairs = pl.pp * pl.pp
     pair = (src * pl.pp + dst).astype(np.int16 if n_pairs <= np.iinfo(np.int16).max else np.int64)
     s_idx = s_idx[np.argsort(pair[s_idx], kind="stable")]
@@ -251,7 +252,7 @@ def valid(table: ScheduleTable) -> bool:
         return False
     held = np.zeros(int(lengths.sum()), dtype=np.int8)
     held[lowered_first[rank_of_node] + node_pos] = 1
-    held[c_at] += 1
+    held[lowered_first[c_rank] + c_pos] += 1
     if not (held == 1).all():
         return False
     del held, rank_of_node, pos

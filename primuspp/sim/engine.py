@@ -151,9 +151,7 @@ def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] |
     # every duration a non-negative multiple of 2^-20, their total below 2^31 (as with the times the array
     # timing proves): every partial sum is exact, so any order of adding gives Python's sum (plain or
     # compensated alike)
-    quanta = duration * _QUANTUM
-    exact = np.array_equal(quanta, np.floor(quanta)) and (duration >= 0).all()
-    if exact and float(duration.sum()) < _LIMIT / 2:
+    if _whole_quanta(duration) and float(duration.sum()) < _LIMIT / 2:
         busy = np.add.reduceat(duration, at).tolist()
     else:
         listed = duration.tolist()
@@ -162,6 +160,16 @@ def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] |
     for r, lo, hi, b in zip(nonempty, lows, highs, busy, strict=True):
         out[r] = (lo, hi, b)
     return out
+
+
+def _whole_quanta(values, block: int = 1 << 20) -> bool:
+    """Whether every value is a non-negative multiple of 2^-20 (checked a block at a time: a large
+    simulation's peak memory)."""
+    for lo in range(0, len(values), block):
+        quanta = values[lo : lo + block] * _QUANTUM
+        if not (np.array_equal(quanta, np.floor(quanta)) and (quanta >= 0).all()):
+            return False
+    return True
 
 
 def _transfers(rows, owner, is_compute, times, placement, comm: float) -> TransferColumns:
