@@ -8,7 +8,14 @@ Given `ready`, a rank's recurrence is a max-plus scan: with `D` the running sum 
 are swept in turn (0..p-1, then p-1..0, ...), each from the latest ends of the others, until a sweep changes
 nothing: a pipeline's data flows one way per sweep, so with equal costs a handful of sweeps settle it (with
 per-rank costs the critical path can zigzag between ranks and need dozens: past a budget of rank passes
-the loop takes over).
+the loop takes over). After each sweep one whole-table check of the recurrence (`_solves`) ends the sweeps
+as soon as it holds: a fixed point in which every cross-rank consumer takes time is the unique solution
+(the order is acyclic), so the confirming sweep is not needed.
+
+What depends on the order alone (each node's cross-rank inputs, the producers, which ranks feed which:
+`TimingGraph`) is kept in the rows' memo (`rows.Rows`), as are the last ends: a build times its order twice
+(unit costs for lowering, the real costs for the simulation), and under equal costs the second run is the
+first one scaled, accepted once it passes the same check (`_rescaled`).
 
 The scan adds in another order than the loop, so it is used only where that cannot change a bit: every
 duration and `comm` a multiple of 2^-20 and every time below 2^32 (then every sum is exact). Where a table
