@@ -15,6 +15,7 @@ numpy is imported inside the functions that need it: importing this module costs
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 from primuspp.schedule.lazy_ranks import LazyRanks
@@ -32,16 +33,20 @@ class ArrayOrder(LazyRanks):
     node count). Build one with `from_ranks` (per-rank columns of simple nodes), `from_flat` or
     `from_nodes`."""
 
-    __slots__ = ("_cache", "_row_first", "first", "rows")
+    __slots__ = ("_cache", "_lengths", "_row_first", "first", "rows")
 
     def __init__(self, rows: dict[str, Any], first: Any) -> None:
         import numpy as np
 
-        self.rows, self.first = rows, first
+        from primuspp.schedule.rows import Rows
+
+        # the columns as `Rows`: facts derived from them are remembered across a build's passes
+        self.rows, self.first = rows if isinstance(rows, Rows) else Rows(rows), first
         n_ranks = len(first) - 1
         # rank r's rows: _row_first[r] .. _row_first[r + 1] (rows are rank-major)
         self._row_first = np.searchsorted(rows["rank"], np.arange(n_ranks + 1), "left")
         self._cache: list[tuple[Node, ...] | None] = [None] * n_ranks
+        self._lengths: list[int] | None = None
 
     # -- construction ------------------------------------------------------------------------------------
 
@@ -156,10 +161,11 @@ class ArrayOrder(LazyRanks):
     # -- cheap facts ---------------------------------------------------------------------------------------
 
     def lengths(self) -> list[int]:
-        """Each rank's node count, without building a Node."""
-        import numpy as np
-
-        return np.diff(self.first).tolist()
+        """Each rank's node count, without building a Node (a new list each call: the caller may keep it)."""
+        if self._lengths is None:
+            first = self.first.tolist()
+            self._lengths = [b - a for a, b in pairwise(first)]
+        return list(self._lengths)
 
     def num_nodes(self) -> int:
         return int(self.first[-1])

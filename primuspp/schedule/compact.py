@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from primuspp.schedule.lazy_ranks import LazyRanks
 from primuspp.schedule.nodes import Node, NodeKind, format_node
+from primuspp.schedule.rows import Rows, memo_of
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 
 if TYPE_CHECKING:
@@ -174,16 +175,18 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     node_index = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
     composite = composite_of[node_kind]
     if not composite.any():
-        return {
-            "node_kind": node_kind,
-            "parts_ok": True,
-            "kind": node_kind,
-            "mb": mb,
-            "stage": stage,
-            "rank": node_rank,
-            "index": node_index,
-            "part": np.zeros(n, dtype=np.int64),
-        }
+        return Rows(
+            {
+                "node_kind": node_kind,
+                "parts_ok": True,
+                "kind": node_kind,
+                "mb": mb,
+                "stage": stage,
+                "rank": node_rank,
+                "index": node_index,
+                "part": np.zeros(n, dtype=np.int64),
+            }
+        )
     # a composite node becomes one row per part (in place of its own row)
     where = np.nonzero(composite)[0]
     parts = [flat[i].parts for i in where.tolist()]
@@ -205,16 +208,40 @@ def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     parts_ok = bool((n_parts == n_parts_of[owner_kind]).all())
     if parts_ok and m_parts:
         parts_ok = bool(part_ok_of[np.repeat(owner_kind, n_parts), part[part_rows], part_kind].all())
-    return {
-        "node_kind": node_kind,
-        "parts_ok": parts_ok,
-        "kind": kind,
-        "mb": row_mb,
-        "stage": row_stage,
-        "rank": node_rank[row_node],
-        "index": node_index[row_node],
-        "part": part,
-    }
+    return Rows(
+        {
+            "node_kind": node_kind,
+            "parts_ok": parts_ok,
+            "kind": kind,
+            "mb": row_mb,
+            "stage": row_stage,
+            "rank": node_rank[row_node],
+            "index": node_index[row_node],
+            "part": part,
+        }
+    )
+
+
+def one_row_per_node(rows: dict[str, Any]) -> bool:
+    """Whether row i of `rows` is node i (no composite node: each node one row of its own)."""
+    composite = _part_tables()[0]
+    return len(rows["kind"]) == len(rows["node_kind"]) and not any(
+        composite[c] for c in kinds_present(rows, "node_kind")
+    )
+
+
+def kinds_present(rows: dict[str, Any], column: str = "kind") -> list[int]:
+    """The kind codes that occur in `rows[column]` ("kind": per row, "node_kind": per node), ascending
+    (`np.unique`'s answer, counted once per order: `rows.Rows.memo`)."""
+    import numpy as np
+
+    memo = memo_of(rows)
+    got = memo.get(("present", column))
+    if got is None:
+        got = memo["present", column] = np.flatnonzero(
+            np.bincount(rows[column], minlength=len(KINDS))
+        ).tolist()
+    return got
 
 
 def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
@@ -252,6 +279,54 @@ def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
         "index": np.array(idx, dtype=np.int64),
         "part": np.array(parts, dtype=np.int64),
     }
+
+
+#: the largest (rank x time) histogram `_starts_before` builds (larger ones: a binary search)
+HISTOGRAM_MAX_CELLS = 1 << 21
+
+
+def _starts_before(cstarts: Any, cfirst: Any, n_compute: Any, t: Any, peer: Any, top: float) -> Any:
+    """For each hand-off (time `t`, rank `peer`): how many of that rank's compute nodes start before `t`
+    (`cstarts`: each rank's compute starts, ascending, rank r's from `cfirst[r]`; `top`: no time above it).
+    Whole unit-cost times (lowering's): counted in a (rank x time) histogram, linear in the table; other
+    times: a binary search of the ranks' starts laid end to end."""
+    import numpy as np
+
+    n_ranks = len(n_compute)
+    width = int(top) + 2
+    # (a histogram no larger than the arrays at hand, and at most HISTOGRAM_MAX_CELLS: a large lowering's
+    # peak memory)
+    cells_ok = n_ranks * width <= min(4 * (len(cstarts) + len(t)) + 4096, HISTOGRAM_MAX_CELLS)
+    if top < 2**40 and cells_ok:
+        s_int, t_int = cstarts.astype(np.int64), t.astype(np.int64)
+        if (
+            (s_int == cstarts).all()
+            and (t_int == t).all()
+            and s_int.min(initial=0) >= 0
+            and t_int.min(initial=0) >= 0
+        ):
+            rank_c = np.repeat(np.arange(n_ranks, dtype=np.int64), n_compute)
+            cells = np.bincount(rank_c * width + s_int, minlength=n_ranks * width)
+            before = np.cumsum(cells) - cells  # entries in earlier cells: earlier ranks' and earlier times'
+            return before[peer * width + t_int] - cfirst[peer]
+    span = top + 2.0
+    shifted = cstarts + np.repeat(np.arange(n_ranks, dtype=np.float64), n_compute) * span
+    return np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
+
+
+@cache
+def _lowering_tables() -> tuple[Any, Any, Any]:
+    """Per kind code: whether it is a compute kind; per datum (ACT, GRAD), whether a simple kind makes it
+    and its rank among what the kind produces (the reference sends them in that order)."""
+    import numpy as np
+
+    is_compute = np.array([k.is_compute for k in KINDS])
+    makes, ranks = [], []
+    for what in (ACT, GRAD):
+        makes.append(np.array([what in SEMANTICS[k].produces and not SEMANTICS[k].parts for k in KINDS]))
+        produces = [SEMANTICS[k].produces for k in KINDS]
+        ranks.append(np.array([made.index(what) if what in made else 0 for made in produces]))
+    return is_compute, makes, ranks
 
 
 @cache
@@ -293,22 +368,30 @@ def lower_compact(
         order = tuple(tuple(seq) for seq in order)
     n_ranks = len(order)
     arr = rows if rows is not None else order_arrays(order)
-    kind, mb, stage, rank, index, part = (arr[k] for k in ("kind", "mb", "stage", "rank", "index", "part"))
+    kind, mb, stage, rank, index = (arr[k] for k in ("kind", "mb", "stage", "rank", "index"))
     lengths0 = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths0, out=first[1:])
-    gidx = first[rank] + index  # the node's index in the concatenated order
+    n_nodes = int(first[-1])
+    # the node's index in the concatenated order (row i is node i when no node is composite)
+    gidx = np.arange(n_nodes, dtype=np.int64) if one_row_per_node(arr) else first[rank] + index
 
-    # compute flags and compute indices per node of the concatenated order
-    is_compute_kind = np.array([k.is_compute for k in KINDS])
+    # compute flags and compute indices per node of the concatenated order (every node a compute node, as
+    # without OFFLOAD/RELOAD: node_compute None, the compute numbering is the node numbering)
+    is_compute_kind, makes_of, datum_rank_of = _lowering_tables()
     node_kind = arr["node_kind"]
-    node_compute = is_compute_kind[node_kind]
     node_rank = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
-    ccount = np.cumsum(node_compute) - node_compute  # compute nodes before each node (global)
-    cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
-    np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
-    node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
-    del ccount
+    if all(is_compute_kind[c] for c in kinds_present(arr, "node_kind")):
+        node_compute = None
+        cfirst = first
+        node_ci = np.arange(n_nodes, dtype=np.int64) - first[node_rank]
+    else:
+        node_compute = is_compute_kind[node_kind]
+        ccount = np.cumsum(node_compute) - node_compute  # compute nodes before each node (global)
+        cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
+        np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
+        node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
+        del ccount
     n_compute = np.diff(cfirst)
 
     n_all = int(first[-1])
@@ -317,7 +400,7 @@ def lower_compact(
     else:
         starts = np.fromiter(chain.from_iterable(timing.starts), dtype=np.float64, count=n_all)
         ends = np.fromiter(chain.from_iterable(timing.ends), dtype=np.float64, count=n_all)
-    cstarts = starts[node_compute]  # rank-major, each rank's compute starts in order
+    cstarts = starts if node_compute is None else starts[node_compute]  # rank-major, in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
     fwd_peer, bwd_peer = stage_peers(placement)
@@ -325,18 +408,17 @@ def lower_compact(
     prv = np.array(placement.prev_stage, dtype=np.int64)
     routes = {ACT: (np.array(fwd_peer, dtype=np.int64), nxt), GRAD: (np.array(bwd_peer, dtype=np.int64), prv)}
     pieces = []
+    present = kinds_present(arr, "kind")
     for d, what in enumerate((ACT, GRAD)):
-        makes = np.array(
-            [what in SEMANTICS[k].produces and not SEMANTICS[k].parts for k in KINDS], dtype=bool
-        )
+        makes = makes_of[d]
+        if not makes[present].any():
+            continue
         peers, consumer = routes[what]
         sel = makes[kind]
         sel &= peers[stage] >= 0 if len(stage) else sel
         rows = np.nonzero(sel)[0]
         if len(rows):
-            produces = [SEMANTICS[k].produces for k in KINDS]
-            rank_of = np.array([made.index(what) if what in made else 0 for made in produces])
-            pieces.append((rows, d, what, peers[stage[rows]], consumer[stage[rows]], rank_of))
+            pieces.append((rows, d, what, peers[stage[rows]], consumer[stage[rows]], datum_rank_of[d]))
     if pieces:
         rows = np.concatenate([p[0] for p in pieces])
         datum = np.concatenate([np.full(len(p[0]), p[1]) for p in pieces])
@@ -344,8 +426,10 @@ def lower_compact(
         cons = np.concatenate([p[4] for p in pieces])
         # the datum's rank among what its kind produces (the reference sends them in that order)
         datum_index = np.concatenate([p[5][kind[p[0]]] for p in pieces])
-        # creation order of the reference: rank, node, part, datum
-        sort = np.lexsort((datum_index, part[rows], gidx[rows]))
+        # creation order of the reference: rank, node, part, datum; rows are in (rank, node, part) order
+        # already, each piece ascending: a stable sort of the runs merges them (linear time)
+        width = int(datum_index.max(initial=0)) + 1
+        sort = np.argsort(rows * width + datum_index if width > 1 else rows, kind="stable")
         rows, datum, peer, cons = rows[sort], datum[sort], peer[sort], cons[sort]
         del pieces, datum_index, sort  # the peak memory of a large lowering: free what is done with
     else:
@@ -356,12 +440,12 @@ def lower_compact(
     h_stage = stage[rows]
     t = ends[h_node]
     # the receive goes before the consumer rank's first compute node starting at or after t
-    span = float(max(ends.max(initial=0.0), starts.max(initial=0.0))) + 2.0
-    shifted = cstarts + np.repeat(np.arange(n_ranks, dtype=np.float64), n_compute) * span
-    k = np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
+    k = _starts_before(
+        cstarts, cfirst, n_compute, t, peer, float(max(ends.max(initial=0.0), starts.max(initial=0.0)))
+    )
     # a receive after the peer's last compute node is never emitted (as in the reference)
     keep = k < n_compute[peer]
-    del t, shifted, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
+    del t, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
     send_boundary = node_ci[h_node] + 1  # the producer's compute index + 1
     send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
     recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
@@ -373,40 +457,48 @@ def lower_compact(
     n_slots = int(slot_base[-1])
     send_slot = slot_base[h_rank] + send_boundary
     s_count = np.bincount(send_slot, minlength=n_slots)
-    recv_rank = peer[keep]
-    recv_slot = slot_base[recv_rank] + k[keep]
+    keep_all = bool(keep.all())  # as usual: every hand-off gets its receive
+    recv_rank = peer if keep_all else peer[keep]
+    recv_slot = slot_base[recv_rank] + (k if keep_all else k[keep])
     r_count = np.bincount(recv_slot, minlength=n_slots)
     base_of_slot = np.repeat(slot_base[:-1], n_compute + 1)
     s_cum = np.cumsum(s_count) - s_count
     r_cum = np.cumsum(r_count) - r_count
     s_before = s_cum - s_cum[base_of_slot]  # sends at earlier boundaries of the rank
     r_before = r_cum - r_cum[base_of_slot]
-    del s_cum, r_cum, base_of_slot, k
+    del base_of_slot, k
     # index in the rank's order of its compute node b (the rank's length for b = C)
     i_of_slot = np.empty(n_slots, dtype=np.int64)
     last = slot_base[:-1] + n_compute
     i_of_slot[last] = lengths0
     mask = np.ones(n_slots, dtype=bool)
     mask[last] = False
-    i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
+    if node_compute is None:
+        i_of_slot[mask] = node_ci
+    else:
+        i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
 
     node_slot = slot_base[node_rank] + node_ci
-    node_pos = np.arange(len(node_rank), dtype=np.int64) - first[node_rank]
+    node_pos = node_ci if node_compute is None else np.arange(n_nodes, dtype=np.int64) - first[node_rank]
     before = node_pos + s_before[node_slot] + r_before[node_slot]
-    pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
+    if node_compute is None:
+        pos_all = before + s_count[node_slot] + r_count[node_slot]
+    else:
+        pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
     del node_slot, node_pos, before, gidx, node_rank, node_ci, mask
     # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
     n_h = len(rows)
-    j = np.arange(n_h, dtype=np.int64) - np.searchsorted(send_slot, send_slot, "left")
+    j = np.arange(n_h, dtype=np.int64) - s_cum[send_slot]  # s_cum[b]: the sends of earlier boundaries
     send_pos = i_of_slot[send_slot] + s_before[send_slot] + r_before[send_slot] + j
     rsort = np.argsort(recv_slot, kind="stable")
     rs = recv_slot[rsort]
-    j = np.arange(len(rs), dtype=np.int64) - np.searchsorted(rs, rs, "left")
+    j = np.arange(len(rs), dtype=np.int64) - r_cum[rs]
+    del s_cum, r_cum
     recv_pos = np.empty(len(rs), dtype=np.int64)
     recv_pos[rsort] = i_of_slot[rs] + s_before[rs] + s_count[rs] + r_before[rs] + j
 
     del rsort, rs, j, i_of_slot, s_before, r_before, s_count, r_count, send_slot, recv_slot
-    own = np.nonzero(keep)[0]
+    own = slice(None) if keep_all else np.nonzero(keep)[0]
     c_rank = np.concatenate([h_rank, recv_rank])
     c_pos = np.concatenate([send_pos, recv_pos])
     comm = {

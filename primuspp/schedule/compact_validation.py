@@ -14,9 +14,10 @@ names the first problem exactly as before. So a True here is a proof; a False co
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.compact import CODE, LoweredRanks
+from primuspp.schedule.compact import CODE, KINDS, LoweredRanks, kinds_present, one_row_per_node
 from primuspp.schedule.semantics import ACT, ACT_PREV, COMPLETION, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 
 if TYPE_CHECKING:
@@ -51,6 +52,40 @@ def _rules_match() -> bool:
 RULES_MATCH = _rules_match()
 
 
+@cache
+def _slots() -> tuple[Any, Any]:
+    """Per kind code, its slot among the compute kinds (F, B, BW, W) and among the comm kinds (SEND_F,
+    SEND_B, RECV_F, RECV_B); slot 4: any other kind."""
+    import numpy as np
+
+    compute = np.full(len(KINDS), 4, dtype=np.int64)
+    compute[[_F, _B, _BW, _W]] = (0, 1, 2, 3)
+    comm = np.full(len(KINDS), 4, dtype=np.int64)
+    comm[[_SF, _SB, _RF, _RB]] = (0, 1, 2, 3)
+    return compute, comm
+
+
+def _below(values: Any, high: Any) -> Any:
+    """0 <= values < high, elementwise (an int64 column read as unsigned: one comparison)."""
+    import numpy as np
+
+    if values.dtype == np.int64:
+        return values.view(np.uint64) < np.asarray(high).astype(np.uint64)
+    return (values >= 0) & (values < high)
+
+
+def _inner(first: Any) -> Any:
+    """Of the n - 1 steps between consecutive nodes (rank-major, rank r's from first[r]), those within one
+    rank."""
+    import numpy as np
+
+    n = int(first[-1])
+    inner = np.ones(max(n - 1, 0), dtype=bool)
+    ends = first[1:-1] - 1  # the step from a rank's last node to the next rank's first
+    inner[ends[(ends >= 0) & (ends < n - 1)]] = False
+    return inner
+
+
 def valid(table: ScheduleTable) -> bool:
     """True only if `table` (whose ranks are a LoweredRanks) passes every check of `validation.validate`."""
     import numpy as np
@@ -75,35 +110,39 @@ def valid(table: ScheduleTable) -> bool:
     on_route = member[np.arange(m) % len(pl.routes)].reshape(-1)  # per key
 
     kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
-    if not np.isin(kind, (_F, _B, _W, _BW)).all():  # memory nodes: the reference walk
+    if not set(kinds_present(rows, "kind")) <= {_F, _B, _W, _BW}:  # memory nodes: the reference walk
         return False
-    pos = ranks.node_pos[ranks.first[rank] + rows["index"]]
+    # each row's position (its node's): row i is node i when no node is composite
+    pos = ranks.node_pos if one_row_per_node(rows) else ranks.node_pos[ranks.first[rank] + rows["index"]]
     c_kind, c_mb, c_stage, c_rank = ranks.c_kind, ranks.c_mb, ranks.c_stage, ranks.c_rank
     c_pos, c_peer = ranks.c_pos, ranks.c_peer
 
-    def placed(mbs, stages, on) -> bool:
-        if not (((mbs >= 0) & (mbs < m) & (stages >= 0) & (stages < n)).all()):
-            return False
-        return bool((srank[stages] == on).all() and on_route[mbs * n + stages].all())
+    def placed(mbs, stages, on) -> object:
+        """The rows' keys (mb * stages + stage), or None unless each row's microbatch and stage exist, the
+        stage is on the row's rank and on the microbatch's route."""
+        if not (_below(mbs, m) & _below(stages, n)).all():
+            return None
+        keys = mbs * n + stages
+        return keys if (srank[stages] == on).all() and on_route[keys].all() else None
 
-    if not placed(mb, stage, rank) or not placed(c_mb, c_stage, c_rank):
+    key = placed(mb, stage, rank)
+    c_key = None if key is None else placed(c_mb, c_stage, c_rank)
+    if c_key is None:
         return False
-    key = mb * n + stage
-    c_key = c_mb * n + c_stage
     big = np.iinfo(np.int64).max
 
-    def at(sel, keys, where) -> tuple[object, object]:
-        """(count per key, position per key: `big` where none) of the rows `sel`."""
-        k = keys[sel]
-        count = np.bincount(k, minlength=size)
-        p = np.full(size, big, dtype=np.int64)
-        p[k] = where[sel]
-        return count, p
+    compute_slot, comm_slot = _slots()
 
-    n_f, pos_f = at(kind == _F, key, pos)
-    n_b, pos_b = at(kind == _B, key, pos)
-    n_bw, pos_bw = at(kind == _BW, key, pos)
-    n_w, _ = at(kind == _W, key, pos)
+    def at(slot_of, kinds, keys, where) -> tuple[object, object]:
+        """Per slot of `slot_of` (a kind code's slot, 0..4): (count per key, position per key: `big` where
+        none) of the rows of that slot's kind, as (5, size) tables (one pass over all rows)."""
+        k = slot_of[kinds] * size + keys
+        count = np.bincount(k, minlength=5 * size).reshape(5, size)
+        p = np.full(5 * size, big, dtype=np.int64)
+        p[k] = where
+        return count, p.reshape(5, size)
+
+    (n_f, n_b, n_bw, n_w, _), (pos_f, pos_b, pos_bw, _, _) = at(compute_slot, kind, key, pos)
     # each node once; F everywhere on the routes; the backward as BW or as B then W
     need = on_route.astype(np.int64)
     if not ((n_f == need).all() and (n_b + n_bw == need).all() and (n_w == n_b).all()):
@@ -120,19 +159,21 @@ def valid(table: ScheduleTable) -> bool:
         return False
     msg_key = np.where(send, c_key, c_mb * n + toward)
     del c_key, toward  # large tables: each pass frees what it is done with (the build's peak memory)
-    n_sf, _ = at(c_kind == _SF, msg_key, c_pos)
-    n_sb, _ = at(c_kind == _SB, msg_key, c_pos)
-    n_rf, pos_rf = at(c_kind == _RF, msg_key, c_pos)
-    n_rb, pos_rb = at(c_kind == _RB, msg_key, c_pos)
+    (n_sf, n_sb, n_rf, n_rb, n_other), (_, _, pos_rf, pos_rb, _) = at(comm_slot, c_kind, msg_key, c_pos)
+    if n_other.any():  # a comm row of no comm kind
+        return False
     stages = np.arange(size) % n
     cross_next = on_route & (nxt[stages] >= 0) & (srank[np.maximum(nxt[stages], 0)] != srank[stages])
     cross_prev = on_route & (prv[stages] >= 0) & (srank[np.maximum(prv[stages], 0)] != srank[stages])
     if not ((n_sf == cross_next) & (n_rf == cross_next) & (n_sb == cross_prev) & (n_rb == cross_prev)).all():
         return False
-    # a send after what it sends
-    sf, sb = c_kind == _SF, c_kind == _SB
-    if not ((pos_f[msg_key[sf]] < c_pos[sf]).all() and (pos_g[msg_key[sb]] < c_pos[sb]).all()):
+    # a send after what it sends (an activation: its F; an input grad: its B or BW)
+    s_idx = np.nonzero(send)[0]
+    s_key = msg_key[s_idx]
+    made_at = np.where(grad[s_idx], pos_g[s_key], pos_f[s_key])
+    if not (made_at < c_pos[s_idx]).all():
         return False
+    del s_key, made_at
 
     # inputs before use, on the same rank: the producer itself, or the receive of what it made
     f = kind == _F
@@ -158,19 +199,25 @@ def valid(table: ScheduleTable) -> bool:
     w = kind == _W
     if not (pos_b[key[w]] < pos[w]).all():
         return False
-    del f, fs, fk, fp, p, has, pk, local, came, g, gs, gk, gp, q, qk, w, key, sf, sb
+    del f, fs, fk, fp, p, has, pk, local, came, g, gs, gk, gp, q, qk, w, key
 
     # FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
     src = np.where(send, c_rank, c_peer)
     dst = np.where(send, c_peer, c_rank)
     msg = 2 * msg_key + grad
-    s_idx = np.nonzero(send)[0]
     r_idx = np.nonzero(~send)[0]
     # the rows are in (rank, position) order (checked: LoweredRanks keeps them so), so each pair's sends are
     # in position order on the sender's rows and its receives on the receiver's: a stable sort by the pair
-    # alone lists both in position order (16-bit keys sort in linear time)
-    if len(c_pos) > 1 and not (np.diff(c_rank * (int(c_pos.max()) + 1) + c_pos) > 0).all():
+    # alone lists both in position order (16-bit keys sort in linear time). Checked on each row's place in
+    # the whole lowered table (rank-major; positions within their rank's length: checked below)
+    lengths = np.asarray(ranks.lengths, dtype=np.int64)
+    if len(lengths) != len(ranks):
         return False
+    lowered_first = np.cumsum(lengths) - lengths
+    c_at = lowered_first[c_rank] + c_pos
+    if len(c_at) > 1 and not (c_at[1:] > c_at[:-1]).all():
+        return False
+    del c_at  # (made again below: a large table's peak memory is in the pairing that follows)
     n_pairs = pl.pp * pl.pp
     pair = (src * pl.pp + dst).astype(np.int16 if n_pairs <= np.iinfo(np.int16).max else np.int64)
     s_idx = s_idx[np.argsort(pair[s_idx], kind="stable")]
@@ -185,38 +232,46 @@ def valid(table: ScheduleTable) -> bool:
 
     # termination: batch = (rank, compute nodes before it); certificate from the hints
     n_ranks = len(ranks)
-    compute_rows = np.nonzero(rows["part"] == 0)[0]  # one row per compute node (all nodes are compute)
-    cpos = pos[compute_rows]
-    crank = rank[compute_rows]
-    del pos, compute_rows
-    counts = np.bincount(crank, minlength=n_ranks)
-    cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
-    np.cumsum(counts, out=cfirst[1:])
-    if not (cfirst == ranks.hint_first).all():
+    # all nodes are compute nodes (memory nodes went to the reference walk), so `first` counts them
+    cfirst = ranks.first
+    counts = np.diff(cfirst)
+    if len(cfirst) != len(ranks.hint_first) or not (cfirst == ranks.hint_first).all():
         return False
     hints = ranks.hints
-    # rows are rank-major in order, so compute positions are sorted within each rank
-    span = float(max(int(c_pos.max(initial=0)), int(cpos.max(initial=0)))) + 1.0
-    shifted = cpos + crank * span
-    boundary = np.searchsorted(shifted, c_pos + c_rank * span) - cfirst[c_rank]
-    del shifted
-    if len(hints) != len(cpos):
+    if len(hints) != int(cfirst[-1]):
         return False
-    same_rank = np.diff(crank) == 0
-    if not (np.diff(hints)[same_rank] > 0).all():
+    # each rank's positions are 0..length-1, each held once (compute and comm rows together): the comm rows
+    # being in (rank, position) order, the j-th comm row of rank r has r's first `c_pos - j` compute nodes
+    # before it
+    c_counts = np.bincount(c_rank, minlength=n_ranks)
+    if not (counts + c_counts == lengths).all():
+        return False
+    node_pos = ranks.node_pos
+    rank_of_node = np.repeat(np.arange(n_ranks, dtype=np.int64), counts)
+    if not (_below(node_pos, lengths[rank_of_node]).all() and _below(c_pos, lengths[c_rank]).all()):
+        return False
+    held = np.zeros(int(lengths.sum()), dtype=np.int8)
+    held[lowered_first[rank_of_node] + node_pos] = 1
+    held[lowered_first[c_rank] + c_pos] += 1
+    if not (held == 1).all():
+        return False
+    del held, rank_of_node, pos
+    comm_first = np.cumsum(c_counts) - c_counts
+    boundary = c_pos - (np.arange(len(c_pos), dtype=np.int64) - comm_first[c_rank])
+    # hints strictly increase along each rank
+    step = np.diff(hints) > 0
+    if len(step) and not step[_inner(cfirst)].all():
         return False
 
-    def phi(r, b):
-        """Hint of the compute node after boundary b of rank r (-inf before the first, +inf after the
-        last)."""
-        idx = cfirst[r] + b
-        inside = (b >= 0) & (b < counts[r])
-        out = np.where(b < 0, -np.inf, np.inf)
-        out[inside] = hints[idx[inside]]
-        return out
-
-    a_rank, a_b = c_rank[s_idx], boundary[s_idx]
-    b_rank, b_b = c_rank[r_idx], boundary[r_idx]
-    if not (phi(b_rank, b_b - 1) < phi(a_rank, a_b)).all():
+    # phi(r, b): the hint of the compute node after boundary b of rank r, -inf before the first (b = -1),
+    # +inf after the last (b = count): read from one table, each rank's hints between -inf and +inf
+    ext = np.full(len(hints) + 2 * n_ranks, np.inf)
+    ext[cfirst[:-1] + 2 * np.arange(n_ranks, dtype=np.int64)] = -np.inf
+    ext[
+        np.arange(len(hints), dtype=np.int64) + 2 * np.repeat(np.arange(n_ranks, dtype=np.int64), counts) + 1
+    ] = hints
+    at_b = cfirst[c_rank] + 2 * c_rank + 1 + boundary  # phi(rank, boundary) of each comm row: ext[at_b]
+    a_at, b_at = at_b[s_idx], at_b[r_idx]
+    if not (ext[b_at - 1] < ext[a_at]).all():
         return False
-    return bool((phi(a_rank, a_b - 1) < phi(b_rank, b_b)).all())
+    return bool((ext[a_at - 1] < ext[b_at]).all())

@@ -8,7 +8,14 @@ Given `ready`, a rank's recurrence is a max-plus scan: with `D` the running sum 
 are swept in turn (0..p-1, then p-1..0, ...), each from the latest ends of the others, until a sweep changes
 nothing: a pipeline's data flows one way per sweep, so with equal costs a handful of sweeps settle it (with
 per-rank costs the critical path can zigzag between ranks and need dozens: past a budget of rank passes
-the loop takes over).
+the loop takes over). After each sweep one whole-table check of the recurrence (`_solves`) ends the sweeps
+as soon as it holds: a fixed point in which every cross-rank consumer takes time is the unique solution
+(the order is acyclic), so the confirming sweep is not needed.
+
+What depends on the order alone (each node's cross-rank inputs, the producers, which ranks feed which:
+`TimingGraph`) is kept in the rows' memo (`rows.Rows`), as are the last ends: a build times its order twice
+(unit costs for lowering, the real costs for the simulation), and under equal costs the second run is the
+first one scaled, accepted once it passes the same check (`_rescaled`).
 
 The scan adds in another order than the loop, so it is used only where that cannot change a bit: every
 duration and `comm` a multiple of 2^-20 and every time below 2^32 (then every sum is exact). Where a table
@@ -22,15 +29,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from primuspp.schedule.array_order import rank_lengths
-from primuspp.schedule.compact import KINDS, order_arrays
+from primuspp.schedule.compact import KINDS, kinds_present, order_arrays
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
+from primuspp.schedule.rows import memo_of
 from primuspp.schedule.semantics import (
     ACT,
     ACT_PREV,
@@ -63,24 +72,25 @@ def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
     time (`kind_durations`), a composite's `overlap` x the sum of its parts' (added in part order), 0.0 for
     the kinds that take no time."""
     kind, stage, part = rows["kind"], rows["stage"], rows["part"]
-    owner = first[rows["rank"]] + rows["index"]
     per_kind = kind_durations(costs)
     n_stages = len(costs.forward)
     table = np.zeros((len(KINDS), n_stages), dtype=np.float64)
     for k, values in per_kind.items():
         table[KINDS.index(k)] = values
     row_d = table[kind, stage]
-    d = np.zeros(int(first[-1]), dtype=np.float64)
+    n = int(first[-1])
+    composites = [code for code in kinds_present(rows, "node_kind") if SEMANTICS[KINDS[code]].parts]
+    if len(kind) == n and not composites:
+        return row_d  # one row per node, each its own duration
+    owner = first[rows["rank"]] + rows["index"]
+    d = np.zeros(n, dtype=np.float64)
     for j in range(int(part.max(initial=0)) + 1):
         sel = part == j
         d[owner[sel]] = row_d[sel] if j == 0 else d[owner[sel]] + row_d[sel]
     node_kind = rows["node_kind"]
-    for code, k in enumerate(KINDS):
-        sem = SEMANTICS[k]
-        if sem.parts:
-            sel = node_kind == code
-            if sel.any():
-                d[sel] = getattr(costs, sem.overlap) * d[sel]
+    for code in composites:
+        sel = node_kind == code
+        d[sel] = getattr(costs, SEMANTICS[KINDS[code]].overlap) * d[sel]
     return d
 
 
@@ -105,8 +115,128 @@ def solve(
     identical (see the module docstring)."""
     if rows is None:
         rows = order_arrays(order)
-    n_ranks = len(order)
-    lengths = np.array(rank_lengths(order), dtype=np.int64)
+    graph = timing_graph(placement, num_microbatches, order, rows)
+    if graph is None:
+        return None
+    d = node_durations(rows, graph.first, costs)
+    comm = float(costs.comm)
+    # proofs: exact sums, and a fixed point that implies an acyclic order (every consumer takes time)
+    if len(graph.consumers) and (d[graph.consumers] <= 0.0).any():
+        return None
+    scaled = np.concatenate((d, [comm])) * _QUANTUM
+    if not np.array_equal(scaled, np.floor(scaled)) or float(d.sum()) + comm * graph.n_cross >= _LIMIT:
+        return None
+    del scaled
+    memo = memo_of(rows) if graph.n_nodes <= MEMO_MAX_NODES else {}
+    key = ("ends", placement, num_microbatches, len(graph.first) - 1)
+    ends = _rescaled(memo.get(key), graph, d, comm)
+    if ends is None:
+        ends = _sweep(graph, d, comm)
+        if ends is None:
+            return None
+    # a node that takes time, to scale by (a cross-rank consumer takes time: checked above)
+    j = int(graph.consumers[0]) if len(graph.consumers) else int(np.argmax(d))
+    memo[key] = (j, float(d[j]), comm, ends)
+    starts = ends - d
+    f_end = np.full(len(graph.act_producer), np.nan)
+    g_end = np.full(len(graph.grad_producer), np.nan)
+    for prod, out in ((graph.act_producer, f_end), (graph.grad_producer, g_end)):
+        made = prod >= 0
+        out[made] = ends[prod[made]]
+    return NodeTimeArrays(graph.first, starts, ends, f_end, g_end)
+
+
+def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float) -> Any:
+    """The ends of an earlier solve of the same order (`known`: its node j, j's duration, its comm, its
+    ends), scaled to these costs, if that is what these costs give: equal costs are the unit costs lowering
+    timed the order by, times a constant. Returned only when it is proven: every value a multiple of 2^-20
+    below 2^32 (so every sum is exact) and every node's end `max(end of the node before it on its rank,
+    arrival of its cross-rank inputs) + duration` (the loop's recurrence), whose solution is unique (the
+    order is acyclic: every cross-rank consumer takes time). Else None: the sweeps run."""
+    if known is None:
+        return None
+    j, d_j, comm_j, ends = known
+    if not d_j > 0.0 or len(ends) != len(d):
+        return None
+    scale = float(d[j]) / d_j
+    if not scale > 0.0 or comm != comm_j * scale:
+        return None
+    cand = ends * scale
+    quanta = cand * _QUANTUM
+    if not (np.array_equal(quanta, np.floor(quanta)) and float(cand.max(initial=0.0)) < _LIMIT):
+        return None
+    del quanta
+    n = len(d)
+    ext = np.empty(n + 1, dtype=np.float64)
+    ext[:n] = cand
+    ext[n] = 0.0
+    return cand if _solves(graph, d, np.where(graph.via, comm, 0.0), ext) else None
+
+
+def _solves(graph: TimingGraph, d: Any, add: Any, ext: Any) -> bool:
+    """Whether the ends `ext[:n]` (`ext[n]` = 0.0: the "no input" slot) obey the loop's recurrence at every
+    node: end = max(end of the node before it on its rank, latest arrival of its cross-rank inputs) +
+    duration. Exact when every value is a multiple of 2^-20 below 2^32 (the callers' proofs); the solution
+    is then the loop's, being unique (every cross-rank consumer takes time, so the order is acyclic)."""
+    n = len(d)
+    ready = (ext[graph.src] + add).max(axis=0)
+    prev = np.empty(n, dtype=np.float64)
+    prev[1:] = ext[: n - 1]
+    if n:
+        prev[0] = 0.0
+    prev[graph.first[:-1][np.diff(graph.first) > 0]] = 0.0  # a rank's first node follows nothing
+    return bool(np.array_equal(np.maximum(prev, ready) + d, ext[:n]))
+
+
+#: orders of up to this many nodes keep their timing graph and times in their rows' memo (larger ones
+#: recompute them: the memory of a very large build matters more than its second timing)
+MEMO_MAX_NODES = 1_000_000
+
+
+@dataclass(frozen=True)
+class TimingGraph:
+    """What `solve` derives from an order alone, whatever the costs: each node's cross-rank inputs as up to
+    `src.shape[0]` slots (`src[k, i]`: the producer of node i's k-th such input, n where none; `via[k, i]`:
+    it arrives `comm` after its producer ends), the nodes with such an input (`consumers`) and the number of
+    those inputs (`n_cross`), which ranks each rank's inputs come from (`feeds[q]`: the ranks q feeds), and
+    the producer of each activation / input grad by key (-1: never made)."""
+
+    first: Any
+    src: Any
+    via: Any
+    consumers: Any
+    n_cross: int
+    feeds: tuple[tuple[int, ...], ...]
+    act_producer: Any
+    grad_producer: Any
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.first[-1])
+
+
+def timing_graph(
+    placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], rows: dict[str, Any]
+) -> TimingGraph | None:
+    """The order's `TimingGraph`, or None where the array passes cannot time it (an input never made, made
+    later on its own rank, a node on a rank its stage is not placed on, ...). Kept in the rows' memo
+    (`rows.Rows`): a build's lowering and its simulation time the same order under two cost models."""
+    lengths = rank_lengths(order)
+    key = ("timing", placement, num_microbatches, len(lengths))
+    memo = memo_of(rows) if sum(lengths) <= MEMO_MAX_NODES else {}
+    got = memo.get(key)
+    if got is not None and got[0] == lengths:
+        return got[1]
+    graph = _timing_graph(placement, num_microbatches, lengths, rows)
+    memo[key] = (lengths, graph)
+    return graph
+
+
+def _timing_graph(
+    placement: Placement, num_microbatches: int, lengths_l: list[int], rows: dict[str, Any]
+) -> TimingGraph | None:
+    n_ranks = len(lengths_l)
+    lengths = np.array(lengths_l, dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths, out=first[1:])
     n = int(first[-1])
@@ -115,29 +245,33 @@ def solve(
     srank = np.asarray(placement.stage_rank, dtype=np.int64)
     if not rows["parts_ok"] or n == 0:
         return None
-    if mb.min(initial=0) < 0 or mb.max(initial=0) >= m or (srank[stage] != rank).any():
+    if mb.min(initial=0) < 0 or mb.max(initial=0) >= m or stage.min(initial=0) < 0:
         return None
-    owner = first[rank] + rows["index"]
-    d = node_durations(rows, first, costs)
-    comm = float(costs.comm)
+    if (srank[stage] != rank).any():
+        return None
+    one_row_each = len(kind) == n  # then row i is node i
+    owner = np.arange(n, dtype=np.int64) if one_row_each else first[rank] + rows["index"]
 
     # who produces each datum (one node each), and each compute row's inputs
     key = mb * n_stages + stage
     producer = {}
+    present = kinds_present(rows, "kind")
     for what in (ACT, GRAD):
-        makes = np.array([what in SEMANTICS[k].produces for k in KINDS], dtype=bool)[kind]
-        keys = key[makes]
-        if len(keys) and np.bincount(keys, minlength=m * n_stages).max() > 1:
-            return None
+        makes_kind = np.array([what in SEMANTICS[k].produces for k in KINDS], dtype=bool)
         prod = np.full(m * n_stages, -1, dtype=np.int64)
-        prod[keys] = owner[makes]
+        if makes_kind[present].any():
+            makes = makes_kind[kind]
+            keys = key[makes]
+            if len(keys) and np.bincount(keys, minlength=m * n_stages).max() > 1:
+                return None
+            prod[keys] = owner[makes]
         producer[what] = prod
     prv = np.asarray(placement.prev_stage, dtype=np.int64)
     nxt = np.asarray(placement.next_stage, dtype=np.int64)
     routes = {ACT_PREV: (ACT, prv, True), GRAD_NEXT: (GRAD, nxt, True), SAVED: (ACT, None, False),
               OWN_GRAD: (GRAD, None, False)}  # fmt: skip
-    cons, prods, cross_comm = [], [], []
-    for code in np.unique(kind).tolist():
+    cons, prods, vias = [], [], []
+    for code in present:
         sem = SEMANTICS[KINDS[code]]
         if sem.role != "compute" or not sem.consumes:
             continue  # the other kinds wait for nothing (as the loop)
@@ -146,7 +280,19 @@ def solve(
             if need not in routes:
                 return None
             what, step, via = routes[need]
-            q = step[stage[sel]] if step is not None else stage[sel]
+            if step is None:
+                # the node's own stage, so its own rank (checked above): made there, it must come first
+                # (the loop would wait for ever) and then never delays
+                c_rows = sel
+                p = producer[what][key[c_rows]]
+                c = owner[c_rows]
+                if (p < 0).any():
+                    return None  # never made: the loop reports it
+                inner = p == c  # made by another part of the same node
+                if ((p >= c) & ~inner).any():
+                    return None
+                continue
+            q = step[stage[sel]]
             has = q >= 0
             c_rows, q = sel[has], q[has]
             p = producer[what][mb[c_rows] * n_stages + q]
@@ -154,98 +300,111 @@ def solve(
             if (p < 0).any():
                 return None  # never made: the loop reports it
             inner = p == c  # made by another part of the same node
-            c, p, q = c[~inner], p[~inner], q[~inner]
-            same = srank[q] == rank[c_rows[~inner]]
+            if inner.any():
+                c, p, q, c_rows = c[~inner], p[~inner], q[~inner], c_rows[~inner]
+            same = srank[q] == rank[c_rows]
             # made on this rank: it must come first (the loop would wait for ever) and then never delays
             if (p[same] >= c[same]).any():
                 return None
-            cons.append(c[~same])
-            prods.append(p[~same])
-            cross_comm.append(np.full(int((~same).sum()), comm if via else 0.0))
-    cons_a = np.concatenate(cons) if cons else np.zeros(0, dtype=np.int64)
-    prods_a = np.concatenate(prods) if prods else np.zeros(0, dtype=np.int64)
-    comm_a = np.concatenate(cross_comm) if cross_comm else np.zeros(0)
-    del cons, prods, cross_comm  # large tables: free what is done with (the peak memory of a build)
-    # proofs: exact sums, and a fixed point that implies an acyclic order (every consumer takes time)
-    if len(cons_a) and (d[cons_a] <= 0.0).any():
+            cross = ~same
+            cons.append(c[cross])
+            prods.append(p[cross])
+            vias.append(via)
+    # each node's cross-rank inputs as up to K slots (producer index, via); slot value n = none (time 0.0).
+    # Each group (a kind's rows, one input of it) lists its consumers ascending, each once (a node has one
+    # row of each kind): a node's slots are taken in group order. A group naming a node twice is an order
+    # the parts check let through oddly: the loop takes it.
+    if not all(len(c) < 2 or (c[1:] > c[:-1]).all() for c in cons):
         return None
-    scaled = np.concatenate((d, [comm])) * _QUANTUM
-    if not np.array_equal(scaled, np.floor(scaled)) or float(d.sum()) + comm * len(cons_a) >= _LIMIT:
-        return None
-    del scaled, key, owner
+    n_cross = sum(len(c) for c in cons)
+    taken = np.zeros(n, dtype=np.int64)
+    slots = []
+    for c in cons:
+        slots.append(taken[c])
+        taken[c] += 1
+    n_slots = int(taken.max(initial=0))
+    del taken
+    # int32 where it fits: the graph is kept in the memo (a quarter of the memory of the order itself)
+    src = np.full((max(n_slots, 1), n), n, dtype=np.int32 if n < 2**31 - 1 else np.int64)
+    via_m = np.zeros((max(n_slots, 1), n), dtype=bool)
+    for c, p, via, slot in zip(cons, prods, vias, slots, strict=True):
+        src[slot, c] = p
+        via_m[slot, c] = via
+    # which ranks feed each rank: a rank is recomputed only when one of them changed
+    feeds: list[list[int]] = [[] for _ in range(n_ranks)]
+    if n_cross:
+        rank_of = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths)
+        pairs = np.zeros(n_ranks * n_ranks, dtype=bool)
+        for c, p in zip(cons, prods, strict=True):
+            pairs[rank_of[p] * n_ranks + rank_of[c]] = True
+        for x in np.flatnonzero(pairs).tolist():
+            feeds[x // n_ranks].append(x % n_ranks)
+        del rank_of, pairs
+    del cons, prods, vias, slots  # large tables: free what is done with (the peak memory of a build)
+    consumers = np.flatnonzero(src[0] != n) if n_cross else np.zeros(0, dtype=np.int64)
+    return TimingGraph(
+        first, src, via_m, consumers, n_cross, tuple(map(tuple, feeds)), producer[ACT], producer[GRAD]
+    )
 
-    edges = [cons_a, prods_a, comm_a]  # handed over: _sweep frees them once read
-    del cons_a, prods_a, comm_a
-    ends = _sweep(n_ranks, first, d, edges, rank_of=np.repeat(np.arange(n_ranks), lengths))
-    if ends is None:
-        return None
-    starts = ends - d
-    f_end = np.full(m * n_stages, np.nan)
-    g_end = np.full(m * n_stages, np.nan)
-    for what, out in ((ACT, f_end), (GRAD, g_end)):
-        prod = producer[what]
-        made = prod >= 0
-        out[made] = ends[prod[made]]
-    return NodeTimeArrays(first, starts, ends, f_end, g_end)
 
-
-def _sweep(n_ranks: int, first: Any, d: Any, edges: list[Any], rank_of: Any) -> Any:
+def _sweep(graph: TimingGraph, d: Any, comm: float) -> Any:
     """Ends of every node: ranks recomputed in alternating sweeps, each from the others' latest ends, until
-    none changes; None when that takes more sweeps than the per-node loop would cost. `edges`: [consumer,
-    producer, comm] of each cross-rank input (emptied here: the arrays are freed once read)."""
+    none changes; None when that takes more sweeps than the per-node loop would cost."""
     n = len(d)
-    cons, prods, comm = edges
-    edges.clear()
-    # each node's cross-rank inputs as up to K slots (producer index, comm); slot value n = none (time 0.0)
-    sort = np.argsort(cons, kind="stable")
-    cons, prods, comm = cons[sort], prods[sort], comm[sort]
-    del sort
-    slot = np.arange(len(cons)) - np.searchsorted(cons, cons, "left")
-    n_slots = int(slot.max(initial=-1)) + 1
-    src = np.full((max(n_slots, 1), n), n, dtype=np.int64)
-    add = np.zeros((max(n_slots, 1), n), dtype=np.float64)
-    src[slot, cons] = prods
-    add[slot, cons] = comm
-    del slot, comm
+    first = graph.first
+    n_ranks = len(first) - 1
+    n_slots = graph.src.shape[0]
+    add = np.where(graph.via, comm, 0.0)
     cum = np.cumsum(d)
     cum_before = cum - d
     # running sums restart on each rank
     offset = np.repeat(np.concatenate(([0.0], cum))[first[:-1]], np.diff(first))
     cum = cum - offset
     cum_before = cum_before - offset
-    # which ranks feed each rank: a rank is recomputed only when one of them changed
-    feeders: list[set[int]] = [set() for _ in range(n_ranks)]
-    if len(cons):
-        pairs = np.unique(rank_of[cons] * n_ranks + rank_of[prods])
-        for x in pairs.tolist():
-            feeders[x // n_ranks].add(x % n_ranks)
+    del offset
     ends = np.zeros(n + 1, dtype=np.float64)  # ends[n]: the "no input" slot, time 0.0
-    version = [0] * n_ranks  # bumped when a rank's ends change
-    # the feeders' versions each rank was last computed from
-    seen: list[tuple[int, ...] | None] = [None] * n_ranks
+    # each rank's pieces of the columns, cut once (views)
+    bounds = first.tolist()
+    cuts = [slice(a, b) for a, b in pairwise(bounds)]
+    if n_slots == 1:
+        src_r = [graph.src[0, c] for c in cuts]
+        add_r = [add[0, c] for c in cuts]
+    else:
+        src_r = [graph.src[:, c] for c in cuts]
+        add_r = [add[:, c] for c in cuts]
+    cum_r = [cum[c] for c in cuts]
+    before_r = [cum_before[c] for c in cuts]
+    ends_r = [ends[c] for c in cuts]
+    feeds = graph.feeds
+    dirty = [True] * n_ranks  # a rank is recomputed when one of its feeders changed since its last pass
     # rank passes allowed: about a quarter of what the loop costs (a pass ~ 250 nodes of the loop); equal
     # costs settle in 2-7 sweeps, per-rank costs can need dozens (the critical path zigzags)
     budget = max(8 * n_ranks + 64, n // 250)
     passes = 0
     forward = True
+    accumulate = np.maximum.accumulate
     while True:
         changed = False
         for r in range(n_ranks) if forward else range(n_ranks - 1, -1, -1):
-            state = tuple(version[q] for q in sorted(feeders[r]))
-            if seen[r] == state:
+            if not dirty[r]:
                 continue
-            seen[r] = state
+            dirty[r] = False
             passes += 1
-            a, b = int(first[r]), int(first[r + 1])
-            ready = ends[src[0, a:b]] + add[0, a:b]
-            for k in range(1, n_slots):
-                np.maximum(ready, ends[src[k, a:b]] + add[k, a:b], out=ready)
-            new = cum[a:b] + np.maximum.accumulate(ready - cum_before[a:b])
-            if not np.array_equal(new, ends[a:b]):
-                ends[a:b] = new
-                version[r] += 1
+            ready = ends[src_r[r]] + add_r[r]
+            if n_slots > 1:
+                ready = ready.max(axis=0)
+            new = cum_r[r] + accumulate(ready - before_r[r])
+            old = ends_r[r]
+            if (new != old).any():
+                old[:] = new
+                for x in feeds[r]:
+                    dirty[x] = True
                 changed = True
         if not changed:
+            return ends[:n]
+        # settled already? One whole-table check of the recurrence costs less than the sweep that would
+        # find nothing left to change
+        if _solves(graph, d, add, ends):
             return ends[:n]
         if passes > budget:
             return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primuspp.schedule.compact import KINDS, LoweredRanks, order_arrays
+from primuspp.schedule.compact import KINDS, LoweredRanks, kinds_present, one_row_per_node, order_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, order_memory
@@ -25,7 +25,11 @@ from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.timeline import RankTimeline, Timeline
 
 _NAMES = tuple(k.text for k in KINDS)
-_TAGS = ("F", "B")  # a transfer's tag: the activation (F) or the input grad (B)
+_TAGS = ("F", "B")
+_QUANTUM, _LIMIT = (
+    2.0**20,
+    2.0**32,
+)  # see `_summaries`  # a transfer's tag: the activation (F) or the input grad (B)
 
 
 @dataclass(frozen=True)
@@ -50,8 +54,15 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     starts, ends = times.starts, times.ends
     n_ranks = len(order)
     node_first = times.first
-    owner = node_first[rows["rank"]] + rows["index"]  # each row's node, in the flat numbering
-    is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[rows["node_kind"]]
+    # each row's node, in the flat numbering (row i is node i when no node is composite)
+    simple = one_row_per_node(rows)
+    owner = (
+        np.arange(len(rows["kind"]), dtype=np.int64) if simple else node_first[rows["rank"]] + rows["index"]
+    )
+    # per node: a compute node or not (None: all are, as without OFFLOAD/RELOAD)
+    compute_kind = np.array([k.is_compute for k in KINDS], dtype=bool)
+    all_compute = all(compute_kind[c] for c in kinds_present(rows, "node_kind"))
+    is_compute = None if all_compute and simple else compute_kind[rows["node_kind"]]
     intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk)
 
     # memory: the one memory model, as array passes where the table allows it
@@ -89,26 +100,76 @@ def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -
     kind, mb, stage, part = rows["kind"], rows["mb"], rows["stage"], rows["part"]
     node_kind = rows["node_kind"]
     chunk = np.asarray(stage_chunk, dtype=np.int64)
-    head = part == 0  # one row per node, in node order
-    nodes = np.flatnonzero(is_compute)
-    n_mb, n_stage = mb[head][nodes], stage[head][nodes]
-    i_kind, i_start, i_end, i_chunk = node_kind[nodes], starts[nodes], ends[nodes], chunk[n_stage]
-    cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
+    if is_compute is None:  # every row a compute node of its own: the intervals are the rows
+        n_mb, n_stage, i_kind, i_start, i_end = mb, stage, node_kind, starts, ends
+        nodes = None
+        cuts = node_first.tolist()
+    else:
+        head = part == 0  # one row per node, in node order
+        nodes = np.flatnonzero(is_compute)
+        n_mb, n_stage = mb[head][nodes], stage[head][nodes]
+        i_kind, i_start, i_end = node_kind[nodes], starts[nodes], ends[nodes]
+        cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
+    i_chunk = chunk[n_stage]
     n_ranks = len(cuts) - 1
     composite = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
+    if nodes is None:  # no composite node: no backward parts
+        out = []
+        summaries = _summaries(i_start, i_end, cuts)
+        for r in range(n_ranks):
+            lo, hi = cuts[r], cuts[r + 1]
+            cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
+            out.append(IntervalColumns(_NAMES, *cols, None, summaries[r]))
+        return out
     back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))  # rank-major, as all rows
     b_rank = rows["rank"][back_rows]
     b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
     b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
     b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
+    summaries = _summaries(i_start, i_end, cuts)
     out = []
     for r in range(n_ranks):
         lo, hi = cuts[r], cuts[r + 1]
         cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
         b_lo, b_hi = b_cuts[r], b_cuts[r + 1]
         backward = tuple(col[b_lo:b_hi] for col in b_cols) if b_hi > b_lo else None
-        out.append(IntervalColumns(_NAMES, *cols, backward))
+        out.append(IntervalColumns(_NAMES, *cols, backward, summaries[r]))
     return out
+
+
+def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] | None]:
+    """Per rank (rank r's intervals: `cuts[r]:cuts[r + 1]`): its first start, last end and busy time, the
+    values `timeline_metrics` would read from its columns (busy: Python's `sum` of the durations in order),
+    from a few passes over all ranks at once; None for a rank without intervals."""
+    nonempty = [r for r in range(len(cuts) - 1) if cuts[r + 1] > cuts[r]]
+    if not nonempty:
+        return [None] * (len(cuts) - 1)
+    at = [cuts[r] for r in nonempty]
+    lows = np.minimum.reduceat(start, at).tolist()
+    highs = np.maximum.reduceat(end, at).tolist()
+    duration = end - start
+    # every duration a non-negative multiple of 2^-20, their total below 2^31 (as with the times the array
+    # timing proves): every partial sum is exact, so any order of adding gives Python's sum (plain or
+    # compensated alike)
+    if _whole_quanta(duration) and float(duration.sum()) < _LIMIT / 2:
+        busy = np.add.reduceat(duration, at).tolist()
+    else:
+        listed = duration.tolist()
+        busy = [sum(listed[cuts[r] : cuts[r + 1]]) for r in nonempty]
+    out: list[tuple[float, float, float] | None] = [None] * (len(cuts) - 1)
+    for r, lo, hi, b in zip(nonempty, lows, highs, busy, strict=True):
+        out[r] = (lo, hi, b)
+    return out
+
+
+def _whole_quanta(values, block: int = 1 << 20) -> bool:
+    """Whether every value is a non-negative multiple of 2^-20 (checked a block at a time: a large
+    simulation's peak memory)."""
+    for lo in range(0, len(values), block):
+        quanta = values[lo : lo + block] * _QUANTUM
+        if not (np.array_equal(quanta, np.floor(quanta)) and (quanta >= 0).all()):
+            return False
+    return True
 
 
 def _transfers(rows, owner, is_compute, times, placement, comm: float) -> TransferColumns:
@@ -121,11 +182,11 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
     n_stages = placement.num_stages
     pieces = []
-    for code in np.unique(kind).tolist():
+    for code in kinds_present(rows, "kind"):
         made = SEMANTICS[KINDS[code]].produces
         if not made:
             continue
-        sel = np.flatnonzero((kind == code) & is_compute[owner])
+        sel = np.flatnonzero(kind == code if is_compute is None else (kind == code) & is_compute[owner])
         for ordinal, what in enumerate(made):
             peers, sent, tag = route[what]
             peer = peers[stage[sel]]
@@ -137,8 +198,14 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
         empty = np.zeros(0, dtype=np.int64)
         return TransferColumns(_TAGS, empty, empty, empty, empty, empty, np.zeros(0), np.zeros(0))
     row = np.concatenate([p[0] for p in pieces])
-    ordinal = np.concatenate([np.full(len(p[0]), p[1], dtype=np.int64) for p in pieces])
-    order = np.lexsort((ordinal, row))
+    # in (row, ordinal) order; each piece is ascending in row, so a stable sort merges the runs
+    width = max(p[1] for p in pieces) + 1
+    if width > 1:
+        ordinal = np.concatenate([np.full(len(p[0]), p[1], dtype=np.int64) for p in pieces])
+        order = np.argsort(row * width + ordinal, kind="stable")
+        del ordinal
+    else:
+        order = np.argsort(row, kind="stable")
     row = row[order]
     tag = np.concatenate([np.full(len(p[0]), p[2], dtype=np.int8) for p in pieces])[order]
     dst = np.concatenate([p[3] for p in pieces])[order]

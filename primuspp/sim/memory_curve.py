@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from primuspp.schedule.compact import KINDS
+from primuspp.schedule.compact import KINDS, kinds_present, one_row_per_node
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
@@ -37,14 +37,16 @@ def memory_levels(
     `node_first[r]`: rank r's first node in the flat, rank-major numbering `starts`/`ends` use), or None
     when the arrays cannot reproduce it (see the module docstring)."""
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
-    gidx = node_first[rows["rank"]] + rows["index"]
+    # each row's node (row i is node i when no node is composite)
+    simple = one_row_per_node(rows)
+    gidx = np.arange(len(kind), dtype=np.int64) if simple else node_first[rows["rank"]] + rows["index"]
     part = rows["part"]
     amount_a = np.asarray(amount, dtype=np.float64)
     bfree_a = np.asarray(b_free, dtype=np.float64)
     freed_b = amount_a * bfree_a  # as order_memory: amount[s] * b_free[s]
     # (phase, ordinal, effect) of every effect of every kind present
     plans = {}
-    for code in np.unique(kind).tolist():
+    for code in kinds_present(rows, "kind"):
         sem = SEMANTICS[KINDS[code]]
         plan = [(0, n, e) for n, e in enumerate(sem.at_start)] + [(1, n, e) for n, e in enumerate(sem.at_end)]
         if any(e not in _CODES for _, _, e in plan):
@@ -61,10 +63,17 @@ def memory_levels(
         for code, plan in plans.items():
             if plan:
                 has[code], phase_of[code], effect_of[code] = True, plan[0][0], _CODES[plan[0][2]]
-        ev_row = np.flatnonzero(has[kind])
-        ev_phase, ev_effect = phase_of[kind[ev_row]], effect_of[kind[ev_row]]
+        # every row an event (each kind present has its one effect): the events are the rows themselves
+        all_rows = all(has[code] for code in plans)
+        ev_row = np.arange(len(kind), dtype=np.int64) if all_rows else np.flatnonzero(has[kind])
+        ev_kind = kind if all_rows else kind[ev_row]
+        ev_phase, ev_effect = phase_of[ev_kind], effect_of[ev_kind]
+        del ev_kind
         ev_ord = np.zeros(len(ev_row), dtype=np.int64)
+        # one effect per row and no composite node: the rows' order is the loop's order already
+        in_row_order = not _has_composite(rows)
     else:
+        in_row_order = all_rows = False
         groups = [
             (np.flatnonzero(kind == code), ph, n, e) for code, plan in plans.items() for ph, n, e in plan
         ]
@@ -73,30 +82,35 @@ def memory_levels(
         ev_ord = np.concatenate([np.full(len(g[0]), g[2], dtype=np.int64) for g in groups])
         ev_effect = np.concatenate([np.full(len(g[0]), _CODES[g[3]], dtype=np.int8) for g in groups])
     # the loop's order: node, phase, part, the effect's place in its list (as one integer key)
-    n_part, n_ord = int(part.max(initial=0)) + 1, int(ev_ord.max(initial=0)) + 1
-    sort_key = ((gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]) * n_ord + ev_ord
-    if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
-        order = np.argsort(sort_key, kind="stable")
-        ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
-        del order
-    del sort_key, ev_ord  # large tables: free what is done with (the simulation's peak memory)
-    s = stage[ev_row]
-    delta = np.empty(len(ev_row), dtype=np.float64)
-    is_alloc, is_b, is_rest, is_all = (ev_effect == _CODES[e] for e in (ALLOC, FREE_B, FREE_REST, FREE_ALL))
-    delta[is_alloc] = amount_a[s[is_alloc]]
-    delta[is_all] = -amount_a[s[is_all]]
-    delta[is_b] = -freed_b[s[is_b]]
+    if not in_row_order:
+        n_part, n_ord = int(part.max(initial=0)) + 1, int(ev_ord.max(initial=0)) + 1
+        sort_key = ((gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]) * n_ord + ev_ord
+        if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
+            order = np.argsort(sort_key, kind="stable")
+            ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
+            all_rows = False  # the events are the rows in another order
+            del order
+        del sort_key  # large tables: free what is done with (the simulation's peak memory)
+    del ev_ord
+    s = stage if all_rows else stage[ev_row]
+    # each event's change, by effect code and stage: +amount, -amount * b_free, (W: below), -amount
+    change = np.zeros((len(_CODES), len(amount_a)), dtype=np.float64)
+    change[_CODES[ALLOC]], change[_CODES[FREE_B]], change[_CODES[FREE_ALL]] = amount_a, -freed_b, -amount_a
+    delta = change[ev_effect, s]
+    del change
+    is_rest = ev_effect == _CODES[FREE_REST]
     if is_rest.any():
+        is_b = ev_effect == _CODES[FREE_B]
         # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default
         n_stages = len(amount_a)
-        key = mb[ev_row] * n_stages + s
+        key = (mb if all_rows else mb[ev_row]) * n_stages + s
         size = int(key.max()) + 1 if len(key) else 0
         b_keys, rest_keys = key[is_b], key[is_rest]
         if np.bincount(b_keys, minlength=size).max(initial=0) > 1:
             return None
         if np.bincount(rest_keys, minlength=size).max(initial=0) > 1:
             return None
-        ev_rank = rows["rank"][ev_row]
+        ev_rank = rows["rank"] if all_rows else rows["rank"][ev_row]
         where_b = np.full(size, -1, dtype=np.int64)
         where_b[b_keys] = np.nonzero(is_b)[0]
         rest_at = np.nonzero(is_rest)[0]
@@ -105,20 +119,79 @@ def memory_levels(
         seen &= ev_rank[np.maximum(b_at, 0)] == ev_rank[rest_at]
         rs = s[is_rest]
         delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
-        del key, b_keys, rest_keys, ev_rank, where_b, rest_at, b_at, seen, rs
-    del s, is_alloc, is_b, is_rest, is_all, ev_effect
-    ev_gidx = gidx[ev_row]
+        del key, b_keys, rest_keys, ev_rank, where_b, rest_at, b_at, seen, rs, is_b
+    del s, is_rest, ev_effect
+    n_ranks = len(node_first) - 1
+    if all_rows and simple:  # event i is node i
+        times = np.where(ev_phase == 0, starts, ends)
+        return _per_rank(times, delta, node_first.tolist(), n_ranks)
+    ev_gidx = gidx if all_rows else gidx[ev_row]
     del gidx, ev_row
     times = np.where(ev_phase == 0, starts[ev_gidx], ends[ev_gidx])
-    n_ranks = len(node_first) - 1
     bounds = np.searchsorted(ev_gidx, node_first)
+    del ev_gidx, ev_phase
+    return _per_rank(times, delta, bounds.tolist(), n_ranks)
+
+
+def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
+    """(times, levels, peak) of each rank, rank r's events being `bounds[r]:bounds[r + 1]`: the ranks' running
+    sums in one cumulative sum along the rows of a (rank x event) table per block of ranks (each row adds
+    left to right, as the loop does; a block's table stays within BLOCK_CELLS, a large simulation's peak
+    memory); a rank whose level comes within 1e-9 of zero (a snap) is redone alone."""
+    out: list[tuple[Any, Any, float]] = []
+    lo = 0
+    while lo < n_ranks:
+        hi, widest = lo + 1, bounds[lo + 1] - bounds[lo]
+        while hi < n_ranks and (hi + 1 - lo) * (max(widest, bounds[hi + 1] - bounds[hi]) + 1) <= BLOCK_CELLS:
+            widest = max(widest, bounds[hi + 1] - bounds[hi])
+            hi += 1
+        out.extend(_block(times, delta, bounds[lo : hi + 1]))
+        lo = hi
+    return out
+
+
+#: the largest (rank x event) table `_per_rank` builds at once (a block of one rank may exceed it)
+BLOCK_CELLS = 1 << 20
+
+
+def _block(times: Any, delta: Any, bounds: list[int]) -> list[tuple[Any, Any, float]]:
+    """`_per_rank` of the ranks whose events are `bounds[0]:bounds[-1]`, in one (rank x event) table."""
+    n_ranks = len(bounds) - 1
+    base = bounds[0]
+    counts = np.diff(np.asarray(bounds, dtype=np.int64))
+    width = int(counts.max(initial=0)) + 1
+    # row r: 0.0, then rank r's changes, then zeros (past its end: masked below)
+    table = np.zeros((n_ranks, width), dtype=np.float64)
+    rank_of = np.repeat(np.arange(n_ranks, dtype=np.int64), counts)
+    at = np.arange(bounds[-1] - base, dtype=np.int64) - np.repeat(
+        np.asarray(bounds[:-1], dtype=np.int64) - base, counts
+    )
+    table[rank_of, at + 1] = delta[base : bounds[-1]]
+    del rank_of, at
+    run = np.cumsum(table, axis=1)[:, 1:]
+    del table
+    inside = np.arange(width - 1) < counts[:, None]
+    # within 1e-9 of zero and not +0.0 itself (whose bits are all zero): a level the loop snaps
+    near = (np.abs(run) < 1e-9) & (run.view(np.int64) != 0) & inside
+    snapped = near.any(axis=1).tolist()
+    del near
+    run[~inside] = -np.inf
+    peaks = run.max(axis=1, initial=-np.inf).tolist()
+    del inside
     out = []
     for r in range(n_ranks):
-        lo, hi = int(bounds[r]), int(bounds[r + 1])
-        levels = _running_level(delta[lo:hi])
-        peak = float(levels.max()) if len(levels) else 0.0
+        lo, hi = bounds[r], bounds[r + 1]
+        if snapped[r]:
+            levels = _running_level(delta[lo:hi])
+            peak = float(levels.max()) if len(levels) else 0.0
+        else:
+            levels, peak = run[r, : hi - lo], peaks[r]
         out.append((times[lo:hi], levels, peak if peak > 0.0 else 0.0))
     return out
+
+
+def _has_composite(rows: dict[str, Any]) -> bool:
+    return any(SEMANTICS[KINDS[code]].parts for code in kinds_present(rows, "node_kind"))
 
 
 def _running_level(delta: Any) -> Any:

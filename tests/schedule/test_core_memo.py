@@ -1,0 +1,191 @@
+"""What a build works out once and reuses (`rows.Rows.memo`), and the whole-table passes that replaced
+per-rank or searching ones: each is held equal to the path it replaced, on both sides of every switch."""
+
+from __future__ import annotations
+
+import pickle
+import random
+
+import numpy as np
+import pytest
+
+from primuspp.algorithms.registry import build_schedule
+from primuspp.schedule import compact, compact_validation, timing_arrays
+from primuspp.schedule.compact import LoweredRanks, _starts_before, kinds_present
+from primuspp.schedule.costs import CostModel, unit_costs
+from primuspp.schedule.rows import Rows, memo_of
+from primuspp.schedule.table import ScheduleTable
+from primuspp.schedule.timing import node_times_events
+from primuspp.sim import memory_curve, simulate
+from primuspp.trace.metrics import timeline_metrics
+
+EQUAL = CostModel(1000, 1000, 1000)
+PER_RANK = CostModel((900.0, 937.25, 974.5, 1011.75), 1500.0, (700.0, 713.0, 726.0, 700.0), comm=55.0)
+
+
+def _plain(rows: Rows) -> dict:
+    """The same columns in a plain dict: nothing is remembered, every fact is worked out afresh."""
+    return dict(rows)
+
+
+def _flat(lists) -> np.ndarray:
+    return np.array([t for row in lists for t in row], dtype=np.float64)
+
+
+def _same_times(a, b) -> None:
+    for key in ("starts", "ends", "forward_end", "grad_end"):
+        assert np.array_equal(getattr(a, key), getattr(b, key), equal_nan=True), key
+
+
+def test_rows_remember_beside_their_columns():
+    table = build_schedule("1f1b", 4, None, 8, EQUAL)
+    rows = table.ranks.rows
+    simulate(table, EQUAL)
+    assert isinstance(rows, Rows) and any(key[0] == "timing" for key in rows.memo)  # the timing's graph
+    assert rows == _plain(rows) and set(rows) == set(_plain(rows))  # the memo is no key
+    back = pickle.loads(pickle.dumps(rows))
+    assert isinstance(back, Rows) and back.memo == {}  # the memo is never pickled
+    assert back.keys() == rows.keys() and all(np.array_equal(back[k], rows[k]) for k in rows)
+    assert memo_of(_plain(rows)) == {} and memo_of(_plain(rows)) is not memo_of(_plain(rows))
+    assert kinds_present(rows) == np.unique(rows["kind"]).tolist()
+    assert kinds_present(rows, "node_kind") == np.unique(rows["node_kind"]).tolist()
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zero-bubble", "zbv", "1f1b-interleaved", "dualpipe-v"])
+@pytest.mark.parametrize("costs", [EQUAL, PER_RANK, CostModel(2.0, 3.0, 1.0, comm=0.5, fb_overlap=0.75)])
+def test_remembered_graph_and_rescaled_times_are_the_fresh_ones(name, costs, monkeypatch):
+    """A build's second timing (memo hit: the graph kept, equal costs rescaled from lowering's unit-cost
+    run) is the timing of the same columns with nothing remembered, and the loop's."""
+    try:
+        table = build_schedule(name, 4, None, 12, costs)
+    except Exception:
+        pytest.skip("not defined at this size")
+    pl, order, rows = table.placement, table.compute_order(), table.ranks.rows
+    sc = costs.for_placement(pl)
+    unit = timing_arrays.solve(pl, 12, order, unit_costs(pl), rows)  # as lowering does (large tables)
+    assert unit is not None
+    sweeps = []
+    sweep = timing_arrays._sweep
+    monkeypatch.setattr(timing_arrays, "_sweep", lambda *a: sweeps.append(1) or sweep(*a))
+    warm = timing_arrays.solve(pl, 12, order, sc, rows)
+    cold = timing_arrays.solve(pl, 12, order, sc, _plain(rows))
+    assert (warm is None) == (cold is None)
+    if costs is EQUAL:
+        assert warm is not None
+        assert len(sweeps) == 1  # the cold one: the warm one rescaled the unit-cost times
+    if warm is not None:
+        _same_times(warm, cold)
+        loop = node_times_events(pl, 12, order, sc)
+        assert np.array_equal(warm.ends, _flat(loop.ends))
+
+
+def test_rescaled_times_are_refused_unless_they_solve_the_recurrence():
+    table = build_schedule("1f1b", 4, None, 8, EQUAL)
+    pl, order, rows = table.placement, table.compute_order(), table.ranks.rows
+    graph = timing_arrays.timing_graph(pl, 8, order, rows)
+    sc = EQUAL.for_placement(pl)
+    d = timing_arrays.node_durations(rows, graph.first, sc)
+    right = timing_arrays.solve(pl, 8, order, sc, _plain(rows))
+    j = int(graph.consumers[0])
+    assert timing_arrays._rescaled((j, float(d[j]), 0.0, right.ends), graph, d, 0.0) is not None
+    wrong = right.ends.copy()
+    wrong[len(wrong) // 2] += 1000.0
+    assert timing_arrays._rescaled((j, float(d[j]), 0.0, wrong), graph, d, 0.0) is None
+    assert timing_arrays._rescaled((j, float(d[j]), 1.0, right.ends), graph, d, 0.0) is None  # comm differs
+    assert timing_arrays._rescaled((j, float(d[j]) * 3.0, 0.0, right.ends), graph, d, 0.0) is None
+    assert timing_arrays._rescaled(None, graph, d, 0.0) is None
+
+
+def test_large_orders_remember_nothing(monkeypatch):
+    monkeypatch.setattr(timing_arrays, "MEMO_MAX_NODES", 0)
+    table = build_schedule("zbv", 4, None, 8, EQUAL)
+    rows = Rows(table.ranks.rows)  # a fresh memo (a generator may hand out an order it built before)
+    sc = EQUAL.for_placement(table.placement)
+    got = timing_arrays.solve(table.placement, 8, table.compute_order(), sc, rows)
+    assert not any(key[0] in ("timing", "ends") for key in rows.memo)
+    _same_times(got, timing_arrays.solve(table.placement, 8, table.compute_order(), sc, _plain(rows)))
+
+
+@pytest.mark.parametrize("max_cells", [compact.HISTOGRAM_MAX_CELLS, 0])
+def test_receive_slots_by_histogram_are_the_binary_search(monkeypatch, max_cells):
+    """`_starts_before`: the (rank x time) histogram for whole times (up to its size cap), the search for
+    others, equal."""
+    monkeypatch.setattr(compact, "HISTOGRAM_MAX_CELLS", max_cells)
+    rng = random.Random(3)
+    for trial in range(40):
+        n_ranks = rng.randint(1, 6)
+        whole = trial % 2 == 0
+        per_rank = []
+        for _ in range(n_ranks):
+            k = rng.randint(0, 12)
+            vals = sorted(rng.randint(0, 30) + (0.0 if whole else rng.random()) for _ in range(k))
+            per_rank.append(vals)
+        n_compute = np.array([len(v) for v in per_rank], dtype=np.int64)
+        cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
+        np.cumsum(n_compute, out=cfirst[1:])
+        cstarts = np.array([x for v in per_rank for x in v], dtype=np.float64)
+        peer = np.array([rng.randrange(n_ranks) for _ in range(25)], dtype=np.int64)
+        t = np.array([float(rng.randint(0, 32)) for _ in range(25)], dtype=np.float64)
+        top = float(max(cstarts.max(initial=0.0), t.max(initial=0.0)))
+        got = _starts_before(cstarts, cfirst, n_compute, t, peer, top)
+        want = [
+            sum(1 for x in per_rank[r] if x < tt) for r, tt in zip(peer.tolist(), t.tolist(), strict=True)
+        ]
+        assert got.tolist() == want
+
+
+@pytest.mark.parametrize("block_cells", [memory_curve.BLOCK_CELLS, 20, 1])
+def test_memory_levels_of_all_ranks_at_once_are_each_ranks_own(monkeypatch, block_cells):
+    """`_per_rank`: one cumulative sum over a (rank x event) table per block of ranks, ranks that snap to
+    zero redone alone, equal to the running level of each rank taken by itself."""
+    monkeypatch.setattr(memory_curve, "BLOCK_CELLS", block_cells)
+    rng = random.Random(11)
+    for _ in range(30):
+        n_ranks = rng.randint(1, 5)
+        deltas = []
+        for _ in range(n_ranks):
+            k = rng.randint(0, 15)
+            row = []
+            for _ in range(k):
+                x = rng.choice([1.0, -1.0, 0.1, -0.1, 1.0 / 3, -1.0 / 3, 0.0, -0.0, 0.7])
+                row.append(x)
+            deltas.append(row)
+        delta = np.array([x for row in deltas for x in row], dtype=np.float64)
+        bounds = np.cumsum([0] + [len(row) for row in deltas]).tolist()
+        times = np.arange(len(delta), dtype=np.float64)
+        got = memory_curve._per_rank(times, delta, bounds, n_ranks)
+        for r in range(n_ranks):
+            want = memory_curve._running_level(delta[bounds[r] : bounds[r + 1]])
+            peak = float(want.max()) if len(want) else 0.0
+            assert repr(got[r][1].tolist()) == repr(want.tolist())
+            assert repr(got[r][2]) == repr(peak if peak > 0.0 else 0.0)
+
+
+def test_metrics_from_the_simulators_summaries_are_the_columns_own():
+    for name in ("1f1b", "zbv", "dualpipe"):
+        table = build_schedule(name, 4, None, 8, PER_RANK)
+        timeline = simulate(table, PER_RANK).timeline
+        with_summary = timeline_metrics(timeline)
+        for rt in timeline.ranks:
+            rt.intervals.summary = None
+        assert repr(timeline_metrics(timeline)) == repr(with_summary)
+
+
+def test_positions_that_are_not_a_permutation_go_to_the_reference_walk():
+    """The validator reads each comm row's boundary from its position, which needs every rank's positions
+    to be 0..length-1, each held once: a table where two nodes share a place is not proven valid here."""
+    table = build_schedule("1f1b", 4, None, 8, EQUAL)
+    assert compact_validation.valid(table)
+    r = table.ranks
+    c_pos = r.c_pos.copy()
+    c_pos[0] = r.node_pos[r.first[r.c_rank[0]]]  # onto a compute node of its rank
+    comm = {
+        "rank": r.c_rank,
+        "pos": c_pos,
+        "kind": r.c_kind,
+        "mb": r.c_mb,
+        "stage": r.c_stage,
+        "peer": r.c_peer,
+    }
+    bad = LoweredRanks(r.order, r.rows, r.node_pos, r.first, comm, r.hints, r.hint_first, r.lengths)
+    assert not compact_validation.valid(ScheduleTable(table.placement, 8, bad, "1f1b", {}))
