@@ -222,18 +222,32 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
 
 #: byte maps of +-k (the counts they shift stay within 0..255)
 _SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
+#: the same keeping 255 (`derived_bytes`' mark of a slot that holds no F)
+_FSHIFT = {k: bytes(255 if i == 255 else (i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 
 
 def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
-    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and a shortcut in each
-    tried move (`_attempt`). False (nothing changed) where the cap or the stored walk does not fit: the
-    caller then runs `derived_walk`."""
+    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and `_attempt`'s
+    shortcut inlined. False (nothing changed) where the cap or the stored walk does not fit: the caller
+    then runs `derived_walk`.
+
+    The stored walk keeps live <= cap at every slot (checked once; a move is kept only if its walk does),
+    so no F starts with live == cap (the next slot would hold cap + 1). Two consequences used below: a
+    tried F at t (past the last slot with live == cap) never breaks the cap itself, and a tried B at t
+    with live == cap before it fails at once if an F follows at t + 1 (no W runs at t any more, so that F
+    starts at cap): the move is skipped without walking, as the reference's walk and repair leave the
+    walk as it was."""
     pend_all, live_all = v_rows.walks(occ)
     if cap > 253 or live_all.max(initial=0) > cap:
         return False
     pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
     lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
+    is_f = np.zeros(live_all.shape, dtype=bool)
+    is_f[:, :-1] = (occ >= 0) & (occ % 3 == _F)
+    flives = [bytearray(row.tobytes()) for row in np.where(is_f, live_all, 255).astype(np.uint8)]
+    del is_f
     slot, rows = sched.slot, sched.occ
+    shift, fshift = _SHIFT, _FSHIFT
     slot.append(-1)  # the slot of a missing input
     try:
         for chunk in v_rows.chunked(*columns):
@@ -246,27 +260,103 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                 cur = slot[op]
                 if e >= cur:
                     continue
-                row, pend, live = rows[r], pends[r], lives[r]
+                row = rows[r]
+                live = lives[r]
+                flive = flives[r]
+                is_f = op % 3 == _F
                 lo = e
-                if op % 3 == _F:  # one more live chunk on [t, cur]: past the last full slot there
+                if is_f:  # one more live chunk on [t, cur]: past the last full slot there
                     lo = live.rfind(cap, e, cur + 1) + 1
                     if lo < e:
                         lo = e
+                pend = pends[r]
                 end = len(row)
                 while lo < cur:
                     try:
                         t = row.index(-1, lo, cur)
                     except ValueError:
                         break
+                    # `_attempt` of the move, inlined: the walk from t with the op at t, cur free
+                    if is_f:
+                        lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
+                        q = pend[t]
+                    else:
+                        lv = live[t]
+                        if lv == cap and t + 1 < cur:
+                            x = row[t + 1]
+                            if x >= 0 and x % 3 == _F:  # that F would start at cap
+                                lo = t + 1
+                                continue
+                        q = pend[t] + 1
                     row[cur] = -1
                     row[t] = op
-                    failed = _attempt(row, pend, live, t, cur, cap, end)
+                    failed = -1
+                    u = t + 1
+                    while u <= cur:
+                        if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
+                            dl = lv - live[u]
+                            # the first F in [u, cur) with live >= cap - dl has live == cap - dl
+                            if dl > 0 and flive.find(cap - dl, u, cur) >= 0:
+                                failed = u - 1  # nothing written from u on
+                                break
+                            if dl:
+                                live[u : cur + 1] = live[u : cur + 1].translate(shift[dl])
+                                flive[u : cur + 1] = flive[u : cur + 1].translate(fshift[dl])
+                            lv = live[cur]  # slot cur, now free
+                            q = pend[cur]
+                            if q:
+                                q -= 1
+                                lv -= 1
+                            u = cur + 1
+                            break
+                        pend[u] = q
+                        live[u] = lv
+                        x = row[u]
+                        if x >= 0:
+                            if x % 3 == _F:
+                                flive[u] = lv
+                                lv += 1
+                                if lv > cap:
+                                    failed = u
+                                    break
+                            else:
+                                q += 1
+                        elif q:
+                            q -= 1
+                            lv -= 1
+                        u += 1
                     if failed < 0:
-                        slot[op] = t
-                        break
+                        while u < end:  # past cur: until the walks rejoin
+                            if q == pend[u] and lv == live[u]:
+                                break
+                            pend[u] = q
+                            live[u] = lv
+                            x = row[u]
+                            if x >= 0:
+                                if x % 3 == _F:
+                                    flive[u] = lv
+                                    lv += 1
+                                    if lv > cap:
+                                        failed = u
+                                        break
+                                else:
+                                    q += 1
+                            elif q:
+                                q -= 1
+                                lv -= 1
+                            u += 1
+                        else:
+                            pend[end] = q
+                            live[end] = lv
+                        if failed < 0:
+                            slot[op] = t
+                            if is_f:  # the F's own slot in `flive`
+                                flive[t] = live[t]
+                                flive[cur] = 255
+                            break
                     row[cur] = op
                     row[t] = -1
-                    _rewalk(row, pend, live, t, failed, cap + end, end)  # repair up to there
+                    _rewalk_marked(row, pend, live, flive, t, failed, end)  # repair up to there
                     lo = t + 1
     finally:
         slot.pop()
@@ -341,6 +431,45 @@ def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, 
     pend[end] = q
     live[end] = lv
     return -1
+
+
+def _rewalk_marked(row, pend: bytearray, live: bytearray, flive: bytearray, t: int, cur: int, end: int):
+    """`_rewalk` without a cap (the repair after a failed move) that also writes `flive`, the live count
+    at F slots (`derived_bytes`)."""
+    q, lv = pend[t], live[t]
+    u = t
+    while u <= cur:
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                flive[u] = lv
+                lv += 1
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    while u < end:
+        if q == pend[u] and lv == live[u]:
+            return
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op >= 0:
+            if op % 3 == _F:
+                flive[u] = lv
+                lv += 1
+            else:
+                q += 1
+        elif q:
+            q -= 1
+            lv -= 1
+        u += 1
+    pend[end] = q
+    live[end] = lv
 
 
 def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:
