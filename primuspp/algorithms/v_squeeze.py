@@ -224,6 +224,10 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
 _SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 #: the same keeping 255 (`derived_bytes`' mark of a slot that holds no F)
 _FSHIFT = {k: bytes(255 if i == 255 else (i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
+#: `derived_bytes`' slot kinds
+_FREE, _FK, _BK = 0, 1, 2
+#: `derived_wide`'s mark of a slot that holds no F (added to its count)
+_MARK = 1 << 30
 
 
 def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
@@ -236,7 +240,10 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     tried F at t (past the last slot with live == cap) never breaks the cap itself, and a tried B at t
     with live == cap before it fails at once if an F follows at t + 1 (no W runs at t any more, so that F
     starts at cap): the move is skipped without walking, as the reference's walk and repair leave the
-    walk as it was."""
+    walk as it was.
+
+    The rows are bytearrays of kinds (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception
+    when there is none), and `sched.occ` is left as it was (the caller rebuilds it from `sched.slot`)."""
     pend_all, live_all = v_rows.walks(occ)
     if cap > 253 or live_all.max(initial=0) > cap:
         return False
@@ -245,8 +252,11 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     is_f = np.zeros(live_all.shape, dtype=bool)
     is_f[:, :-1] = (occ >= 0) & (occ % 3 == _F)
     flives = [bytearray(row.tobytes()) for row in np.where(is_f, live_all, 255).astype(np.uint8)]
-    del is_f
-    slot, rows = sched.slot, sched.occ
+    code = (occ % 3 + 1).astype(np.uint8)
+    code[occ < 0] = _FREE
+    rows = [bytearray(row.tobytes()) for row in code]
+    del is_f, code
+    slot = sched.slot
     shift, fshift = _SHIFT, _FSHIFT
     slot.append(-1)  # the slot of a missing input
     try:
@@ -263,7 +273,8 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                 row = rows[r]
                 live = lives[r]
                 flive = flives[r]
-                is_f = op % 3 == _F
+                k = op % 3 + 1
+                is_f = k == _FK
                 lo = e
                 if is_f:  # one more live chunk on [t, cur]: past the last full slot there
                     lo = live.rfind(cap, e, cur + 1) + 1
@@ -272,9 +283,8 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                 pend = pends[r]
                 end = len(row)
                 while lo < cur:
-                    try:
-                        t = row.index(-1, lo, cur)
-                    except ValueError:
+                    t = row.find(_FREE, lo, cur)
+                    if t < 0:
                         break
                     # `_attempt` of the move, inlined: the walk from t with the op at t, cur free
                     if is_f:
@@ -283,13 +293,12 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                     else:
                         lv = live[t]
                         if lv == cap and t + 1 < cur:
-                            x = row[t + 1]
-                            if x >= 0 and x % 3 == _F:  # that F would start at cap
+                            if row[t + 1] == _FK:  # that F would start at cap
                                 lo = t + 1
                                 continue
                         q = pend[t] + 1
-                    row[cur] = -1
-                    row[t] = op
+                    row[cur] = _FREE
+                    row[t] = k
                     failed = -1
                     u = t + 1
                     while u <= cur:
@@ -312,8 +321,8 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                         pend[u] = q
                         live[u] = lv
                         x = row[u]
-                        if x >= 0:
-                            if x % 3 == _F:
+                        if x:
+                            if x == _FK:
                                 flive[u] = lv
                                 lv += 1
                                 if lv > cap:
@@ -332,8 +341,8 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                             pend[u] = q
                             live[u] = lv
                             x = row[u]
-                            if x >= 0:
-                                if x % 3 == _F:
+                            if x:
+                                if x == _FK:
                                     flive[u] = lv
                                     lv += 1
                                     if lv > cap:
@@ -354,8 +363,159 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 flive[t] = live[t]
                                 flive[cur] = 255
                             break
-                    row[cur] = op
-                    row[t] = -1
+                    row[cur] = k
+                    row[t] = _FREE
+                    _rewalk_marked(row, pend, live, flive, t, failed, end)  # repair up to there
+                    lo = t + 1
+    finally:
+        slot.pop()
+    return True
+
+
+def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
+    """`derived_bytes` for any cap (p >= 128 brings caps over 253): the walk's counts as int32 in
+    bytearrays, read and written through `memoryview`s (Python ints, as fast as bytes), found with a
+    4-byte `find` (a hit off the 4-byte grid is skipped) and shifted over a range by numpy views.
+    `flive` keeps the live count at F slots and `_MARK` + a count elsewhere (never a count under `_MARK`:
+    each slot is shifted at most once per op of its row). The same moves; False (nothing changed) where
+    the stored walk already breaks the cap."""
+    pend_all, live_all = v_rows.walks(occ)
+    if live_all.max(initial=0) > cap or cap >= _MARK // 2 or occ.shape[1] >= _MARK // 4:
+        return False
+    code = (occ % 3 + 1).astype(np.uint8)
+    code[occ < 0] = _FREE
+    rows = [bytearray(row.tobytes()) for row in code]
+    marked = live_all.astype(np.int32)
+    marked[:, :-1][code != _FK] += _MARK
+    marked[:, -1] += _MARK
+    del code
+    pbs = [bytearray(row.tobytes()) for row in pend_all.astype(np.int32)]
+    lbs = [bytearray(row.tobytes()) for row in live_all.astype(np.int32)]
+    fbs = [bytearray(row.tobytes()) for row in marked]
+    del marked
+    pends = [memoryview(b).cast("i") for b in pbs]
+    lives = [memoryview(b).cast("i") for b in lbs]
+    flives = [memoryview(b).cast("i") for b in fbs]
+    lns = [np.frombuffer(b, dtype=np.int32) for b in lbs]
+    fns = [np.frombuffer(b, dtype=np.int32) for b in fbs]
+    pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
+    pcap = pat[cap]
+    slot = sched.slot
+    slot.append(-1)  # the slot of a missing input
+    try:
+        for chunk in v_rows.chunked(*columns):
+            for op, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                row = rows[r]
+                live = lives[r]
+                k = op % 3 + 1
+                is_f = k == _FK
+                lo = e
+                if is_f:  # one more live chunk on [t, cur]: past the last full slot there
+                    lb = lbs[r]
+                    j = lb.rfind(pcap, 4 * e, 4 * cur + 4)
+                    while j >= 0 and j & 3:
+                        j = lb.rfind(pcap, 4 * e, j + 3)
+                    if j >= 0:
+                        lo = (j >> 2) + 1
+                        if lo < e:
+                            lo = e
+                pend = pends[r]
+                flive = flives[r]
+                end = len(row)
+                while lo < cur:
+                    t = row.find(_FREE, lo, cur)
+                    if t < 0:
+                        break
+                    if is_f:
+                        lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
+                        q = pend[t]
+                    else:
+                        lv = live[t]
+                        if lv == cap and t + 1 < cur:
+                            if row[t + 1] == _FK:  # that F would start at cap
+                                lo = t + 1
+                                continue
+                        q = pend[t] + 1
+                    row[cur] = _FREE
+                    row[t] = k
+                    failed = -1
+                    u = t + 1
+                    while u <= cur:
+                        if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
+                            dl = lv - live[u]
+                            if dl > 0:  # the first F in [u, cur) with live >= cap - dl has live == cap - dl
+                                fb = fbs[r]
+                                j = fb.find(pat[cap - dl], 4 * u, 4 * cur)
+                                while j >= 0 and j & 3:
+                                    j = fb.find(pat[cap - dl], j + 1, 4 * cur)
+                                if j >= 0:
+                                    failed = u - 1  # nothing written from u on
+                                    break
+                            if dl:
+                                lns[r][u : cur + 1] += dl
+                                fns[r][u : cur + 1] += dl
+                            lv = live[cur]  # slot cur, now free
+                            q = pend[cur]
+                            if q:
+                                q -= 1
+                                lv -= 1
+                            u = cur + 1
+                            break
+                        pend[u] = q
+                        live[u] = lv
+                        x = row[u]
+                        if x:
+                            if x == _FK:
+                                flive[u] = lv
+                                lv += 1
+                                if lv > cap:
+                                    failed = u
+                                    break
+                            else:
+                                q += 1
+                        elif q:
+                            q -= 1
+                            lv -= 1
+                        u += 1
+                    if failed < 0:
+                        while u < end:  # past cur: until the walks rejoin
+                            if q == pend[u] and lv == live[u]:
+                                break
+                            pend[u] = q
+                            live[u] = lv
+                            x = row[u]
+                            if x:
+                                if x == _FK:
+                                    flive[u] = lv
+                                    lv += 1
+                                    if lv > cap:
+                                        failed = u
+                                        break
+                                else:
+                                    q += 1
+                            elif q:
+                                q -= 1
+                                lv -= 1
+                            u += 1
+                        else:
+                            pend[end] = q
+                            live[end] = lv
+                        if failed < 0:
+                            slot[op] = t
+                            if is_f:  # the F's own slot in `flive`
+                                flive[t] = live[t]
+                                flive[cur] = _MARK
+                            break
+                    row[cur] = k
+                    row[t] = _FREE
                     _rewalk_marked(row, pend, live, flive, t, failed, end)  # repair up to there
                     lo = t + 1
     finally:
@@ -435,15 +595,15 @@ def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, 
 
 def _rewalk_marked(row, pend: bytearray, live: bytearray, flive: bytearray, t: int, cur: int, end: int):
     """`_rewalk` without a cap (the repair after a failed move) that also writes `flive`, the live count
-    at F slots (`derived_bytes`)."""
+    at F slots (`derived_bytes`; `row` its kinds)."""
     q, lv = pend[t], live[t]
     u = t
     while u <= cur:
         pend[u] = q
         live[u] = lv
         op = row[u]
-        if op >= 0:
-            if op % 3 == _F:
+        if op:
+            if op == _FK:
                 flive[u] = lv
                 lv += 1
             else:
@@ -458,8 +618,8 @@ def _rewalk_marked(row, pend: bytearray, live: bytearray, flive: bytearray, t: i
         pend[u] = q
         live[u] = lv
         op = row[u]
-        if op >= 0:
-            if op % 3 == _F:
+        if op:
+            if op == _FK:
                 flive[u] = lv
                 lv += 1
             else:

@@ -357,12 +357,20 @@ class SlotSchedule:
         slot = np.array(self.slot, dtype=v_rows.INT)
         slot[_W::3] = -1  # `_strip_ws`
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
-        self._set_lists(slot, occ)
+        self.slot = self.occ = None
+        self.slot = slot.tolist()  # `occ` as lists only for the paths that move ops in them
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
-        if not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
+        if cap >= min_cap:
+            self.occ = occ.tolist()
+        if cap < min_cap or not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
             first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
             inputs = (ops, first, second, rank)
-            if counts != "bytes" or not v_squeeze.derived_bytes(self, cap, inputs, occ):
+            done = counts == "bytes" and v_squeeze.derived_bytes(self, cap, inputs, occ)
+            if not done and counts != "lists":
+                done = v_squeeze.derived_wide(self, cap, inputs, occ)
+            if not done:
+                if self.occ is None:
+                    self.occ = occ.tolist()
                 pend, live = v_rows.walks(occ)
                 v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
         slot = np.array(self.slot, dtype=v_rows.INT)
