@@ -226,14 +226,16 @@ _SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 _FSHIFT = {k: bytes(255 if i == 255 else (i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 #: `derived_bytes`' slot kinds
 _FREE, _FK, _BK = 0, 1, 2
+#: the shortest run of slots `derived_bytes` shifts rather than walks
+_SEG = 8
 #: `derived_wide`'s mark of a slot that holds no F (added to its count)
 _MARK = 1 << 30
 
 
 def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and `_attempt`'s
-    shortcut inlined. False (nothing changed) where the cap or the stored walk does not fit: the caller
-    then runs `derived_walk`.
+    shortcut inlined and extended. False (nothing changed) where the cap or the stored walk does not fit:
+    the caller then runs `derived_wide`.
 
     The stored walk keeps live <= cap at every slot (checked once; a move is kept only if its walk does),
     so no F starts with live == cap (the next slot would hold cap + 1). Two consequences used below: a
@@ -242,22 +244,32 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     starts at cap): the move is skipped without walking, as the reference's walk and repair leave the
     walk as it was.
 
+    On (t, cur] the old and new rows agree, so the new walk is the stored one plus (dq, dl), dq >= 0: a
+    free slot runs a W in both walks or, where the stored walk is idle (no W pending), only in the new
+    one, which lowers dq and dl by one. Between such idle slots (found with `find` in `fpend`, the
+    pending count kept at free slots only) the new walk is a shift of the stored one: runs of `_SEG` or
+    more slots are shifted with `translate` (an F there breaks the cap iff one has live == cap - dl, the
+    first to reach the cap: a `find` in `flive`, the live count kept at F slots only), shorter ones
+    walked. From where dq is 0 to cur it is a shift; past cur it is walked until the walks rejoin.
+
     The rows are bytearrays of kinds (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception
     when there is none), and `sched.occ` is left as it was (the caller rebuilds it from `sched.slot`)."""
     pend_all, live_all = v_rows.walks(occ)
     if cap > 253 or live_all.max(initial=0) > cap:
         return False
-    pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
-    lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
-    is_f = np.zeros(live_all.shape, dtype=bool)
-    is_f[:, :-1] = (occ >= 0) & (occ % 3 == _F)
-    flives = [bytearray(row.tobytes()) for row in np.where(is_f, live_all, 255).astype(np.uint8)]
     code = (occ % 3 + 1).astype(np.uint8)
     code[occ < 0] = _FREE
     rows = [bytearray(row.tobytes()) for row in code]
-    del is_f, code
+    kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
+    kinds[:, :-1] = code
+    del code
+    pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
+    lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
+    fpends = [bytearray(row.tobytes()) for row in np.where(kinds == _FREE, pend_all, 255).astype(np.uint8)]
+    flives = [bytearray(row.tobytes()) for row in np.where(kinds == _FK, live_all, 255).astype(np.uint8)]
+    del kinds, pend_all, live_all
     slot = sched.slot
-    shift, fshift = _SHIFT, _FSHIFT
+    shift, fshift, seg = _SHIFT, _FSHIFT, _SEG
     slot.append(-1)  # the slot of a missing input
     try:
         for chunk in v_rows.chunked(*columns):
@@ -272,7 +284,6 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                     continue
                 row = rows[r]
                 live = lives[r]
-                flive = flives[r]
                 k = op % 3 + 1
                 is_f = k == _FK
                 lo = e
@@ -281,30 +292,31 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                     if lo < e:
                         lo = e
                 pend = pends[r]
+                fpend = fpends[r]
+                flive = flives[r]
                 end = len(row)
                 while lo < cur:
                     t = row.find(_FREE, lo, cur)
                     if t < 0:
                         break
-                    # `_attempt` of the move, inlined: the walk from t with the op at t, cur free
+                    # the walk from t with the op at t and cur free (`_attempt`, extended)
                     if is_f:
                         lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
                         q = pend[t]
                     else:
                         lv = live[t]
-                        if lv == cap and t + 1 < cur:
-                            if row[t + 1] == _FK:  # that F would start at cap
-                                lo = t + 1
-                                continue
+                        if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
+                            lo = t + 1
+                            continue
                         q = pend[t] + 1
                     row[cur] = _FREE
                     row[t] = k
                     failed = -1
                     u = t + 1
+                    stop = u + seg
                     while u <= cur:
                         if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
                             dl = lv - live[u]
-                            # the first F in [u, cur) with live >= cap - dl has live == cap - dl
                             if dl > 0 and flive.find(cap - dl, u, cur) >= 0:
                                 failed = u - 1  # nothing written from u on
                                 break
@@ -313,11 +325,33 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 flive[u : cur + 1] = flive[u : cur + 1].translate(fshift[dl])
                             lv = live[cur]  # slot cur, now free
                             q = pend[cur]
+                            fpend[cur] = q
                             if q:
                                 q -= 1
                                 lv -= 1
                             u = cur + 1
                             break
+                        if u >= stop:  # past `seg` walked slots: look for a long run
+                            i = fpend.find(0, u, cur)  # the next slot where the stored walk is idle
+                            if i < 0:
+                                i = cur
+                            if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
+                                dl = lv - live[u]
+                                if dl > 0 and flive.find(cap - dl, u, i) >= 0:
+                                    failed = u - 1
+                                    break
+                                dq = q - pend[u]
+                                pend[u : i + 1] = pend[u : i + 1].translate(shift[dq])
+                                fpend[u : i + 1] = fpend[u : i + 1].translate(fshift[dq])
+                                if dl:
+                                    live[u : i + 1] = live[u : i + 1].translate(shift[dl])
+                                    flive[u : i + 1] = flive[u : i + 1].translate(fshift[dl])
+                                q = pend[i] - 1  # slot i is free; the new walk runs a W there
+                                lv = live[i] - 1
+                                fpend[i] = q + 1
+                                u = stop = i + 1
+                                continue
+                            stop = i + 1  # a short run: walked
                         pend[u] = q
                         live[u] = lv
                         x = row[u]
@@ -330,9 +364,11 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                     break
                             else:
                                 q += 1
-                        elif q:
-                            q -= 1
-                            lv -= 1
+                        else:
+                            fpend[u] = q
+                            if q:
+                                q -= 1
+                                lv -= 1
                         u += 1
                     if failed < 0:
                         while u < end:  # past cur: until the walks rejoin
@@ -350,22 +386,26 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                         break
                                 else:
                                     q += 1
-                            elif q:
-                                q -= 1
-                                lv -= 1
+                            else:
+                                fpend[u] = q
+                                if q:
+                                    q -= 1
+                                    lv -= 1
                             u += 1
                         else:
                             pend[end] = q
                             live[end] = lv
                         if failed < 0:
                             slot[op] = t
+                            fpend[t] = 255  # slot t is taken
                             if is_f:  # the F's own slot in `flive`
                                 flive[t] = live[t]
                                 flive[cur] = 255
                             break
                     row[cur] = k
                     row[t] = _FREE
-                    _rewalk_marked(row, pend, live, flive, t, failed, end)  # repair up to there
+                    _rewalk_marked(row, pend, live, flive, fpend, t, failed, end)  # repair up to there
+                    fpend[cur] = 255  # the op's slot again
                     lo = t + 1
     finally:
         slot.pop()
@@ -376,31 +416,41 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_bytes` for any cap (p >= 128 brings caps over 253): the walk's counts as int32 in
     bytearrays, read and written through `memoryview`s (Python ints, as fast as bytes), found with a
     4-byte `find` (a hit off the 4-byte grid is skipped) and shifted over a range by numpy views.
-    `flive` keeps the live count at F slots and `_MARK` + a count elsewhere (never a count under `_MARK`:
-    each slot is shifted at most once per op of its row). The same moves; False (nothing changed) where
-    the stored walk already breaks the cap."""
+    `flive` and `fpend` hold `_MARK` + a count where `derived_bytes` has 255: never a count under `_MARK`
+    (a slot is shifted at most once per op of its row, by at most 2). The same moves; False (nothing
+    changed) where the stored walk already breaks the cap."""
     pend_all, live_all = v_rows.walks(occ)
-    if live_all.max(initial=0) > cap or cap >= _MARK // 2 or occ.shape[1] >= _MARK // 4:
+    if live_all.max(initial=0) > cap or cap >= _MARK // 4 or occ.shape[1] >= _MARK // 4:
         return False
     code = (occ % 3 + 1).astype(np.uint8)
     code[occ < 0] = _FREE
     rows = [bytearray(row.tobytes()) for row in code]
-    marked = live_all.astype(np.int32)
-    marked[:, :-1][code != _FK] += _MARK
-    marked[:, -1] += _MARK
+    kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
+    kinds[:, :-1] = code
     del code
     pbs = [bytearray(row.tobytes()) for row in pend_all.astype(np.int32)]
     lbs = [bytearray(row.tobytes()) for row in live_all.astype(np.int32)]
-    fbs = [bytearray(row.tobytes()) for row in marked]
-    del marked
+    qbs = [
+        bytearray(row.tobytes())
+        for row in np.where(kinds == _FREE, pend_all, pend_all + _MARK).astype(np.int32)
+    ]
+    fbs = [
+        bytearray(row.tobytes())
+        for row in np.where(kinds == _FK, live_all, live_all + _MARK).astype(np.int32)
+    ]
+    del kinds, pend_all, live_all
     pends = [memoryview(b).cast("i") for b in pbs]
     lives = [memoryview(b).cast("i") for b in lbs]
+    fpends = [memoryview(b).cast("i") for b in qbs]
     flives = [memoryview(b).cast("i") for b in fbs]
+    pns = [np.frombuffer(b, dtype=np.int32) for b in pbs]
     lns = [np.frombuffer(b, dtype=np.int32) for b in lbs]
+    qns = [np.frombuffer(b, dtype=np.int32) for b in qbs]
     fns = [np.frombuffer(b, dtype=np.int32) for b in fbs]
     pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
-    pcap = pat[cap]
+    pcap, zero = pat[cap], np.int32(0).tobytes()
     slot = sched.slot
+    seg = _SEG
     slot.append(-1)  # the slot of a missing input
     try:
         for chunk in v_rows.chunked(*columns):
@@ -421,37 +471,39 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                 if is_f:  # one more live chunk on [t, cur]: past the last full slot there
                     lb = lbs[r]
                     j = lb.rfind(pcap, 4 * e, 4 * cur + 4)
-                    while j >= 0 and j & 3:
+                    while j >= 0 and j & 3:  # off the 4-byte grid
                         j = lb.rfind(pcap, 4 * e, j + 3)
                     if j >= 0:
                         lo = (j >> 2) + 1
                         if lo < e:
                             lo = e
                 pend = pends[r]
+                fpend = fpends[r]
                 flive = flives[r]
                 end = len(row)
                 while lo < cur:
                     t = row.find(_FREE, lo, cur)
                     if t < 0:
                         break
+                    # the walk from t with the op at t and cur free (`_attempt`, extended)
                     if is_f:
                         lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
                         q = pend[t]
                     else:
                         lv = live[t]
-                        if lv == cap and t + 1 < cur:
-                            if row[t + 1] == _FK:  # that F would start at cap
-                                lo = t + 1
-                                continue
+                        if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
+                            lo = t + 1
+                            continue
                         q = pend[t] + 1
                     row[cur] = _FREE
                     row[t] = k
                     failed = -1
                     u = t + 1
+                    stop = u + seg
                     while u <= cur:
                         if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
                             dl = lv - live[u]
-                            if dl > 0:  # the first F in [u, cur) with live >= cap - dl has live == cap - dl
+                            if dl > 0:
                                 fb = fbs[r]
                                 j = fb.find(pat[cap - dl], 4 * u, 4 * cur)
                                 while j >= 0 and j & 3:
@@ -464,11 +516,40 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 fns[r][u : cur + 1] += dl
                             lv = live[cur]  # slot cur, now free
                             q = pend[cur]
+                            fpend[cur] = q
                             if q:
                                 q -= 1
                                 lv -= 1
                             u = cur + 1
                             break
+                        if u >= stop:  # past `seg` walked slots: look for a long run
+                            qb = qbs[r]
+                            i = qb.find(zero, 4 * u, 4 * cur)  # the next slot where the stored walk is idle
+                            while i >= 0 and i & 3:
+                                i = qb.find(zero, i + 1, 4 * cur)
+                            i = cur if i < 0 else i >> 2
+                            if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
+                                dl = lv - live[u]
+                                if dl > 0:
+                                    fb = fbs[r]
+                                    j = fb.find(pat[cap - dl], 4 * u, 4 * i)
+                                    while j >= 0 and j & 3:
+                                        j = fb.find(pat[cap - dl], j + 1, 4 * i)
+                                    if j >= 0:
+                                        failed = u - 1
+                                        break
+                                dq = q - pend[u]
+                                pns[r][u : i + 1] += dq
+                                qns[r][u : i + 1] += dq
+                                if dl:
+                                    lns[r][u : i + 1] += dl
+                                    fns[r][u : i + 1] += dl
+                                q = pend[i] - 1  # slot i is free; the new walk runs a W there
+                                lv = live[i] - 1
+                                fpend[i] = q + 1
+                                u = stop = i + 1
+                                continue
+                            stop = i + 1  # a short run: walked
                         pend[u] = q
                         live[u] = lv
                         x = row[u]
@@ -481,9 +562,11 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                     break
                             else:
                                 q += 1
-                        elif q:
-                            q -= 1
-                            lv -= 1
+                        else:
+                            fpend[u] = q
+                            if q:
+                                q -= 1
+                                lv -= 1
                         u += 1
                     if failed < 0:
                         while u < end:  # past cur: until the walks rejoin
@@ -501,22 +584,26 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                         break
                                 else:
                                     q += 1
-                            elif q:
-                                q -= 1
-                                lv -= 1
+                            else:
+                                fpend[u] = q
+                                if q:
+                                    q -= 1
+                                    lv -= 1
                             u += 1
                         else:
                             pend[end] = q
                             live[end] = lv
                         if failed < 0:
                             slot[op] = t
+                            fpend[t] = _MARK  # slot t is taken
                             if is_f:  # the F's own slot in `flive`
                                 flive[t] = live[t]
                                 flive[cur] = _MARK
                             break
                     row[cur] = k
                     row[t] = _FREE
-                    _rewalk_marked(row, pend, live, flive, t, failed, end)  # repair up to there
+                    _rewalk_marked(row, pend, live, flive, fpend, t, failed, end)  # repair up to there
+                    fpend[cur] = _MARK  # the op's slot again
                     lo = t + 1
     finally:
         slot.pop()
@@ -593,9 +680,10 @@ def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, 
     return -1
 
 
-def _rewalk_marked(row, pend: bytearray, live: bytearray, flive: bytearray, t: int, cur: int, end: int):
-    """`_rewalk` without a cap (the repair after a failed move) that also writes `flive`, the live count
-    at F slots (`derived_bytes`; `row` its kinds)."""
+def _rewalk_marked(row, pend, live, flive, fpend, t: int, cur: int, end: int) -> None:
+    """`_rewalk` without a cap (the repair after a failed move) that also writes `flive` (the live count
+    at F slots) and `fpend` (the pending count at free slots) of `derived_bytes` and `derived_wide`
+    (`row` their kinds)."""
     q, lv = pend[t], live[t]
     u = t
     while u <= cur:
@@ -608,9 +696,11 @@ def _rewalk_marked(row, pend: bytearray, live: bytearray, flive: bytearray, t: i
                 lv += 1
             else:
                 q += 1
-        elif q:
-            q -= 1
-            lv -= 1
+        else:
+            fpend[u] = q
+            if q:
+                q -= 1
+                lv -= 1
         u += 1
     while u < end:
         if q == pend[u] and lv == live[u]:
@@ -624,9 +714,11 @@ def _rewalk_marked(row, pend: bytearray, live: bytearray, flive: bytearray, t: i
                 lv += 1
             else:
                 q += 1
-        elif q:
-            q -= 1
-            lv -= 1
+        else:
+            fpend[u] = q
+            if q:
+                q -= 1
+                lv -= 1
         u += 1
     pend[end] = q
     live[end] = lv
