@@ -222,7 +222,7 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
 
 #: byte maps of +-k (the counts they shift stay within 0..255)
 _SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
-#: the same keeping 255 (`derived_bytes`' mark of a slot that holds no F)
+#: the same keeping 255 (`derived_bytes`' mark of a slot that is not free)
 _FSHIFT = {k: bytes(255 if i == 255 else (i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 #: `derived_bytes`' slot kinds
 _FREE, _FK, _BK = 0, 1, 2
@@ -233,24 +233,25 @@ _MARK = 1 << 30
 
 
 def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
-    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and `_attempt`'s
-    shortcut inlined and extended. False (nothing changed) where the cap or the stored walk does not fit:
-    the caller then runs `derived_wide`.
+    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and the tried move's
+    walk (`_attempt`) inlined and shortened. False (nothing changed) where the cap or the stored walk does
+    not fit: the caller then runs `derived_wide`.
 
     The stored walk keeps live <= cap at every slot (checked once; a move is kept only if its walk does),
-    so no F starts with live == cap (the next slot would hold cap + 1). Two consequences used below: a
-    tried F at t (past the last slot with live == cap) never breaks the cap itself, and a tried B at t
-    with live == cap before it fails at once if an F follows at t + 1 (no W runs at t any more, so that F
-    starts at cap): the move is skipped without walking, as the reference's walk and repair leave the
-    walk as it was.
+    so no F starts with live == cap (the next slot would hold cap + 1). Hence a tried F at t (past the last
+    slot with live == cap in [e, cur]) never breaks the cap itself, and no F in [t, cur) starts at
+    cap - 1 either (the slot after it would be full); a tried B at t with live == cap before it fails at
+    once if an F follows at t + 1 (no W runs at t any more, so that F starts at cap): the move is skipped
+    without walking, as the reference's walk and repair leave the walk as it was.
 
-    On (t, cur] the old and new rows agree, so the new walk is the stored one plus (dq, dl), dq >= 0: a
-    free slot runs a W in both walks or, where the stored walk is idle (no W pending), only in the new
-    one, which lowers dq and dl by one. Between such idle slots (found with `find` in `fpend`, the
-    pending count kept at free slots only) the new walk is a shift of the stored one: runs of `_SEG` or
-    more slots are shifted with `translate` (an F there breaks the cap iff one has live == cap - dl, the
-    first to reach the cap: a `find` in `flive`, the live count kept at F slots only), shorter ones
-    walked. From where dq is 0 to cur it is a shift; past cur it is walked until the walks rejoin.
+    On (t, cur] the old and new rows agree, so the new walk is the stored one plus (dq, dl), dq >= 0 and
+    dl - dq = 1 for an F, -1 for a B: a free slot runs a W in both walks or, where the stored walk is idle
+    (no W pending), only in the new one, which lowers dq and dl by one. Between such idle slots (found
+    with `find` in `fpend`, the pending count kept at free slots only) the new walk is a shift of the
+    stored one: runs of `_SEG` or more slots are shifted with `translate` (an F there breaks the cap iff
+    one starts at cap - dl, the first to reach it), shorter ones walked. Where dq is 0 (dl 1 for an F,
+    -1 for a B: by the above, no F reaches the cap) the rest up to cur is one shift; past cur, where the
+    new walk holds no more live chunks than the stored one, it is walked until the walks rejoin.
 
     The rows are bytearrays of kinds (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception
     when there is none), and `sched.occ` is left as it was (the caller rebuilds it from `sched.slot`)."""
@@ -266,7 +267,6 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
     lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
     fpends = [bytearray(row.tobytes()) for row in np.where(kinds == _FREE, pend_all, 255).astype(np.uint8)]
-    flives = [bytearray(row.tobytes()) for row in np.where(kinds == _FK, live_all, 255).astype(np.uint8)]
     del kinds, pend_all, live_all
     slot = sched.slot
     shift, fshift, seg = _SHIFT, _FSHIFT, _SEG
@@ -293,7 +293,6 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                         lo = e
                 pend = pends[r]
                 fpend = fpends[r]
-                flive = flives[r]
                 end = len(row)
                 while lo < cur:
                     t = row.find(_FREE, lo, cur)
@@ -316,13 +315,9 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                     stop = u + seg
                     while u <= cur:
                         if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
-                            dl = lv - live[u]
-                            if dl > 0 and flive.find(cap - dl, u, cur) >= 0:
-                                failed = u - 1  # nothing written from u on
-                                break
+                            dl = lv - live[u]  # no F there reaches the cap (see above)
                             if dl:
                                 live[u : cur + 1] = live[u : cur + 1].translate(shift[dl])
-                                flive[u : cur + 1] = flive[u : cur + 1].translate(fshift[dl])
                             lv = live[cur]  # slot cur, now free
                             q = pend[cur]
                             fpend[cur] = q
@@ -337,15 +332,19 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 i = cur
                             if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
                                 dl = lv - live[u]
-                                if dl > 0 and flive.find(cap - dl, u, i) >= 0:
-                                    failed = u - 1
-                                    break
+                                if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
+                                    v = cap - dl
+                                    j = live.find(v, u, i)
+                                    while j >= 0 and row[j] != _FK:
+                                        j = live.find(v, j + 1, i)
+                                    if j >= 0:
+                                        failed = u - 1  # nothing written from u on
+                                        break
                                 dq = q - pend[u]
                                 pend[u : i + 1] = pend[u : i + 1].translate(shift[dq])
                                 fpend[u : i + 1] = fpend[u : i + 1].translate(fshift[dq])
                                 if dl:
                                     live[u : i + 1] = live[u : i + 1].translate(shift[dl])
-                                    flive[u : i + 1] = flive[u : i + 1].translate(fshift[dl])
                                 q = pend[i] - 1  # slot i is free; the new walk runs a W there
                                 lv = live[i] - 1
                                 fpend[i] = q + 1
@@ -357,7 +356,6 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                         x = row[u]
                         if x:
                             if x == _FK:
-                                flive[u] = lv
                                 lv += 1
                                 if lv > cap:
                                     failed = u
@@ -379,7 +377,6 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                             x = row[u]
                             if x:
                                 if x == _FK:
-                                    flive[u] = lv
                                     lv += 1
                                     if lv > cap:
                                         failed = u
@@ -398,13 +395,10 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                         if failed < 0:
                             slot[op] = t
                             fpend[t] = 255  # slot t is taken
-                            if is_f:  # the F's own slot in `flive`
-                                flive[t] = live[t]
-                                flive[cur] = 255
                             break
                     row[cur] = k
                     row[t] = _FREE
-                    _rewalk_marked(row, pend, live, flive, fpend, t, failed, end)  # repair up to there
+                    _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
                     fpend[cur] = 255  # the op's slot again
                     lo = t + 1
     finally:
@@ -416,8 +410,8 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_bytes` for any cap (p >= 128 brings caps over 253): the walk's counts as int32 in
     bytearrays, read and written through `memoryview`s (Python ints, as fast as bytes), found with a
     4-byte `find` (a hit off the 4-byte grid is skipped) and shifted over a range by numpy views.
-    `flive` and `fpend` hold `_MARK` + a count where `derived_bytes` has 255: never a count under `_MARK`
-    (a slot is shifted at most once per op of its row, by at most 2). The same moves; False (nothing
+    `fpend` holds `_MARK` + a count where `derived_bytes` has 255: never a count under `_MARK` (a slot
+    is shifted at most once per op of its row, by at most 2). The same moves; False (nothing
     changed) where the stored walk already breaks the cap."""
     pend_all, live_all = v_rows.walks(occ)
     if live_all.max(initial=0) > cap or cap >= _MARK // 4 or occ.shape[1] >= _MARK // 4:
@@ -434,19 +428,13 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
         bytearray(row.tobytes())
         for row in np.where(kinds == _FREE, pend_all, pend_all + _MARK).astype(np.int32)
     ]
-    fbs = [
-        bytearray(row.tobytes())
-        for row in np.where(kinds == _FK, live_all, live_all + _MARK).astype(np.int32)
-    ]
     del kinds, pend_all, live_all
     pends = [memoryview(b).cast("i") for b in pbs]
     lives = [memoryview(b).cast("i") for b in lbs]
     fpends = [memoryview(b).cast("i") for b in qbs]
-    flives = [memoryview(b).cast("i") for b in fbs]
     pns = [np.frombuffer(b, dtype=np.int32) for b in pbs]
     lns = [np.frombuffer(b, dtype=np.int32) for b in lbs]
     qns = [np.frombuffer(b, dtype=np.int32) for b in qbs]
-    fns = [np.frombuffer(b, dtype=np.int32) for b in fbs]
     pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
     pcap, zero = pat[cap], np.int32(0).tobytes()
     slot = sched.slot
@@ -479,7 +467,6 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                             lo = e
                 pend = pends[r]
                 fpend = fpends[r]
-                flive = flives[r]
                 end = len(row)
                 while lo < cur:
                     t = row.find(_FREE, lo, cur)
@@ -502,18 +489,9 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                     stop = u + seg
                     while u <= cur:
                         if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
-                            dl = lv - live[u]
-                            if dl > 0:
-                                fb = fbs[r]
-                                j = fb.find(pat[cap - dl], 4 * u, 4 * cur)
-                                while j >= 0 and j & 3:
-                                    j = fb.find(pat[cap - dl], j + 1, 4 * cur)
-                                if j >= 0:
-                                    failed = u - 1  # nothing written from u on
-                                    break
+                            dl = lv - live[u]  # no F there reaches the cap (see derived_bytes)
                             if dl:
                                 lns[r][u : cur + 1] += dl
-                                fns[r][u : cur + 1] += dl
                             lv = live[cur]  # slot cur, now free
                             q = pend[cur]
                             fpend[cur] = q
@@ -530,20 +508,20 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                             i = cur if i < 0 else i >> 2
                             if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
                                 dl = lv - live[u]
-                                if dl > 0:
-                                    fb = fbs[r]
-                                    j = fb.find(pat[cap - dl], 4 * u, 4 * i)
-                                    while j >= 0 and j & 3:
-                                        j = fb.find(pat[cap - dl], j + 1, 4 * i)
+                                if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
+                                    lb = lbs[r]
+                                    pv = pat[cap - dl]
+                                    j = lb.find(pv, 4 * u, 4 * i)
+                                    while j >= 0 and (j & 3 or row[j >> 2] != _FK):
+                                        j = lb.find(pv, j + 1, 4 * i)
                                     if j >= 0:
-                                        failed = u - 1
+                                        failed = u - 1  # nothing written from u on
                                         break
                                 dq = q - pend[u]
                                 pns[r][u : i + 1] += dq
                                 qns[r][u : i + 1] += dq
                                 if dl:
                                     lns[r][u : i + 1] += dl
-                                    fns[r][u : i + 1] += dl
                                 q = pend[i] - 1  # slot i is free; the new walk runs a W there
                                 lv = live[i] - 1
                                 fpend[i] = q + 1
@@ -555,7 +533,6 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                         x = row[u]
                         if x:
                             if x == _FK:
-                                flive[u] = lv
                                 lv += 1
                                 if lv > cap:
                                     failed = u
@@ -577,7 +554,6 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                             x = row[u]
                             if x:
                                 if x == _FK:
-                                    flive[u] = lv
                                     lv += 1
                                     if lv > cap:
                                         failed = u
@@ -596,13 +572,10 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                         if failed < 0:
                             slot[op] = t
                             fpend[t] = _MARK  # slot t is taken
-                            if is_f:  # the F's own slot in `flive`
-                                flive[t] = live[t]
-                                flive[cur] = _MARK
                             break
                     row[cur] = k
                     row[t] = _FREE
-                    _rewalk_marked(row, pend, live, flive, fpend, t, failed, end)  # repair up to there
+                    _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
                     fpend[cur] = _MARK  # the op's slot again
                     lo = t + 1
     finally:
@@ -680,10 +653,9 @@ def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, 
     return -1
 
 
-def _rewalk_marked(row, pend, live, flive, fpend, t: int, cur: int, end: int) -> None:
-    """`_rewalk` without a cap (the repair after a failed move) that also writes `flive` (the live count
-    at F slots) and `fpend` (the pending count at free slots) of `derived_bytes` and `derived_wide`
-    (`row` their kinds)."""
+def _rewalk_marked(row, pend, live, fpend, t: int, cur: int, end: int) -> None:
+    """`_rewalk` without a cap (the repair after a failed move) that also writes `fpend` (the pending
+    count at free slots) of `derived_bytes` and `derived_wide` (`row` their kinds)."""
     q, lv = pend[t], live[t]
     u = t
     while u <= cur:
@@ -692,7 +664,6 @@ def _rewalk_marked(row, pend, live, flive, fpend, t: int, cur: int, end: int) ->
         op = row[u]
         if op:
             if op == _FK:
-                flive[u] = lv
                 lv += 1
             else:
                 q += 1
@@ -710,7 +681,6 @@ def _rewalk_marked(row, pend, live, flive, fpend, t: int, cur: int, end: int) ->
         op = row[u]
         if op:
             if op == _FK:
-                flive[u] = lv
                 lv += 1
             else:
                 q += 1
