@@ -226,8 +226,9 @@ _SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 _FSHIFT = {k: bytes(255 if i == 255 else (i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 #: `derived_bytes`' slot kinds
 _FREE, _FK, _BK = 0, 1, 2
-#: the shortest run of slots `derived_bytes` shifts rather than walks
-_SEG = 8
+#: the shortest run of slots `derived_bytes` shifts rather than walks, and how many slots a tried move walks
+#: before it looks for one
+_SEG, _LEAD = 6, 3
 #: `derived_wide`'s mark of a slot that holds no F (added to its count)
 _MARK = 1 << 30
 
@@ -269,7 +270,7 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     fpends = [bytearray(row.tobytes()) for row in np.where(kinds == _FREE, pend_all, 255).astype(np.uint8)]
     del kinds, pend_all, live_all
     slot = sched.slot
-    shift, fshift, seg = _SHIFT, _FSHIFT, _SEG
+    shift, fshift, seg, lead = _SHIFT, _FSHIFT, _SEG, _LEAD
     slot.append(-1)  # the slot of a missing input
     try:
         for chunk in v_rows.chunked(*columns):
@@ -312,7 +313,7 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                     row[t] = k
                     failed = -1
                     u = t + 1
-                    stop = u + seg
+                    stop = u + lead
                     while u <= cur:
                         if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
                             dl = lv - live[u]  # no F there reaches the cap (see above)
@@ -326,7 +327,7 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 lv -= 1
                             u = cur + 1
                             break
-                        if u >= stop:  # past `seg` walked slots: look for a long run
+                        if u >= stop:  # past the walked lead: look for a long run
                             i = fpend.find(0, u, cur)  # the next slot where the stored walk is idle
                             if i < 0:
                                 i = cur
@@ -438,7 +439,7 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
     pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
     pcap, zero = pat[cap], np.int32(0).tobytes()
     slot = sched.slot
-    seg = _SEG
+    seg, lead = _SEG, _LEAD
     slot.append(-1)  # the slot of a missing input
     try:
         for chunk in v_rows.chunked(*columns):
@@ -486,7 +487,7 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                     row[t] = k
                     failed = -1
                     u = t + 1
-                    stop = u + seg
+                    stop = u + lead
                     while u <= cur:
                         if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
                             dl = lv - live[u]  # no F there reaches the cap (see derived_bytes)
@@ -500,7 +501,7 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 lv -= 1
                             u = cur + 1
                             break
-                        if u >= stop:  # past `seg` walked slots: look for a long run
+                        if u >= stop:  # past the walked lead: look for a long run
                             qb = qbs[r]
                             i = qb.find(zero, 4 * u, 4 * cur)  # the next slot where the stored walk is idle
                             while i >= 0 and i & 3:
