@@ -5,10 +5,12 @@ per-slot Python work (the memory profile shifted slot by slot, the walk re-walke
 made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
 in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
 digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
-a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze keeps the
-reference's walk below `CLOSED_FORM_CAP` and the closed form above; the walk runs on bytearrays where its
-counts fit (`derived_bytes`: most of a tried move's re-walk is one `translate`), else on lists
-(`derived_walk`: the reference's walk inlined). The loops read each op's inputs from arrays
+a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze runs the
+reference's walk with its long stretches shifted rather than walked (between the slots where the stored
+walk is idle the tried move's walk is the stored one plus a constant), on bytearrays where its counts fit
+(`derived_bytes`: caps up to 253) and on int32 counts in bytearrays otherwise (`derived_wide`); the
+reference's walk on lists (`derived_walk`) and a closed form (`derived_moves`) stay for comparison and
+for `SlotSchedule.squeeze_derived`'s options. The loops read each op's inputs from arrays
 (`v_rows.inputs`), a chunk at a time.
 
 tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference (slots and rows).
@@ -844,10 +846,12 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
     return bool(np.all(live[:-1][is_f] < cap)) and cap <= WIDE_MAX
 
 
-#: the closed form's fixed cost per tried move (a dozen C calls) beats the reference's walk only for long
-#: walks, which come with a wide cap: measured, it wins for zbv at p = 256 (cap 512, 1.7x), ties for v-half
-#: at p = 200 (cap 202) and loses below (zbv p = 128, v-min p = 192, every p = 64)
-CLOSED_FORM_CAP = 384
+#: caps from which `squeeze_derived` runs the closed form by default: none. Its fixed cost per tried move (a
+#: dozen C calls) beat the plain walk for long walks, but `derived_wide` (the walk with its long runs
+#: shifted) ties with it for zbv at p = 256 after the explicit squeeze (2.2 s at m = 512) and wins elsewhere
+#: (p = 256 from the tightened block 3.5 s against 4.8; v-half at p = 200 0.6 s against 2.4). It stays,
+#: held equal to the reference, for `min_cap`.
+CLOSED_FORM_CAP = WIDE_MAX + 1
 
 
 def derived_moves(sched, cap: int, columns, occ: np.ndarray, min_cap: int = CLOSED_FORM_CAP) -> bool:

@@ -343,10 +343,11 @@ class SlotSchedule:
     def squeeze_derived(self, cap: int, min_cap: int | None = None, counts: str = "bytes") -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
         W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
-        the closed form (`v_squeeze`) where it applies and pays (caps from `min_cap`, default from that
-        module), else the reference's re-walk (the same moves) on the walk's counts kept in bytearrays
-        where they fit (`counts="bytes"`, `v_squeeze.derived_bytes`) or in lists (`v_squeeze.derived_walk`,
-        also where they do not fit)."""
+        the closed form (`v_squeeze.derived_moves`) for caps from `min_cap` (default
+        `v_squeeze.CLOSED_FORM_CAP`: none), else the reference's re-walk (the same moves) on the walk's
+        counts kept in bytearrays (`counts="bytes"`: `v_squeeze.derived_bytes` where they fit in a byte,
+        `derived_wide` where not; `"wide"`: `derived_wide` always) or in lists (`"lists"`,
+        `v_squeeze.derived_walk`, also where the stored walk already breaks the cap)."""
         import numpy as np
 
         from primuspp.algorithms import v_rows, v_squeeze

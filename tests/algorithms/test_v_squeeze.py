@@ -100,9 +100,11 @@ def test_over_the_cap_falls_back_to_the_reference():
     fast.squeeze_explicit(cap)
     ref.squeeze_explicit_reference(cap)
     assert _same(fast, ref)
+    other = fast.copy()
     fast.squeeze_derived(cap, min_cap=0)
+    other.squeeze_derived(cap)  # the byte and int32 walks decline too: the walk on lists runs
     ref.squeeze_derived_reference(cap)
-    assert _same(fast, ref)
+    assert _same(fast, ref) and _same(other, ref)
 
 
 def test_wide_caps_match_reference():
