@@ -235,7 +235,7 @@ _SEG, _LEAD = 6, 3
 _MARK = 1 << 30
 
 
-def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
+def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and the tried move's
     walk (`_attempt`) inlined and shortened. False (nothing changed) where the cap or the stored walk does
     not fit: the caller then runs `derived_wide`.
@@ -256,8 +256,10 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     -1 for a B: by the above, no F reaches the cap) the rest up to cur is one shift; past cur, where the
     new walk holds no more live chunks than the stored one, it is walked until the walks rejoin.
 
-    The rows are bytearrays of kinds (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception
-    when there is none), and `sched.occ` is left as it was (the caller rebuilds it from `sched.slot`)."""
+    `slot` holds every op's slot (a memoryview of int32: no list of Python ints to chase, which at p = 256
+    is 3 M objects; one more entry, -1, the slot of a missing input); the rows are bytearrays of kinds
+    (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception when there is none). The caller
+    rebuilds the grid from `slot`."""
     pend_all, live_all = v_rows.walks(occ)
     if cap > 253 or live_all.max(initial=0) > cap:
         return False
@@ -271,89 +273,107 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
     lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
     fpends = [bytearray(row.tobytes()) for row in np.where(kinds == _FREE, pend_all, 255).astype(np.uint8)]
     del kinds, pend_all, live_all
-    slot = sched.slot
     shift, fshift, seg, lead = _SHIFT, _FSHIFT, _SEG, _LEAD
-    slot.append(-1)  # the slot of a missing input
-    try:
-        for chunk in v_rows.chunked(*columns):
-            for op, a, b, r in zip(*chunk, strict=True):
-                e = slot[a]
-                x = slot[b]
-                if x > e:
-                    e = x
-                e += 1
-                cur = slot[op]
-                if e >= cur:
-                    continue
-                row = rows[r]
-                live = lives[r]
-                k = op % 3 + 1
-                is_f = k == _FK
-                lo = e
-                if is_f:  # one more live chunk on [t, cur]: past the last full slot there
-                    lo = live.rfind(cap, e, cur + 1) + 1
-                    if lo < e:
-                        lo = e
-                pend = pends[r]
-                fpend = fpends[r]
-                end = len(row)
-                while lo < cur:
-                    t = row.find(_FREE, lo, cur)
-                    if t < 0:
+    for chunk in v_rows.chunked(*columns):
+        for op, a, b, r in zip(*chunk, strict=True):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            row = rows[r]
+            live = lives[r]
+            k = op % 3 + 1
+            is_f = k == _FK
+            lo = e
+            if is_f:  # one more live chunk on [t, cur]: past the last full slot there
+                lo = live.rfind(cap, e, cur + 1) + 1
+                if lo < e:
+                    lo = e
+            pend = pends[r]
+            fpend = fpends[r]
+            end = len(row)
+            while lo < cur:
+                t = row.find(_FREE, lo, cur)
+                if t < 0:
+                    break
+                # the walk from t with the op at t and cur free (`_attempt`, extended)
+                if is_f:
+                    lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
+                    q = pend[t]
+                else:
+                    lv = live[t]
+                    if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
+                        lo = t + 1
+                        continue
+                    q = pend[t] + 1
+                row[cur] = _FREE
+                row[t] = k
+                failed = -1
+                u = t + 1
+                stop = u + lead
+                while u <= cur:
+                    if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
+                        dl = lv - live[u]  # no F there reaches the cap (see above)
+                        if dl:
+                            live[u : cur + 1] = live[u : cur + 1].translate(shift[dl])
+                        lv = live[cur]  # slot cur, now free
+                        q = pend[cur]
+                        fpend[cur] = q
+                        if q:
+                            q -= 1
+                            lv -= 1
+                        u = cur + 1
                         break
-                    # the walk from t with the op at t and cur free (`_attempt`, extended)
-                    if is_f:
-                        lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
-                        q = pend[t]
-                    else:
-                        lv = live[t]
-                        if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
-                            lo = t + 1
-                            continue
-                        q = pend[t] + 1
-                    row[cur] = _FREE
-                    row[t] = k
-                    failed = -1
-                    u = t + 1
-                    stop = u + lead
-                    while u <= cur:
-                        if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
-                            dl = lv - live[u]  # no F there reaches the cap (see above)
+                    if u >= stop:  # past the walked lead: look for a long run
+                        i = fpend.find(0, u, cur)  # the next slot where the stored walk is idle
+                        if i < 0:
+                            i = cur
+                        if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
+                            dl = lv - live[u]
+                            if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
+                                v = cap - dl
+                                j = live.find(v, u, i)
+                                while j >= 0 and row[j] != _FK:
+                                    j = live.find(v, j + 1, i)
+                                if j >= 0:
+                                    failed = u - 1  # nothing written from u on
+                                    break
+                            dq = q - pend[u]
+                            pend[u : i + 1] = pend[u : i + 1].translate(shift[dq])
+                            fpend[u : i + 1] = fpend[u : i + 1].translate(fshift[dq])
                             if dl:
-                                live[u : cur + 1] = live[u : cur + 1].translate(shift[dl])
-                            lv = live[cur]  # slot cur, now free
-                            q = pend[cur]
-                            fpend[cur] = q
-                            if q:
-                                q -= 1
-                                lv -= 1
-                            u = cur + 1
+                                live[u : i + 1] = live[u : i + 1].translate(shift[dl])
+                            q = pend[i] - 1  # slot i is free; the new walk runs a W there
+                            lv = live[i] - 1
+                            fpend[i] = q + 1
+                            u = stop = i + 1
+                            continue
+                        stop = i + 1  # a short run: walked
+                    pend[u] = q
+                    live[u] = lv
+                    x = row[u]
+                    if x:
+                        if x == _FK:
+                            lv += 1
+                            if lv > cap:
+                                failed = u
+                                break
+                        else:
+                            q += 1
+                    else:
+                        fpend[u] = q
+                        if q:
+                            q -= 1
+                            lv -= 1
+                    u += 1
+                if failed < 0:
+                    while u < end:  # past cur: until the walks rejoin
+                        if q == pend[u] and lv == live[u]:
                             break
-                        if u >= stop:  # past the walked lead: look for a long run
-                            i = fpend.find(0, u, cur)  # the next slot where the stored walk is idle
-                            if i < 0:
-                                i = cur
-                            if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
-                                dl = lv - live[u]
-                                if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
-                                    v = cap - dl
-                                    j = live.find(v, u, i)
-                                    while j >= 0 and row[j] != _FK:
-                                        j = live.find(v, j + 1, i)
-                                    if j >= 0:
-                                        failed = u - 1  # nothing written from u on
-                                        break
-                                dq = q - pend[u]
-                                pend[u : i + 1] = pend[u : i + 1].translate(shift[dq])
-                                fpend[u : i + 1] = fpend[u : i + 1].translate(fshift[dq])
-                                if dl:
-                                    live[u : i + 1] = live[u : i + 1].translate(shift[dl])
-                                q = pend[i] - 1  # slot i is free; the new walk runs a W there
-                                lv = live[i] - 1
-                                fpend[i] = q + 1
-                                u = stop = i + 1
-                                continue
-                            stop = i + 1  # a short run: walked
                         pend[u] = q
                         live[u] = lv
                         x = row[u]
@@ -371,45 +391,22 @@ def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 q -= 1
                                 lv -= 1
                         u += 1
+                    else:
+                        pend[end] = q
+                        live[end] = lv
                     if failed < 0:
-                        while u < end:  # past cur: until the walks rejoin
-                            if q == pend[u] and lv == live[u]:
-                                break
-                            pend[u] = q
-                            live[u] = lv
-                            x = row[u]
-                            if x:
-                                if x == _FK:
-                                    lv += 1
-                                    if lv > cap:
-                                        failed = u
-                                        break
-                                else:
-                                    q += 1
-                            else:
-                                fpend[u] = q
-                                if q:
-                                    q -= 1
-                                    lv -= 1
-                            u += 1
-                        else:
-                            pend[end] = q
-                            live[end] = lv
-                        if failed < 0:
-                            slot[op] = t
-                            fpend[t] = 255  # slot t is taken
-                            break
-                    row[cur] = k
-                    row[t] = _FREE
-                    _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
-                    fpend[cur] = 255  # the op's slot again
-                    lo = t + 1
-    finally:
-        slot.pop()
+                        slot[op] = t
+                        fpend[t] = 255  # slot t is taken
+                        break
+                row[cur] = k
+                row[t] = _FREE
+                _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
+                fpend[cur] = 255  # the op's slot again
+                lo = t + 1
     return True
 
 
-def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
+def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_bytes` for any cap (p >= 128 brings caps over 253): the walk's counts as int32 in
     bytearrays, read and written through `memoryview`s (Python ints, as fast as bytes), found with a
     4-byte `find` (a hit off the 4-byte grid is skipped) and shifted over a range by numpy views.
@@ -440,97 +437,115 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
     qns = [np.frombuffer(b, dtype=np.int32) for b in qbs]
     pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
     pcap, zero = pat[cap], np.int32(0).tobytes()
-    slot = sched.slot
     seg, lead = _SEG, _LEAD
-    slot.append(-1)  # the slot of a missing input
-    try:
-        for chunk in v_rows.chunked(*columns):
-            for op, a, b, r in zip(*chunk, strict=True):
-                e = slot[a]
-                x = slot[b]
-                if x > e:
-                    e = x
-                e += 1
-                cur = slot[op]
-                if e >= cur:
-                    continue
-                row = rows[r]
-                live = lives[r]
-                k = op % 3 + 1
-                is_f = k == _FK
-                lo = e
-                if is_f:  # one more live chunk on [t, cur]: past the last full slot there
-                    lb = lbs[r]
-                    j = lb.rfind(pcap, 4 * e, 4 * cur + 4)
-                    while j >= 0 and j & 3:  # off the 4-byte grid
-                        j = lb.rfind(pcap, 4 * e, j + 3)
-                    if j >= 0:
-                        lo = (j >> 2) + 1
-                        if lo < e:
-                            lo = e
-                pend = pends[r]
-                fpend = fpends[r]
-                end = len(row)
-                while lo < cur:
-                    t = row.find(_FREE, lo, cur)
-                    if t < 0:
+    for chunk in v_rows.chunked(*columns):
+        for op, a, b, r in zip(*chunk, strict=True):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            row = rows[r]
+            live = lives[r]
+            k = op % 3 + 1
+            is_f = k == _FK
+            lo = e
+            if is_f:  # one more live chunk on [t, cur]: past the last full slot there
+                lb = lbs[r]
+                j = lb.rfind(pcap, 4 * e, 4 * cur + 4)
+                while j >= 0 and j & 3:  # off the 4-byte grid
+                    j = lb.rfind(pcap, 4 * e, j + 3)
+                if j >= 0:
+                    lo = (j >> 2) + 1
+                    if lo < e:
+                        lo = e
+            pend = pends[r]
+            fpend = fpends[r]
+            end = len(row)
+            while lo < cur:
+                t = row.find(_FREE, lo, cur)
+                if t < 0:
+                    break
+                # the walk from t with the op at t and cur free (`_attempt`, extended)
+                if is_f:
+                    lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
+                    q = pend[t]
+                else:
+                    lv = live[t]
+                    if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
+                        lo = t + 1
+                        continue
+                    q = pend[t] + 1
+                row[cur] = _FREE
+                row[t] = k
+                failed = -1
+                u = t + 1
+                stop = u + lead
+                while u <= cur:
+                    if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
+                        dl = lv - live[u]  # no F there reaches the cap (see derived_bytes)
+                        if dl:
+                            lns[r][u : cur + 1] += dl
+                        lv = live[cur]  # slot cur, now free
+                        q = pend[cur]
+                        fpend[cur] = q
+                        if q:
+                            q -= 1
+                            lv -= 1
+                        u = cur + 1
                         break
-                    # the walk from t with the op at t and cur free (`_attempt`, extended)
-                    if is_f:
-                        lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
-                        q = pend[t]
-                    else:
-                        lv = live[t]
-                        if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
-                            lo = t + 1
-                            continue
-                        q = pend[t] + 1
-                    row[cur] = _FREE
-                    row[t] = k
-                    failed = -1
-                    u = t + 1
-                    stop = u + lead
-                    while u <= cur:
-                        if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
-                            dl = lv - live[u]  # no F there reaches the cap (see derived_bytes)
+                    if u >= stop:  # past the walked lead: look for a long run
+                        qb = qbs[r]
+                        i = qb.find(zero, 4 * u, 4 * cur)  # the next slot where the stored walk is idle
+                        while i >= 0 and i & 3:
+                            i = qb.find(zero, i + 1, 4 * cur)
+                        i = cur if i < 0 else i >> 2
+                        if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
+                            dl = lv - live[u]
+                            if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
+                                lb = lbs[r]
+                                pv = pat[cap - dl]
+                                j = lb.find(pv, 4 * u, 4 * i)
+                                while j >= 0 and (j & 3 or row[j >> 2] != _FK):
+                                    j = lb.find(pv, j + 1, 4 * i)
+                                if j >= 0:
+                                    failed = u - 1  # nothing written from u on
+                                    break
+                            dq = q - pend[u]
+                            pns[r][u : i + 1] += dq
+                            qns[r][u : i + 1] += dq
                             if dl:
-                                lns[r][u : cur + 1] += dl
-                            lv = live[cur]  # slot cur, now free
-                            q = pend[cur]
-                            fpend[cur] = q
-                            if q:
-                                q -= 1
-                                lv -= 1
-                            u = cur + 1
+                                lns[r][u : i + 1] += dl
+                            q = pend[i] - 1  # slot i is free; the new walk runs a W there
+                            lv = live[i] - 1
+                            fpend[i] = q + 1
+                            u = stop = i + 1
+                            continue
+                        stop = i + 1  # a short run: walked
+                    pend[u] = q
+                    live[u] = lv
+                    x = row[u]
+                    if x:
+                        if x == _FK:
+                            lv += 1
+                            if lv > cap:
+                                failed = u
+                                break
+                        else:
+                            q += 1
+                    else:
+                        fpend[u] = q
+                        if q:
+                            q -= 1
+                            lv -= 1
+                    u += 1
+                if failed < 0:
+                    while u < end:  # past cur: until the walks rejoin
+                        if q == pend[u] and lv == live[u]:
                             break
-                        if u >= stop:  # past the walked lead: look for a long run
-                            qb = qbs[r]
-                            i = qb.find(zero, 4 * u, 4 * cur)  # the next slot where the stored walk is idle
-                            while i >= 0 and i & 3:
-                                i = qb.find(zero, i + 1, 4 * cur)
-                            i = cur if i < 0 else i >> 2
-                            if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
-                                dl = lv - live[u]
-                                if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
-                                    lb = lbs[r]
-                                    pv = pat[cap - dl]
-                                    j = lb.find(pv, 4 * u, 4 * i)
-                                    while j >= 0 and (j & 3 or row[j >> 2] != _FK):
-                                        j = lb.find(pv, j + 1, 4 * i)
-                                    if j >= 0:
-                                        failed = u - 1  # nothing written from u on
-                                        break
-                                dq = q - pend[u]
-                                pns[r][u : i + 1] += dq
-                                qns[r][u : i + 1] += dq
-                                if dl:
-                                    lns[r][u : i + 1] += dl
-                                q = pend[i] - 1  # slot i is free; the new walk runs a W there
-                                lv = live[i] - 1
-                                fpend[i] = q + 1
-                                u = stop = i + 1
-                                continue
-                            stop = i + 1  # a short run: walked
                         pend[u] = q
                         live[u] = lv
                         x = row[u]
@@ -548,41 +563,18 @@ def derived_wide(sched, cap: int, columns, occ: np.ndarray) -> bool:
                                 q -= 1
                                 lv -= 1
                         u += 1
+                    else:
+                        pend[end] = q
+                        live[end] = lv
                     if failed < 0:
-                        while u < end:  # past cur: until the walks rejoin
-                            if q == pend[u] and lv == live[u]:
-                                break
-                            pend[u] = q
-                            live[u] = lv
-                            x = row[u]
-                            if x:
-                                if x == _FK:
-                                    lv += 1
-                                    if lv > cap:
-                                        failed = u
-                                        break
-                                else:
-                                    q += 1
-                            else:
-                                fpend[u] = q
-                                if q:
-                                    q -= 1
-                                    lv -= 1
-                            u += 1
-                        else:
-                            pend[end] = q
-                            live[end] = lv
-                        if failed < 0:
-                            slot[op] = t
-                            fpend[t] = _MARK  # slot t is taken
-                            break
-                    row[cur] = k
-                    row[t] = _FREE
-                    _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
-                    fpend[cur] = _MARK  # the op's slot again
-                    lo = t + 1
-    finally:
-        slot.pop()
+                        slot[op] = t
+                        fpend[t] = _MARK  # slot t is taken
+                        break
+                row[cur] = k
+                row[t] = _FREE
+                _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
+                fpend[cur] = _MARK  # the op's slot again
+                lo = t + 1
     return True
 
 

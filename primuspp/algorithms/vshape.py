@@ -359,22 +359,28 @@ class SlotSchedule:
         slot[_W::3] = -1  # `_strip_ws`
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         self.slot = self.occ = None
-        self.slot = slot.tolist()  # `occ` as lists only for the paths that move ops in them
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
-        if cap >= min_cap:
-            self.occ = occ.tolist()
-        if cap < min_cap or not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
-            first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
+        done = False
+        if cap >= min_cap:  # the closed form moves ops in the lists
+            self._set_lists(slot, occ)
+            done = v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap)
+            slot = np.array(self.slot, dtype=v_rows.INT)
+        if not done:
+            first, second = v_rows.inputs(ops, kind, stage, self.n, len(slot))
             inputs = (ops, first, second, rank)
-            done = counts == "bytes" and v_squeeze.derived_bytes(self, cap, inputs, occ)
+            # the byte and int32 walks move ops in an array, its last entry the slot (-1) of a missing input
+            ext = np.append(slot, v_rows.INT(-1))
+            view = memoryview(ext)
+            done = counts == "bytes" and v_squeeze.derived_bytes(view, cap, inputs, occ)
             if not done and counts != "lists":
-                done = v_squeeze.derived_wide(self, cap, inputs, occ)
-            if not done:
-                if self.occ is None:
-                    self.occ = occ.tolist()
+                done = v_squeeze.derived_wide(view, cap, inputs, occ)
+            if done:
+                slot = ext[:-1]
+            else:
+                self._set_lists(slot, occ)
                 pend, live = v_rows.walks(occ)
                 v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
-        slot = np.array(self.slot, dtype=v_rows.INT)
+                slot = np.array(self.slot, dtype=v_rows.INT)
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
         self._set_lists(slot, occ)
