@@ -115,18 +115,20 @@ def squeeze_explicit(sched, cap: int) -> bool:
     """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot. False
     (nothing changed) where a slot is already over the cap: the caller then runs the reference, which
     allows that."""
-    occ = sched._grid()
+    arr = np.array(sched.slot, dtype=v_rows.INT)
+    occ = v_rows.grid(arr, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
     room = cap - v_rows.profiles(occ)
     if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
         return False
+    # the loops move ops in an int32 array (as `derived_bytes`), its last entry the slot of a missing input
+    ext = np.append(arr, v_rows.INT(-1))
     if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
-        return _explicit_one_digit(sched, occ, room)
+        return _explicit_one_digit(sched, occ, room, ext)
     rooms = _Wide.rows(room)
     n = sched.n
     ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
     first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
-    slot, occ = sched.slot, sched.occ
-    slot.append(-1)  # the slot of a missing input
+    slot, occ = memoryview(ext), sched.occ
     try:
         for chunk in v_rows.chunked(ops, kind, first, second, rank):
             for op, k, a, b, r in zip(*chunk, strict=True):
@@ -166,12 +168,12 @@ def squeeze_explicit(sched, cap: int) -> bool:
                         low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
                     else:
                         room.shift(t + 1, cur + 1, 1)
-    finally:
-        slot.pop()
+    finally:  # the slots as a list again
+        sched.slot = ext[:-1].tolist()
     return True
 
 
-def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
+def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray, ext: np.ndarray) -> bool:
     """`squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253): the same
     moves without the digit carries. An F goes past the last slot with no headroom, so the range whose
     headroom drops holds no 0; a W's range ends at most at the cap, below 254."""
@@ -179,9 +181,8 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
     n = sched.n
     ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
     first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
-    slot, occ = sched.slot, sched.occ
+    slot, occ = memoryview(ext), sched.occ
     dec, inc = _DEC, _INC
-    slot.append(-1)  # the slot of a missing input
     try:
         for chunk in v_rows.chunked(ops, kind, first, second, rank):
             for op, k, a, b, r in zip(*chunk, strict=True):
@@ -217,8 +218,8 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
                 row[cur] = -1
                 row[t] = op
                 slot[op] = t
-    finally:
-        slot.pop()
+    finally:  # the slots as a list again
+        sched.slot = ext[:-1].tolist()
     return True
 
 
