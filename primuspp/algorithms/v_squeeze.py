@@ -111,12 +111,15 @@ class _Wide:
             self.lo[j], self.hi[j] = value % 255, value // 255
 
 
-def squeeze_explicit(sched, cap: int) -> bool:
+def squeeze_explicit(sched, cap: int, arrays=None) -> bool:
     """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot. False
     (nothing changed) where a slot is already over the cap: the caller then runs the reference, which
-    allows that."""
-    arr = np.array(sched.slot, dtype=v_rows.INT)
-    occ = v_rows.grid(arr, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
+    allows that. `arrays`: `sched.slot` and `sched.occ` as arrays (`SlotSchedule._arrays`), if at hand."""
+    if arrays is None:
+        arr = np.array(sched.slot, dtype=v_rows.INT)
+        occ = v_rows.grid(arr, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
+    else:
+        arr, occ = arrays
     room = cap - v_rows.profiles(occ)
     if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
         return False
