@@ -264,8 +264,10 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     is 3 M objects; one more entry, -1, the slot of a missing input); the rows are bytearrays of kinds
     (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception when there is none). The caller
     rebuilds the grid from `slot`."""
+    if cap > 253:
+        return False
     pend_all, live_all = v_rows.walks(occ)
-    if cap > 253 or live_all.max(initial=0) > cap:
+    if live_all.max(initial=0) > cap:
         return False
     code = (occ % 3 + 1).astype(np.uint8)
     code[occ < 0] = _FREE
