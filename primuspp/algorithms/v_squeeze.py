@@ -228,15 +228,11 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray, ext: np.ndarra
 
 #: byte maps of +-k (the counts they shift stay within 0..255)
 _SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
-#: the same keeping 255 (`derived_bytes`' mark of a slot that is not free)
-_FSHIFT = {k: bytes(255 if i == 255 else (i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
 #: `derived_bytes`' slot kinds
 _FREE, _FK, _BK = 0, 1, 2
 #: the shortest run of slots `derived_bytes` shifts rather than walks, and how many slots a tried move walks
 #: before it looks for one
 _SEG, _LEAD = 6, 3
-#: `derived_wide`'s mark of a slot that holds no F (added to its count)
-_MARK = 1 << 30
 
 
 def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
@@ -254,7 +250,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     On (t, cur] the old and new rows agree, so the new walk is the stored one plus (dq, dl), dq >= 0 and
     dl - dq = 1 for an F, -1 for a B: a free slot runs a W in both walks or, where the stored walk is idle
     (no W pending), only in the new one, which lowers dq and dl by one. Between such idle slots (found
-    with `find` in `fpend`, the pending count kept at free slots only) the new walk is a shift of the
+    with `find` in `idle`, a byte flag per slot, set where the walk is written) the new walk is a shift of the
     stored one: runs of `_SEG` or more slots are shifted with `translate` (an F there breaks the cap iff
     one starts at cap - dl, the first to reach it), shorter ones walked. Where dq is 0 (dl 1 for an F,
     -1 for a B: by the above, no F reaches the cap) the rest up to cur is one shift; past cur, where the
@@ -277,9 +273,9 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     del code
     pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
     lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
-    fpends = [bytearray(row.tobytes()) for row in np.where(kinds == _FREE, pend_all, 255).astype(np.uint8)]
+    idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
     del kinds, pend_all, live_all
-    shift, fshift, seg, lead = _SHIFT, _FSHIFT, _SEG, _LEAD
+    shift, seg, lead = _SHIFT, _SEG, _LEAD
     for chunk in v_rows.chunked(*columns):
         for op, a, b, r in zip(*chunk, strict=True):
             e = slot[a]
@@ -300,7 +296,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                 if lo < e:
                     lo = e
             pend = pends[r]
-            fpend = fpends[r]
+            idle = idles[r]
             end = len(row)
             while lo < cur:
                 t = row.find(_FREE, lo, cur)
@@ -328,14 +324,14 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                             live[u : cur + 1] = live[u : cur + 1].translate(shift[dl])
                         lv = live[cur]  # slot cur, now free
                         q = pend[cur]
-                        fpend[cur] = q
+                        idle[cur] = q == 0
                         if q:
                             q -= 1
                             lv -= 1
                         u = cur + 1
                         break
                     if u >= stop:  # past the walked lead: look for a long run
-                        i = fpend.find(0, u, cur)  # the next slot where the stored walk is idle
+                        i = idle.find(1, u, cur)  # the next slot where the stored walk is idle
                         if i < 0:
                             i = cur
                         if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
@@ -350,12 +346,11 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                                     break
                             dq = q - pend[u]
                             pend[u : i + 1] = pend[u : i + 1].translate(shift[dq])
-                            fpend[u : i + 1] = fpend[u : i + 1].translate(fshift[dq])
                             if dl:
                                 live[u : i + 1] = live[u : i + 1].translate(shift[dl])
                             q = pend[i] - 1  # slot i is free; the new walk runs a W there
                             lv = live[i] - 1
-                            fpend[i] = q + 1
+                            idle[i] = 0
                             u = stop = i + 1
                             continue
                         stop = i + 1  # a short run: walked
@@ -371,7 +366,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                         else:
                             q += 1
                     else:
-                        fpend[u] = q
+                        idle[u] = q == 0
                         if q:
                             q -= 1
                             lv -= 1
@@ -392,7 +387,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                             else:
                                 q += 1
                         else:
-                            fpend[u] = q
+                            idle[u] = q == 0
                             if q:
                                 q -= 1
                                 lv -= 1
@@ -402,12 +397,12 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                         live[end] = lv
                     if failed < 0:
                         slot[op] = t
-                        fpend[t] = 255  # slot t is taken
+                        idle[t] = 0  # slot t is taken
                         break
                 row[cur] = k
                 row[t] = _FREE
-                _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
-                fpend[cur] = 255  # the op's slot again
+                _rewalk_marked(row, pend, live, idle, t, failed, end)  # repair up to there
+                idle[cur] = 0  # the op's slot again
                 lo = t + 1
     return True
 
@@ -416,11 +411,11 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_bytes` for any cap (p >= 128 brings caps over 253): the walk's counts as int32 in
     bytearrays, read and written through `memoryview`s (Python ints, as fast as bytes), found with a
     4-byte `find` (a hit off the 4-byte grid is skipped) and shifted over a range by numpy views.
-    `fpend` holds `_MARK` + a count where `derived_bytes` has 255: never a count under `_MARK` (a slot
-    is shifted at most once per op of its row, by at most 2). The same moves; False (nothing
+    The 4-byte searches look for counts near the cap only; the idle slots are byte flags as in
+    `derived_bytes`. The same moves; False (nothing
     changed) where the stored walk already breaks the cap."""
     pend_all, live_all = v_rows.walks(occ)
-    if live_all.max(initial=0) > cap or cap >= _MARK // 4 or occ.shape[1] >= _MARK // 4:
+    if live_all.max(initial=0) > cap:
         return False
     code = (occ % 3 + 1).astype(np.uint8)
     code[occ < 0] = _FREE
@@ -430,19 +425,14 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     del code
     pbs = [bytearray(row.tobytes()) for row in pend_all.astype(np.int32)]
     lbs = [bytearray(row.tobytes()) for row in live_all.astype(np.int32)]
-    qbs = [
-        bytearray(row.tobytes())
-        for row in np.where(kinds == _FREE, pend_all, pend_all + _MARK).astype(np.int32)
-    ]
+    idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
     del kinds, pend_all, live_all
     pends = [memoryview(b).cast("i") for b in pbs]
     lives = [memoryview(b).cast("i") for b in lbs]
-    fpends = [memoryview(b).cast("i") for b in qbs]
     pns = [np.frombuffer(b, dtype=np.int32) for b in pbs]
     lns = [np.frombuffer(b, dtype=np.int32) for b in lbs]
-    qns = [np.frombuffer(b, dtype=np.int32) for b in qbs]
     pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
-    pcap, zero = pat[cap], np.int32(0).tobytes()
+    pcap = pat[cap]
     seg, lead = _SEG, _LEAD
     for chunk in v_rows.chunked(*columns):
         for op, a, b, r in zip(*chunk, strict=True):
@@ -469,7 +459,7 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                     if lo < e:
                         lo = e
             pend = pends[r]
-            fpend = fpends[r]
+            idle = idles[r]
             end = len(row)
             while lo < cur:
                 t = row.find(_FREE, lo, cur)
@@ -497,18 +487,16 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                             lns[r][u : cur + 1] += dl
                         lv = live[cur]  # slot cur, now free
                         q = pend[cur]
-                        fpend[cur] = q
+                        idle[cur] = q == 0
                         if q:
                             q -= 1
                             lv -= 1
                         u = cur + 1
                         break
                     if u >= stop:  # past the walked lead: look for a long run
-                        qb = qbs[r]
-                        i = qb.find(zero, 4 * u, 4 * cur)  # the next slot where the stored walk is idle
-                        while i >= 0 and i & 3:
-                            i = qb.find(zero, i + 1, 4 * cur)
-                        i = cur if i < 0 else i >> 2
+                        i = idle.find(1, u, cur)  # the next slot where the stored walk is idle
+                        if i < 0:
+                            i = cur
                         if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
                             dl = lv - live[u]
                             if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
@@ -522,12 +510,11 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                                     break
                             dq = q - pend[u]
                             pns[r][u : i + 1] += dq
-                            qns[r][u : i + 1] += dq
                             if dl:
                                 lns[r][u : i + 1] += dl
                             q = pend[i] - 1  # slot i is free; the new walk runs a W there
                             lv = live[i] - 1
-                            fpend[i] = q + 1
+                            idle[i] = 0
                             u = stop = i + 1
                             continue
                         stop = i + 1  # a short run: walked
@@ -543,7 +530,7 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                         else:
                             q += 1
                     else:
-                        fpend[u] = q
+                        idle[u] = q == 0
                         if q:
                             q -= 1
                             lv -= 1
@@ -564,7 +551,7 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                             else:
                                 q += 1
                         else:
-                            fpend[u] = q
+                            idle[u] = q == 0
                             if q:
                                 q -= 1
                                 lv -= 1
@@ -574,12 +561,12 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                         live[end] = lv
                     if failed < 0:
                         slot[op] = t
-                        fpend[t] = _MARK  # slot t is taken
+                        idle[t] = 0  # slot t is taken
                         break
                 row[cur] = k
                 row[t] = _FREE
-                _rewalk_marked(row, pend, live, fpend, t, failed, end)  # repair up to there
-                fpend[cur] = _MARK  # the op's slot again
+                _rewalk_marked(row, pend, live, idle, t, failed, end)  # repair up to there
+                idle[cur] = 0  # the op's slot again
                 lo = t + 1
     return True
 
@@ -654,9 +641,9 @@ def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, 
     return -1
 
 
-def _rewalk_marked(row, pend, live, fpend, t: int, cur: int, end: int) -> None:
-    """`_rewalk` without a cap (the repair after a failed move) that also writes `fpend` (the pending
-    count at free slots) of `derived_bytes` and `derived_wide` (`row` their kinds)."""
+def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int) -> None:
+    """`_rewalk` without a cap (the repair after a failed move) that also writes `idle` (1 at a free slot
+    with no W pending) of `derived_bytes` and `derived_wide` (`row` their kinds)."""
     q, lv = pend[t], live[t]
     u = t
     while u <= cur:
@@ -669,7 +656,7 @@ def _rewalk_marked(row, pend, live, fpend, t: int, cur: int, end: int) -> None:
             else:
                 q += 1
         else:
-            fpend[u] = q
+            idle[u] = q == 0
             if q:
                 q -= 1
                 lv -= 1
@@ -686,7 +673,7 @@ def _rewalk_marked(row, pend, live, fpend, t: int, cur: int, end: int) -> None:
             else:
                 q += 1
         else:
-            fpend[u] = q
+            idle[u] = q == 0
             if q:
                 q -= 1
                 lv -= 1
