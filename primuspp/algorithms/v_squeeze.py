@@ -276,6 +276,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
     del kinds, pend_all, live_all
     shift, seg, lead = _SHIFT, _SEG, _LEAD
+    end = occ.shape[1]  # every row's length
     for chunk in v_rows.chunked(*columns):
         for op, a, b, r in zip(*chunk, strict=True):
             e = slot[a]
@@ -297,7 +298,6 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                     lo = e
             pend = pends[r]
             idle = idles[r]
-            end = len(row)
             while lo < cur:
                 t = row.find(_FREE, lo, cur)
                 if t < 0:
@@ -434,6 +434,7 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
     pcap = pat[cap]
     seg, lead = _SEG, _LEAD
+    end = occ.shape[1]  # every row's length
     for chunk in v_rows.chunked(*columns):
         for op, a, b, r in zip(*chunk, strict=True):
             e = slot[a]
@@ -460,7 +461,6 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                         lo = e
             pend = pends[r]
             idle = idles[r]
-            end = len(row)
             while lo < cur:
                 t = row.find(_FREE, lo, cur)
                 if t < 0:
