@@ -237,8 +237,8 @@ _SEG, _LEAD = 6, 3
 
 def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and the tried move's
-    walk (`_attempt`) inlined and shortened. False (nothing changed) where the cap or the stored walk does
-    not fit: the caller then runs `derived_wide`.
+    walk (`SlotSchedule._rewalk` from t) inlined and shortened. False (nothing changed) where the cap or
+    the stored walk does not fit: the caller then runs `derived_wide`.
 
     The stored walk keeps live <= cap at every slot (checked once; a move is kept only if its walk does),
     so no F starts with live == cap (the next slot would hold cap + 1). Hence a tried F at t (past the last
@@ -302,7 +302,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                 t = row.find(_FREE, lo, cur)
                 if t < 0:
                     break
-                # the walk from t with the op at t and cur free (`_attempt`, extended)
+                # the walk from t with the op at t and cur free
                 if is_f:
                     lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
                     q = pend[t]
@@ -465,7 +465,7 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                 t = row.find(_FREE, lo, cur)
                 if t < 0:
                     break
-                # the walk from t with the op at t and cur free (`_attempt`, extended)
+                # the walk from t with the op at t and cur free
                 if is_f:
                     lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
                     q = pend[t]
@@ -569,76 +569,6 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                 idle[cur] = 0  # the op's slot again
                 lo = t + 1
     return True
-
-
-def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, end: int) -> int:
-    """`_rewalk` of a tried move (the op now at t, cur free) on byte counts, with a shortcut: on (t, cur]
-    the rows agree, so the new walk is the stored one plus (dq, dl), and dq only falls (at a free slot
-    where the new walk runs a W and the stored one has none pending). From the first slot where dq is 0
-    to cur the new walk is the stored one with dl more live chunks: one `translate`, and it breaks the cap
-    iff an F there has live >= cap - dl (found with `find`). -1 if the move holds (the walk updated);
-    else a slot up to which the caller's repair re-walks (the walk past it is untouched)."""
-    q, lv = pend[t], live[t]
-    if row[t] % 3 == _F:
-        lv += 1
-        if lv > cap:
-            return t
-    else:
-        q += 1
-    u = t + 1
-    while u <= cur:
-        if q == pend[u]:  # dq is 0 from here to cur
-            dl = lv - live[u]
-            for v in range(max(cap - dl, 0), cap + 1) if dl > 0 else ():
-                j = live.find(v, u, cur)
-                while j >= 0:
-                    op = row[j]
-                    if op >= 0 and op % 3 == _F:
-                        return u - 1  # that F breaks the cap; nothing written from u on
-                    j = live.find(v, j + 1, cur)
-            if dl:
-                live[u : cur + 1] = live[u : cur + 1].translate(_SHIFT[dl])
-            lv = live[cur]  # slot cur, now free
-            q = pend[cur]
-            if q:
-                q -= 1
-                lv -= 1
-            u = cur + 1
-            break
-        pend[u] = q
-        live[u] = lv
-        op = row[u]
-        if op >= 0:
-            if op % 3 == _F:
-                lv += 1
-                if lv > cap:
-                    return u
-            else:
-                q += 1
-        elif q:
-            q -= 1
-            lv -= 1
-        u += 1
-    while u < end:
-        if q == pend[u] and lv == live[u]:
-            return -1
-        pend[u] = q
-        live[u] = lv
-        op = row[u]
-        if op >= 0:
-            if op % 3 == _F:
-                lv += 1
-                if lv > cap:
-                    return u
-            else:
-                q += 1
-        elif q:
-            q -= 1
-            lv -= 1
-        u += 1
-    pend[end] = q
-    live[end] = lv
-    return -1
 
 
 def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int) -> None:
