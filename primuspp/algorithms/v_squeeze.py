@@ -5,10 +5,12 @@ per-slot Python work (the memory profile shifted slot by slot, the walk re-walke
 made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
 in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
 digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
-a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze keeps the
-reference's walk below `CLOSED_FORM_CAP` and the closed form above; the walk runs on bytearrays where its
-counts fit (`derived_bytes`: most of a tried move's re-walk is one `translate`), else on lists
-(`derived_walk`: the reference's walk inlined). The loops read each op's inputs from arrays
+a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze runs the
+reference's walk with its long stretches shifted rather than walked (between the slots where the stored
+walk is idle the tried move's walk is the stored one plus a constant), on bytearrays where its counts fit
+(`derived_bytes`: caps up to 253) and on int32 counts in bytearrays otherwise (`derived_wide`); the
+reference's walk on lists (`derived_walk`) and a closed form (`derived_moves`) stay for comparison and
+for `SlotSchedule.squeeze_derived`'s options. The loops read each op's inputs from arrays
 (`v_rows.inputs`), a chunk at a time.
 
 tests/algorithms/test_v_squeeze.py holds every fast path equal to its reference (slots and rows).
@@ -109,22 +111,27 @@ class _Wide:
             self.lo[j], self.hi[j] = value % 255, value // 255
 
 
-def squeeze_explicit(sched, cap: int) -> bool:
+def squeeze_explicit(sched, cap: int, arrays=None) -> bool:
     """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot. False
     (nothing changed) where a slot is already over the cap: the caller then runs the reference, which
-    allows that."""
-    occ = sched._grid()
+    allows that. `arrays`: `sched.slot` and `sched.occ` as arrays (`SlotSchedule._arrays`), if at hand."""
+    if arrays is None:
+        arr = np.array(sched.slot, dtype=v_rows.INT)
+        occ = v_rows.grid(arr, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
+    else:
+        arr, occ = arrays
     room = cap - v_rows.profiles(occ)
     if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
         return False
+    # the loops move ops in an int32 array (as `derived_bytes`), its last entry the slot of a missing input
+    ext = np.append(arr, v_rows.INT(-1))
     if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
-        return _explicit_one_digit(sched, occ, room)
+        return _explicit_one_digit(sched, occ, room, ext)
     rooms = _Wide.rows(room)
     n = sched.n
     ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
     first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
-    slot, occ = sched.slot, sched.occ
-    slot.append(-1)  # the slot of a missing input
+    slot, occ = memoryview(ext), sched.occ
     try:
         for chunk in v_rows.chunked(ops, kind, first, second, rank):
             for op, k, a, b, r in zip(*chunk, strict=True):
@@ -164,12 +171,12 @@ def squeeze_explicit(sched, cap: int) -> bool:
                         low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
                     else:
                         room.shift(t + 1, cur + 1, 1)
-    finally:
-        slot.pop()
+    finally:  # the slots as a list again
+        sched.slot = ext[:-1].tolist()
     return True
 
 
-def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
+def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray, ext: np.ndarray) -> bool:
     """`squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253): the same
     moves without the digit carries. An F goes past the last slot with no headroom, so the range whose
     headroom drops holds no 0; a W's range ends at most at the cap, below 254."""
@@ -177,9 +184,8 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
     n = sched.n
     ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
     first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
-    slot, occ = sched.slot, sched.occ
+    slot, occ = memoryview(ext), sched.occ
     dec, inc = _DEC, _INC
-    slot.append(-1)  # the slot of a missing input
     try:
         for chunk in v_rows.chunked(ops, kind, first, second, rank):
             for op, k, a, b, r in zip(*chunk, strict=True):
@@ -215,132 +221,395 @@ def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray) -> bool:
                 row[cur] = -1
                 row[t] = op
                 slot[op] = t
-    finally:
-        slot.pop()
+    finally:  # the slots as a list again
+        sched.slot = ext[:-1].tolist()
     return True
 
 
 #: byte maps of +-k (the counts they shift stay within 0..255)
 _SHIFT = {k: bytes((i + k) % 256 for i in range(256)) for k in (-2, -1, 1, 2)}
+#: `derived_bytes`' slot kinds
+_FREE, _FK, _BK = 0, 1, 2
+#: the shortest run of slots `derived_bytes` shifts rather than walks, and how many slots a tried move walks
+#: before it looks for one
+_SEG, _LEAD = 6, 3
 
 
-def derived_bytes(sched, cap: int, columns, occ: np.ndarray) -> bool:
-    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and a shortcut in each
-    tried move (`_attempt`). False (nothing changed) where the cap or the stored walk does not fit: the
-    caller then runs `derived_walk`."""
-    pend_all, live_all = v_rows.walks(occ)
-    if cap > 253 or live_all.max(initial=0) > cap:
+def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
+    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and the tried move's
+    walk (`SlotSchedule._rewalk` from t) inlined and shortened. False (nothing changed) where the cap or
+    the stored walk does not fit: the caller then runs `derived_wide`.
+
+    The stored walk keeps live <= cap at every slot (checked once; a move is kept only if its walk does),
+    so no F starts with live == cap (the next slot would hold cap + 1). Hence a tried F at t (past the last
+    slot with live == cap in [e, cur]) never breaks the cap itself, and no F in [t, cur) starts at
+    cap - 1 either (the slot after it would be full); a tried B at t with live == cap before it fails at
+    once if an F follows at t + 1 (no W runs at t any more, so that F starts at cap): the move is skipped
+    without walking, as the reference's walk and repair leave the walk as it was.
+
+    On (t, cur] the old and new rows agree, so the new walk is the stored one plus (dq, dl), dq >= 0 and
+    dl - dq = 1 for an F, -1 for a B: a free slot runs a W in both walks or, where the stored walk is idle
+    (no W pending), only in the new one, which lowers dq and dl by one. Between such idle slots (found
+    with `find` in `idle`, a byte flag per slot, set where the walk is written) the new walk is a shift of the
+    stored one: runs of `_SEG` or more slots are shifted with `translate` (an F there breaks the cap iff
+    one starts at cap - dl, the first to reach it), shorter ones walked. Where dq is 0 (dl 1 for an F,
+    -1 for a B: by the above, no F reaches the cap) the rest up to cur is one shift; past cur, where the
+    new walk holds no more live chunks than the stored one, it is walked until the walks rejoin.
+
+    `slot` holds every op's slot (a memoryview of int32: no list of Python ints to chase, which at p = 256
+    is 3 M objects; one more entry, -1, the slot of a missing input); the rows are bytearrays of kinds
+    (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception when there is none). The caller
+    rebuilds the grid from `slot`."""
+    if cap > 253:
         return False
+    pend_all, live_all = v_rows.walks(occ)
+    if live_all.max(initial=0) > cap:
+        return False
+    code = (occ % 3 + 1).astype(np.uint8)
+    code[occ < 0] = _FREE
+    rows = [bytearray(row.tobytes()) for row in code]
+    kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
+    kinds[:, :-1] = code
+    del code
     pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
     lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
-    slot, rows = sched.slot, sched.occ
-    slot.append(-1)  # the slot of a missing input
-    try:
-        for chunk in v_rows.chunked(*columns):
-            for op, a, b, r in zip(*chunk, strict=True):
-                e = slot[a]
-                x = slot[b]
-                if x > e:
-                    e = x
-                e += 1
-                cur = slot[op]
-                if e >= cur:
-                    continue
-                row, pend, live = rows[r], pends[r], lives[r]
-                lo = e
-                if op % 3 == _F:  # one more live chunk on [t, cur]: past the last full slot there
-                    lo = live.rfind(cap, e, cur + 1) + 1
-                    if lo < e:
-                        lo = e
-                end = len(row)
-                while lo < cur:
-                    try:
-                        t = row.index(-1, lo, cur)
-                    except ValueError:
+    idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
+    del kinds, pend_all, live_all
+    shift, seg, lead = _SHIFT, _SEG, _LEAD
+    end = occ.shape[1]  # every row's length
+    for chunk in v_rows.chunked(*columns):
+        for op, a, b, r in zip(*chunk, strict=True):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            row = rows[r]
+            live = lives[r]
+            k = op % 3 + 1
+            is_f = k == _FK
+            lo = e
+            if is_f:  # one more live chunk on [t, cur]: past the last full slot there
+                lo = live.rfind(cap, e, cur + 1) + 1
+                if lo < e:
+                    lo = e
+            pend = pends[r]
+            idle = idles[r]
+            while lo < cur:
+                t = row.find(_FREE, lo, cur)
+                if t < 0:
+                    break
+                # the walk from t with the op at t and cur free
+                if is_f:
+                    lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
+                    q = pend[t]
+                else:
+                    lv = live[t]
+                    if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
+                        lo = t + 1
+                        continue
+                    q = pend[t] + 1
+                row[cur] = _FREE
+                row[t] = k
+                failed = -1
+                u = t + 1
+                stop = u + lead
+                while u <= cur:
+                    if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
+                        dl = lv - live[u]  # no F there reaches the cap (see above)
+                        if dl:
+                            live[u : cur + 1] = live[u : cur + 1].translate(shift[dl])
+                        lv = live[cur]  # slot cur, now free
+                        q = pend[cur]
+                        idle[cur] = q == 0
+                        if q:
+                            q -= 1
+                            lv -= 1
+                        u = cur + 1
                         break
-                    row[cur] = -1
-                    row[t] = op
-                    failed = _attempt(row, pend, live, t, cur, cap, end)
+                    if u >= stop:  # past the walked lead: look for a long run
+                        i = idle.find(1, u, cur)  # the next slot where the stored walk is idle
+                        if i < 0:
+                            i = cur
+                        if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
+                            dl = lv - live[u]
+                            if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
+                                v = cap - dl
+                                j = live.find(v, u, i)
+                                while j >= 0 and row[j] != _FK:
+                                    j = live.find(v, j + 1, i)
+                                if j >= 0:
+                                    failed = u - 1  # nothing written from u on
+                                    break
+                            dq = q - pend[u]
+                            pend[u : i + 1] = pend[u : i + 1].translate(shift[dq])
+                            if dl:
+                                live[u : i + 1] = live[u : i + 1].translate(shift[dl])
+                            q = pend[i] - 1  # slot i is free; the new walk runs a W there
+                            lv = live[i] - 1
+                            idle[i] = 0
+                            u = stop = i + 1
+                            continue
+                        stop = i + 1  # a short run: walked
+                    pend[u] = q
+                    live[u] = lv
+                    x = row[u]
+                    if x:
+                        if x == _FK:
+                            lv += 1
+                            if lv > cap:
+                                failed = u
+                                break
+                        else:
+                            q += 1
+                    else:
+                        idle[u] = q == 0
+                        if q:
+                            q -= 1
+                            lv -= 1
+                    u += 1
+                if failed < 0:
+                    while u < end:  # past cur: until the walks rejoin
+                        if q == pend[u] and lv == live[u]:
+                            break
+                        pend[u] = q
+                        live[u] = lv
+                        x = row[u]
+                        if x:
+                            if x == _FK:
+                                lv += 1
+                                if lv > cap:
+                                    failed = u
+                                    break
+                            else:
+                                q += 1
+                        else:
+                            idle[u] = q == 0
+                            if q:
+                                q -= 1
+                                lv -= 1
+                        u += 1
+                    else:
+                        pend[end] = q
+                        live[end] = lv
                     if failed < 0:
                         slot[op] = t
+                        idle[t] = 0  # slot t is taken
                         break
-                    row[cur] = op
-                    row[t] = -1
-                    _rewalk(row, pend, live, t, failed, cap + end, end)  # repair up to there
-                    lo = t + 1
-    finally:
-        slot.pop()
+                row[cur] = k
+                row[t] = _FREE
+                _rewalk_marked(row, pend, live, idle, t, failed, end)  # repair up to there
+                idle[cur] = 0  # the op's slot again
+                lo = t + 1
     return True
 
 
-def _attempt(row, pend: bytearray, live: bytearray, t: int, cur: int, cap: int, end: int) -> int:
-    """`_rewalk` of a tried move (the op now at t, cur free) on byte counts, with a shortcut: on (t, cur]
-    the rows agree, so the new walk is the stored one plus (dq, dl), and dq only falls (at a free slot
-    where the new walk runs a W and the stored one has none pending). From the first slot where dq is 0
-    to cur the new walk is the stored one with dl more live chunks: one `translate`, and it breaks the cap
-    iff an F there has live >= cap - dl (found with `find`). -1 if the move holds (the walk updated);
-    else a slot up to which the caller's repair re-walks (the walk past it is untouched)."""
+def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
+    """`derived_bytes` for any cap (p >= 128 brings caps over 253): the walk's counts as int32 in
+    bytearrays, read and written through `memoryview`s (Python ints, as fast as bytes), found with a
+    4-byte `find` (a hit off the 4-byte grid is skipped) and shifted over a range by numpy views.
+    The 4-byte searches look for counts near the cap only; the idle slots are byte flags as in
+    `derived_bytes`. The same moves; False (nothing
+    changed) where the stored walk already breaks the cap."""
+    pend_all, live_all = v_rows.walks(occ)
+    if live_all.max(initial=0) > cap:
+        return False
+    code = (occ % 3 + 1).astype(np.uint8)
+    code[occ < 0] = _FREE
+    rows = [bytearray(row.tobytes()) for row in code]
+    kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
+    kinds[:, :-1] = code
+    del code
+    pbs = [bytearray(row.tobytes()) for row in pend_all.astype(np.int32)]
+    lbs = [bytearray(row.tobytes()) for row in live_all.astype(np.int32)]
+    idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
+    del kinds, pend_all, live_all
+    pends = [memoryview(b).cast("i") for b in pbs]
+    lives = [memoryview(b).cast("i") for b in lbs]
+    pns = [np.frombuffer(b, dtype=np.int32) for b in pbs]
+    lns = [np.frombuffer(b, dtype=np.int32) for b in lbs]
+    pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
+    pcap = pat[cap]
+    seg, lead = _SEG, _LEAD
+    end = occ.shape[1]  # every row's length
+    for chunk in v_rows.chunked(*columns):
+        for op, a, b, r in zip(*chunk, strict=True):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            row = rows[r]
+            live = lives[r]
+            k = op % 3 + 1
+            is_f = k == _FK
+            lo = e
+            if is_f:  # one more live chunk on [t, cur]: past the last full slot there
+                lb = lbs[r]
+                j = lb.rfind(pcap, 4 * e, 4 * cur + 4)
+                while j >= 0 and j & 3:  # off the 4-byte grid
+                    j = lb.rfind(pcap, 4 * e, j + 3)
+                if j >= 0:
+                    lo = (j >> 2) + 1
+                    if lo < e:
+                        lo = e
+            pend = pends[r]
+            idle = idles[r]
+            while lo < cur:
+                t = row.find(_FREE, lo, cur)
+                if t < 0:
+                    break
+                # the walk from t with the op at t and cur free
+                if is_f:
+                    lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
+                    q = pend[t]
+                else:
+                    lv = live[t]
+                    if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
+                        lo = t + 1
+                        continue
+                    q = pend[t] + 1
+                row[cur] = _FREE
+                row[t] = k
+                failed = -1
+                u = t + 1
+                stop = u + lead
+                while u <= cur:
+                    if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
+                        dl = lv - live[u]  # no F there reaches the cap (see derived_bytes)
+                        if dl:
+                            lns[r][u : cur + 1] += dl
+                        lv = live[cur]  # slot cur, now free
+                        q = pend[cur]
+                        idle[cur] = q == 0
+                        if q:
+                            q -= 1
+                            lv -= 1
+                        u = cur + 1
+                        break
+                    if u >= stop:  # past the walked lead: look for a long run
+                        i = idle.find(1, u, cur)  # the next slot where the stored walk is idle
+                        if i < 0:
+                            i = cur
+                        if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
+                            dl = lv - live[u]
+                            if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
+                                lb = lbs[r]
+                                pv = pat[cap - dl]
+                                j = lb.find(pv, 4 * u, 4 * i)
+                                while j >= 0 and (j & 3 or row[j >> 2] != _FK):
+                                    j = lb.find(pv, j + 1, 4 * i)
+                                if j >= 0:
+                                    failed = u - 1  # nothing written from u on
+                                    break
+                            dq = q - pend[u]
+                            pns[r][u : i + 1] += dq
+                            if dl:
+                                lns[r][u : i + 1] += dl
+                            q = pend[i] - 1  # slot i is free; the new walk runs a W there
+                            lv = live[i] - 1
+                            idle[i] = 0
+                            u = stop = i + 1
+                            continue
+                        stop = i + 1  # a short run: walked
+                    pend[u] = q
+                    live[u] = lv
+                    x = row[u]
+                    if x:
+                        if x == _FK:
+                            lv += 1
+                            if lv > cap:
+                                failed = u
+                                break
+                        else:
+                            q += 1
+                    else:
+                        idle[u] = q == 0
+                        if q:
+                            q -= 1
+                            lv -= 1
+                    u += 1
+                if failed < 0:
+                    while u < end:  # past cur: until the walks rejoin
+                        if q == pend[u] and lv == live[u]:
+                            break
+                        pend[u] = q
+                        live[u] = lv
+                        x = row[u]
+                        if x:
+                            if x == _FK:
+                                lv += 1
+                                if lv > cap:
+                                    failed = u
+                                    break
+                            else:
+                                q += 1
+                        else:
+                            idle[u] = q == 0
+                            if q:
+                                q -= 1
+                                lv -= 1
+                        u += 1
+                    else:
+                        pend[end] = q
+                        live[end] = lv
+                    if failed < 0:
+                        slot[op] = t
+                        idle[t] = 0  # slot t is taken
+                        break
+                row[cur] = k
+                row[t] = _FREE
+                _rewalk_marked(row, pend, live, idle, t, failed, end)  # repair up to there
+                idle[cur] = 0  # the op's slot again
+                lo = t + 1
+    return True
+
+
+def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int) -> None:
+    """`_rewalk` without a cap (the repair after a failed move) that also writes `idle` (1 at a free slot
+    with no W pending) of `derived_bytes` and `derived_wide` (`row` their kinds)."""
     q, lv = pend[t], live[t]
-    if row[t] % 3 == _F:
-        lv += 1
-        if lv > cap:
-            return t
-    else:
-        q += 1
-    u = t + 1
+    u = t
     while u <= cur:
-        if q == pend[u]:  # dq is 0 from here to cur
-            dl = lv - live[u]
-            for v in range(max(cap - dl, 0), cap + 1) if dl > 0 else ():
-                j = live.find(v, u, cur)
-                while j >= 0:
-                    op = row[j]
-                    if op >= 0 and op % 3 == _F:
-                        return u - 1  # that F breaks the cap; nothing written from u on
-                    j = live.find(v, j + 1, cur)
-            if dl:
-                live[u : cur + 1] = live[u : cur + 1].translate(_SHIFT[dl])
-            lv = live[cur]  # slot cur, now free
-            q = pend[cur]
+        pend[u] = q
+        live[u] = lv
+        op = row[u]
+        if op:
+            if op == _FK:
+                lv += 1
+            else:
+                q += 1
+        else:
+            idle[u] = q == 0
             if q:
                 q -= 1
                 lv -= 1
-            u = cur + 1
-            break
-        pend[u] = q
-        live[u] = lv
-        op = row[u]
-        if op >= 0:
-            if op % 3 == _F:
-                lv += 1
-                if lv > cap:
-                    return u
-            else:
-                q += 1
-        elif q:
-            q -= 1
-            lv -= 1
         u += 1
     while u < end:
         if q == pend[u] and lv == live[u]:
-            return -1
+            return
         pend[u] = q
         live[u] = lv
         op = row[u]
-        if op >= 0:
-            if op % 3 == _F:
+        if op:
+            if op == _FK:
                 lv += 1
-                if lv > cap:
-                    return u
             else:
                 q += 1
-        elif q:
-            q -= 1
-            lv -= 1
+        else:
+            idle[u] = q == 0
+            if q:
+                q -= 1
+                lv -= 1
         u += 1
     pend[end] = q
     live[end] = lv
-    return -1
 
 
 def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:
@@ -492,10 +761,12 @@ def _walk_ok(ops: np.ndarray, cap: int) -> bool:
     return bool(np.all(live[:-1][is_f] < cap)) and cap <= WIDE_MAX
 
 
-#: the closed form's fixed cost per tried move (a dozen C calls) beats the reference's walk only for long
-#: walks, which come with a wide cap: measured, it wins for zbv at p = 256 (cap 512, 1.7x), ties for v-half
-#: at p = 200 (cap 202) and loses below (zbv p = 128, v-min p = 192, every p = 64)
-CLOSED_FORM_CAP = 384
+#: caps from which `squeeze_derived` runs the closed form by default: none. Its fixed cost per tried move (a
+#: dozen C calls) beat the plain walk for long walks, but `derived_wide` (the walk with its long runs
+#: shifted) ties with it for zbv at p = 256 after the explicit squeeze (2.2 s at m = 512) and wins elsewhere
+#: (p = 256 from the tightened block 3.5 s against 4.8; v-half at p = 200 0.6 s against 2.4). It stays,
+#: held equal to the reference, for `min_cap`.
+CLOSED_FORM_CAP = WIDE_MAX + 1
 
 
 def derived_moves(sched, cap: int, columns, occ: np.ndarray, min_cap: int = CLOSED_FORM_CAP) -> bool:

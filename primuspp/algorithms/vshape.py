@@ -156,16 +156,33 @@ class SlotSchedule:
         v_rows.fill_ws(occ, slot)  # `_ws_slots` on every rank
         if tighten:
             new = v_rows.tighten(occ, slot, n)  # `_tighten_reference`, a slot at a time
-            self.slot = self._tightened(slot, occ) if new is None else new.tolist()
-            self.occ = self._grid().tolist()
-        else:
-            self.slot, self.occ = slot.tolist(), occ.tolist()
+            if new is None:
+                new = np.array(self._tightened(slot, occ), dtype=v_rows.INT)
+            slot, occ = new, v_rows.grid(new, np.asarray(rank, dtype=np.int64), n, p, width)
+        self.slot, self.occ = slot.tolist(), occ.tolist()
+        self._fresh = (slot, occ)
+
+    #: (slot array, grid) equal to `slot` and `occ` where the last array pass left them and nothing has
+    #: moved since (every method that moves ops drops them): the next pass skips converting the lists
+    _fresh = None
+
+    def _arrays(self):
+        """(`slot` as an int32 array, `occ` as a grid); not to be written to (they may be shared)."""
+        import numpy as np
+
+        from primuspp.algorithms import v_rows
+
+        if self._fresh is not None:
+            return self._fresh
+        slot = np.array(self.slot, dtype=v_rows.INT)
+        return slot, v_rows.grid(slot, np.asarray(self.rank, dtype=np.int64), self.n, self.p, self.width)
 
     def copy(self) -> SlotSchedule:
         other = object.__new__(SlotSchedule)
         other.p, other.m, other.n, other.rank, other.width = self.p, self.m, self.n, self.rank, self.width
         other.slot = list(self.slot)
         other.occ = [list(row) for row in self.occ]
+        other._fresh = self._fresh
         return other
 
     # -- helpers ----------------------------------------------------------------------------------------
@@ -177,6 +194,7 @@ class SlotSchedule:
         """Fill rank r's free slots with the W's of completed B's, oldest first (`_ws_slots`)."""
         import numpy as np
 
+        self._fresh = None
         row, slot = self.occ[r], self.slot
         takes, ws = _ws_slots(np.array(row, dtype=np.int64))
         for t, w in zip(takes.tolist(), ws.tolist(), strict=True):
@@ -228,6 +246,7 @@ class SlotSchedule:
         order property, is unchanged). The raw repetition is loose everywhere; this leaves the squeeze
         only the holes an op can jump into. Slots are visited in time order, so inputs come first.
         (`SlotSchedule(..., tighten=True)` runs the same loop as `_tightened`.)"""
+        self._fresh = None
         p, occ, slot, n = self.p, self.occ, self.slot, self.n
         width = len(occ[0])
         new_occ = [[-1] * width for _ in range(p)]
@@ -290,11 +309,14 @@ class SlotSchedule:
         else the reference below: the same moves."""
         from primuspp.algorithms import v_squeeze
 
-        if not v_squeeze.squeeze_explicit(self, cap):
+        arrays = self._arrays()
+        self._fresh = None
+        if not v_squeeze.squeeze_explicit(self, cap, arrays):
             self.squeeze_explicit_reference(cap)
 
     def squeeze_explicit_reference(self, cap: int) -> None:
         """Reference of `squeeze_explicit`: the live chunks per slot as a list, updated slot by slot."""
+        self._fresh = None
         mem = [self._profile(r) for r in range(self.p)]
         slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for op in self._ops_by_slot((_F, _B, _W)):
@@ -343,10 +365,11 @@ class SlotSchedule:
     def squeeze_derived(self, cap: int, min_cap: int | None = None, counts: str = "bytes") -> None:
         """Strip the W's; move F and B ops (in slot order) to the earliest free slot where the memory, with
         W's re-derived (each free slot runs the oldest pending W), stays within `cap`; then re-place W's. Runs
-        the closed form (`v_squeeze`) where it applies and pays (caps from `min_cap`, default from that
-        module), else the reference's re-walk (the same moves) on the walk's counts kept in bytearrays
-        where they fit (`counts="bytes"`, `v_squeeze.derived_bytes`) or in lists (`v_squeeze.derived_walk`,
-        also where they do not fit)."""
+        the closed form (`v_squeeze.derived_moves`) for caps from `min_cap` (default
+        `v_squeeze.CLOSED_FORM_CAP`: none), else the reference's re-walk (the same moves) on the walk's
+        counts kept in bytearrays (`counts="bytes"`: `v_squeeze.derived_bytes` where they fit in a byte,
+        `derived_wide` where not; `"wide"`: `derived_wide` always) or in lists (`"lists"`,
+        `v_squeeze.derived_walk`, also where the stored walk already breaks the cap)."""
         import numpy as np
 
         from primuspp.algorithms import v_rows, v_squeeze
@@ -354,24 +377,41 @@ class SlotSchedule:
         if min_cap is None:
             min_cap = v_squeeze.CLOSED_FORM_CAP
         ranks = np.asarray(self.rank, dtype=np.int64)
-        slot = np.array(self.slot, dtype=v_rows.INT)
+        slot = self._arrays()[0].copy()
+        self._fresh = None
         slot[_W::3] = -1  # `_strip_ws`
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
-        self._set_lists(slot, occ)
+        self.slot = self.occ = None
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
-        if not v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap):
-            first, second = v_rows.inputs(ops, kind, stage, self.n, len(self.slot))
+        done = False
+        if cap >= min_cap:  # the closed form moves ops in the lists
+            self._set_lists(slot, occ)
+            done = v_squeeze.derived_moves(self, cap, (ops, kind, stage, rank), occ, min_cap)
+            slot = np.array(self.slot, dtype=v_rows.INT)
+        if not done:
+            first, second = v_rows.inputs(ops, kind, stage, self.n, len(slot))
             inputs = (ops, first, second, rank)
-            if counts != "bytes" or not v_squeeze.derived_bytes(self, cap, inputs, occ):
+            # the byte and int32 walks move ops in an array, its last entry the slot (-1) of a missing input
+            ext = np.append(slot, v_rows.INT(-1))
+            view = memoryview(ext)
+            done = counts == "bytes" and v_squeeze.derived_bytes(view, cap, inputs, occ)
+            if not done and counts != "lists":
+                done = v_squeeze.derived_wide(view, cap, inputs, occ)
+            if done:
+                slot = ext[:-1]
+            else:
+                self._set_lists(slot, occ)
                 pend, live = v_rows.walks(occ)
                 v_squeeze.derived_walk(self, cap, inputs, pend.tolist(), live.tolist())
-        slot = np.array(self.slot, dtype=v_rows.INT)
+                slot = np.array(self.slot, dtype=v_rows.INT)
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
         self._set_lists(slot, occ)
+        self._fresh = (slot, occ)
 
     def squeeze_derived_reference(self, cap: int) -> None:
         """Reference of `squeeze_derived`: the walk re-walked slot by slot after each tried move."""
+        self._fresh = None
         self._strip_ws()
         self._derived_moves_reference(cap, self._op_columns((_F, _B)))
         for r in range(self.p):
@@ -379,6 +419,7 @@ class SlotSchedule:
 
     def _strip_ws(self) -> None:
         """Take every W off its slot (the derived squeeze re-derives them)."""
+        self._fresh = None
         slot, occ, rank, n = self.slot, self.occ, self.rank, self.n
         for w in range(_W, len(slot), 3):
             t = slot[w]
@@ -495,7 +536,7 @@ class SlotSchedule:
         """Most live chunk activations of any rank in any slot (`_profile`)."""
         from primuspp.algorithms import v_rows
 
-        return int(v_rows.profiles(self._grid()).max())
+        return int(v_rows.profiles(self._arrays()[1]).max())
 
     def peak_reference(self) -> int:
         return max(max(self._profile(r)) for r in range(self.p))

@@ -47,9 +47,10 @@ def test_derived_squeeze_closed_form_matches_reference(p, m, explicit_first):
 
 @pytest.mark.parametrize("p,m", SIZES)
 @pytest.mark.parametrize("explicit_first", [False, True])
-@pytest.mark.parametrize("counts", ["bytes", "lists"])
+@pytest.mark.parametrize("counts", ["bytes", "wide", "lists"])
 def test_derived_squeeze_walk_matches_reference(p, m, explicit_first, counts):
-    # below the closed form's caps the re-walk runs: `v_squeeze.derived_bytes` or `derived_walk`
+    # below the closed form's caps the re-walk runs: `v_squeeze.derived_bytes`, `derived_wide` (its int32
+    # twin, forced here at small caps) or `derived_walk`
     for block in BLOCKS:
         base = vshape.SlotSchedule(p, m, *vshape.offsets(p, block))
         peak = base.peak()
@@ -99,9 +100,11 @@ def test_over_the_cap_falls_back_to_the_reference():
     fast.squeeze_explicit(cap)
     ref.squeeze_explicit_reference(cap)
     assert _same(fast, ref)
+    other = fast.copy()
     fast.squeeze_derived(cap, min_cap=0)
+    other.squeeze_derived(cap)  # the byte and int32 walks decline too: the walk on lists runs
     ref.squeeze_derived_reference(cap)
-    assert _same(fast, ref)
+    assert _same(fast, ref) and _same(other, ref)
 
 
 def test_wide_caps_match_reference():
@@ -114,9 +117,32 @@ def test_wide_caps_match_reference():
     fast.squeeze_explicit(cap)
     ref.squeeze_explicit_reference(cap)
     assert _same(fast, ref)
+    start = fast.copy()
     fast.squeeze_derived(cap, min_cap=0)
     ref.squeeze_derived_reference(cap)
     assert _same(fast, ref)
+    # below the closed form's cap: `derived_bytes` declines (cap > 253) and `derived_wide` runs
+    occ = start._grid()
+    assert not v_squeeze.derived_bytes(memoryview(np.array(start.slot, dtype=np.int32)), cap, None, occ)
+    start.squeeze_derived(cap)
+    assert cap < v_squeeze.CLOSED_FORM_CAP and _same(start, ref)
+
+
+def test_wide_walk_shifts_long_runs_and_fails_like_the_reference():
+    # zb after the explicit squeeze at p = 40: long runs between idle slots (shifted, not walked), tried
+    # moves that break the cap past their old slot (repaired); caps at and above the block's peak
+    p, m = 40, 30
+    base = vshape.SlotSchedule(p, m, *vshape.offsets(p, vshape.ZB))
+    peak = base.peak()
+    for cap in (peak, peak + 2):
+        start = base.copy()
+        start.squeeze_explicit(cap)
+        ref = start.copy()
+        ref.squeeze_derived_reference(cap)
+        for counts in ("bytes", "wide"):
+            fast = start.copy()
+            fast.squeeze_derived(cap, min_cap=10**9, counts=counts)
+            assert _same(fast, ref), (cap, counts)
 
 
 def test_wide_counts_shift_and_search_like_a_plain_array():
