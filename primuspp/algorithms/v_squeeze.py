@@ -304,14 +304,16 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
             if e >= cur:
                 continue
             row = rows[r]
+            lo = row.find(_FREE, e, cur)  # the first free slot the op may take, if any
+            if lo < 0:
+                continue
             live = lives[r]
             k = op % 3 + 1
             is_f = k == _FK
-            lo = e
             if is_f:  # one more live chunk on [t, cur]: past the last full slot there
-                lo = live.rfind(cap, e, cur + 1) + 1
-                if lo < e:
-                    lo = e
+                j = live.rfind(cap, lo, cur + 1)
+                if j >= 0:
+                    lo = j + 1
             pend = pends[r]
             idle = idles[r]
             while lo < cur:
@@ -462,19 +464,19 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
             if e >= cur:
                 continue
             row = rows[r]
+            lo = row.find(_FREE, e, cur)  # the first free slot the op may take, if any
+            if lo < 0:
+                continue
             live = lives[r]
             k = op % 3 + 1
             is_f = k == _FK
-            lo = e
             if is_f:  # one more live chunk on [t, cur]: past the last full slot there
                 lb = lbs[r]
-                j = lb.rfind(pcap, 4 * e, 4 * cur + 4)
+                j = lb.rfind(pcap, 4 * lo, 4 * cur + 4)
                 while j >= 0 and j & 3:  # off the 4-byte grid
-                    j = lb.rfind(pcap, 4 * e, j + 3)
+                    j = lb.rfind(pcap, 4 * lo, j + 3)
                 if j >= 0:
                     lo = (j >> 2) + 1
-                    if lo < e:
-                        lo = e
             pend = pends[r]
             idle = idles[r]
             while lo < cur:
