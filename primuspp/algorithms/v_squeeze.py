@@ -3,9 +3,12 @@
 Why a second copy: nearly every op of a V schedule moves, each by up to about p slots, so the references'
 per-slot Python work (the memory profile shifted slot by slot, the walk re-walked after every tried move)
 made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
-in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
-digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
-a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze runs the
+in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C, and so is "the first free
+slot from e" (`find` on a rank's free-slot flags). The explicit squeeze keeps each headroom in one byte
+for caps up to 253 (`_explicit_one_digit`) and as two base-255 digits above (`_explicit_two_digits`:
+caps over 253 come at p >= 128), moving ops in an int32 array and handing the schedule arrays, not
+lists; `_Wide` (the same digits, the low digit's 255 free to mark a slot a count does not apply to) keeps
+the closed form's counts. The derived squeeze runs the
 reference's walk with its long stretches shifted rather than walked (between the slots where the stored
 walk is idle the tried move's walk is the stored one plus a constant), on bytearrays where its counts fit
 (`derived_bytes`: caps up to 253) and on int32 counts in bytearrays otherwise (`derived_wide`); the
