@@ -3,9 +3,12 @@
 Why a second copy: nearly every op of a V schedule moves, each by up to about p slots, so the references'
 per-slot Python work (the memory profile shifted slot by slot, the walk re-walked after every tried move)
 made generation grow as p * (p*m). Here a rank's per-slot counts live in bytearrays: "is the cap reached
-in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C. A count is two base-255
-digits (`_Wide`: caps over 255 chunks come at p >= 128); the low digit's 255 is left free to mark a slot
-a count does not apply to; under 254 one digit does (`_explicit_one_digit`). The derived squeeze runs the
+in [e, cur)" is one `rfind`, a +-d over a range one `translate`, both in C, and so is "the first free
+slot from e" (`find` on a rank's free-slot flags). The explicit squeeze keeps each headroom in one byte
+for caps up to 253 (`_explicit_one_digit`) and as two base-255 digits above (`_explicit_two_digits`:
+caps over 253 come at p >= 128), moving ops in an int32 array and handing the schedule arrays, not
+lists; `_Wide` (the same digits, the low digit's 255 free to mark a slot a count does not apply to) keeps
+the closed form's counts. The derived squeeze runs the
 reference's walk with its long stretches shifted rather than walked (between the slots where the stored
 walk is idle the tried move's walk is the stored one plus a constant), on bytearrays where its counts fit
 (`derived_bytes`: caps up to 253) and on int32 counts in bytearrays otherwise (`derived_wide`); the
@@ -114,7 +117,10 @@ class _Wide:
 def squeeze_explicit(sched, cap: int, arrays=None) -> bool:
     """`SlotSchedule.squeeze_explicit_reference` on the headroom (cap - live chunks) per slot. False
     (nothing changed) where a slot is already over the cap: the caller then runs the reference, which
-    allows that. `arrays`: `sched.slot` and `sched.occ` as arrays (`SlotSchedule._arrays`), if at hand."""
+    allows that. `arrays`: `sched.slot` and `sched.occ` as arrays (`SlotSchedule._arrays`), if at hand.
+    The moves edit arrays only (each op's slot in an int32 array, each rank's free slots as byte flags:
+    a free slot is one `find`, no exception when there is none); `sched` gets the new arrays
+    (`SlotSchedule._set_arrays`), its lists are built only if someone reads them."""
     if arrays is None:
         arr = np.array(sched.slot, dtype=v_rows.INT)
         occ = v_rows.grid(arr, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
@@ -125,105 +131,118 @@ def squeeze_explicit(sched, cap: int, arrays=None) -> bool:
         return False
     # the loops move ops in an int32 array (as `derived_bytes`), its last entry the slot of a missing input
     ext = np.append(arr, v_rows.INT(-1))
-    if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
-        return _explicit_one_digit(sched, occ, room, ext)
-    rooms = _Wide.rows(room)
+    ranks = np.asarray(sched.rank, dtype=np.int64)
     n = sched.n
-    ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
-    first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
-    slot, occ = memoryview(ext), sched.occ
-    try:
-        for chunk in v_rows.chunked(ops, kind, first, second, rank):
-            for op, k, a, b, r in zip(*chunk, strict=True):
-                e = slot[a]
-                x = slot[b]
-                if x > e:
-                    e = x
-                e += 1
-                cur = slot[op]
-                if e >= cur:
+    ops, kind, stage, rank = v_rows.columns(occ, ranks, n, (_F, _B, _W))
+    first, second = v_rows.inputs(ops, kind, stage, n, len(arr))
+    frees = [bytearray(row.tobytes()) for row in (occ < 0).view(np.uint8)]
+    chunks = v_rows.chunked(ops, kind, first, second, rank)
+    del ops, kind, stage, rank, first, second
+    if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
+        _explicit_one_digit(chunks, memoryview(ext), frees, room)
+    else:
+        _explicit_two_digits(chunks, memoryview(ext), frees, room)
+    slot = ext[:-1]
+    sched._set_arrays(slot, v_rows.grid(slot, ranks, n, sched.p, sched.width))
+    return True
+
+
+def _explicit_one_digit(chunks, slot: memoryview, frees: list[bytearray], room: np.ndarray) -> None:
+    """The moves of `squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253).
+    An F goes past the last slot with no headroom, so the range whose headroom drops holds no 0; a W's
+    range ends at most at the cap, below 254."""
+    lows = [bytearray(row.tobytes()) for row in room.astype(np.uint8)]
+    dec, inc = _DEC, _INC
+    for chunk in chunks:
+        for op, k, a, b, r in zip(*chunk, strict=True):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            free = frees[r]
+            if k == _F:  # the activation now lives from the new slot on: the cap must hold there
+                low = lows[r]
+                lo = low.rfind(0, e, cur) + 1  # past the last slot with no headroom
+                if lo < e:
+                    lo = e
+                t = free.find(1, lo, cur)
+                if t < 0:
                     continue
-                row = occ[r]
-                lo = e
-                if k == _F:  # the activation now lives from the new slot on: the cap must hold there
-                    room = rooms[r]
-                    low, high = room.lo, room.hi
-                    j = low.rfind(0, e, cur)  # the last slot with no headroom (room.last_at_most, inlined)
+                low[t:cur] = low[t:cur].translate(dec)
+            else:
+                t = free.find(1, e, cur)
+                if t < 0:
+                    continue
+                if k == _W:
+                    low = lows[r]
+                    low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(inc)
+            free[cur] = 1
+            free[t] = 0
+            slot[op] = t
+
+
+def _explicit_two_digits(chunks, slot: memoryview, frees: list[bytearray], room: np.ndarray) -> None:
+    """The moves of `squeeze_explicit` for caps over 253: each headroom as two base-255 digits (`_Wide`'s,
+    without marks), the low ones in `lows`, the high ones in `highs`. A no-headroom slot is a low 0 whose
+    high digit is 0 (one `rfind`, rarely more); a +-1 over a range is one `translate` of the low digits
+    unless one of them wraps (a 0 under -1, a 254 under +1: one `find` says), when numpy views carry."""
+    lo_all = (room % 255).astype(np.uint8)
+    hi_all = (room // 255).astype(np.uint8)
+    lows = [bytearray(row.tobytes()) for row in lo_all]
+    highs = [bytearray(row.tobytes()) for row in hi_all]
+    del lo_all, hi_all
+    lo_ns = [np.frombuffer(x, dtype=np.uint8) for x in lows]
+    hi_ns = [np.frombuffer(x, dtype=np.uint8) for x in highs]
+    dec, inc = _DEC, _INC
+    for chunk in chunks:
+        for op, k, a, b, r in zip(*chunk, strict=True):
+            e = slot[a]
+            x = slot[b]
+            if x > e:
+                e = x
+            e += 1
+            cur = slot[op]
+            if e >= cur:
+                continue
+            free = frees[r]
+            if k == _F:  # the activation now lives from the new slot on: the cap must hold there
+                low = lows[r]
+                j = low.rfind(0, e, cur)  # the last slot with no headroom (a low 0 with a high 0)
+                if j >= 0:
+                    high = highs[r]
                     while j >= 0 and high[j]:
                         j = low.rfind(0, e, j)
-                    lo = j + 1 if j >= e else e
-                    if lo == cur:
-                        continue
-                try:
-                    t = row.index(-1, lo, cur)
-                except ValueError:
+                    lo = j + 1 if j >= 0 else e
+                else:
+                    lo = e
+                t = free.find(1, lo, cur)
+                if t < 0:
                     continue
-                row[cur], row[t], slot[op] = -1, op, t
-                if k == _F:  # headroom - 1 on [t, cur): one translate unless a low digit borrows
-                    if low.find(0, t, cur) < 0:
-                        low[t:cur] = low[t:cur].translate(_DEC)
-                    else:
-                        room.shift(t, cur, -1)
-                elif k == _W:  # headroom + 1 on [t + 1, cur + 1)
-                    room = rooms[r]
-                    low = room.lo
-                    if low.find(254, t + 1, cur + 1) < 0:
-                        low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(_INC)
-                    else:
-                        room.shift(t + 1, cur + 1, 1)
-    finally:  # the slots as a list again
-        sched.slot = ext[:-1].tolist()
-    return True
-
-
-def _explicit_one_digit(sched, occ: np.ndarray, room: np.ndarray, ext: np.ndarray) -> bool:
-    """`squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253): the same
-    moves without the digit carries. An F goes past the last slot with no headroom, so the range whose
-    headroom drops holds no 0; a W's range ends at most at the cap, below 254."""
-    lows = [bytearray(row.tobytes()) for row in room.astype(np.uint8)]
-    n = sched.n
-    ops, kind, stage, rank = v_rows.columns(occ, np.asarray(sched.rank, dtype=np.int64), n, (_F, _B, _W))
-    first, second = v_rows.inputs(ops, kind, stage, n, len(sched.slot))
-    slot, occ = memoryview(ext), sched.occ
-    dec, inc = _DEC, _INC
-    try:
-        for chunk in v_rows.chunked(ops, kind, first, second, rank):
-            for op, k, a, b, r in zip(*chunk, strict=True):
-                e = slot[a]
-                x = slot[b]
-                if x > e:
-                    e = x
-                e += 1
-                cur = slot[op]
-                if e >= cur:
-                    continue
-                if k == _F:  # the activation now lives from the new slot on: the cap must hold there
-                    low = lows[r]
-                    lo = low.rfind(0, e, cur) + 1  # past the last slot with no headroom
-                    if lo < e:
-                        lo = e
-                    elif lo == cur:
-                        continue
-                    try:
-                        t = occ[r].index(-1, lo, cur)
-                    except ValueError:
-                        continue
+                if low.find(0, t, cur) < 0:  # headroom - 1 on [t, cur), no borrow
                     low[t:cur] = low[t:cur].translate(dec)
                 else:
-                    try:
-                        t = occ[r].index(-1, e, cur)
-                    except ValueError:
-                        continue
-                    if k == _W:
-                        low = lows[r]
+                    seg = lo_ns[r][t:cur]
+                    hi_ns[r][t:cur] -= (seg == 0).view(np.uint8)
+                    low[t:cur] = low[t:cur].translate(dec)
+            else:
+                t = free.find(1, e, cur)
+                if t < 0:
+                    continue
+                if k == _W:  # headroom + 1 on [t + 1, cur + 1)
+                    low = lows[r]
+                    if low.find(254, t + 1, cur + 1) < 0:
                         low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(inc)
-                row = occ[r]
-                row[cur] = -1
-                row[t] = op
-                slot[op] = t
-    finally:  # the slots as a list again
-        sched.slot = ext[:-1].tolist()
-    return True
+                    else:
+                        seg = lo_ns[r][t + 1 : cur + 1]
+                        hi_ns[r][t + 1 : cur + 1] += (seg == 254).view(np.uint8)
+                        low[t + 1 : cur + 1] = low[t + 1 : cur + 1].translate(inc)
+            free[cur] = 1
+            free[t] = 0
+            slot[op] = t
 
 
 #: byte maps of +-k (the counts they shift stay within 0..255)
@@ -288,14 +307,16 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
             if e >= cur:
                 continue
             row = rows[r]
+            lo = row.find(_FREE, e, cur)  # the first free slot the op may take, if any
+            if lo < 0:
+                continue
             live = lives[r]
             k = op % 3 + 1
             is_f = k == _FK
-            lo = e
             if is_f:  # one more live chunk on [t, cur]: past the last full slot there
-                lo = live.rfind(cap, e, cur + 1) + 1
-                if lo < e:
-                    lo = e
+                j = live.rfind(cap, lo, cur + 1)
+                if j >= 0:
+                    lo = j + 1
             pend = pends[r]
             idle = idles[r]
             while lo < cur:
@@ -446,19 +467,19 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
             if e >= cur:
                 continue
             row = rows[r]
+            lo = row.find(_FREE, e, cur)  # the first free slot the op may take, if any
+            if lo < 0:
+                continue
             live = lives[r]
             k = op % 3 + 1
             is_f = k == _FK
-            lo = e
             if is_f:  # one more live chunk on [t, cur]: past the last full slot there
                 lb = lbs[r]
-                j = lb.rfind(pcap, 4 * e, 4 * cur + 4)
+                j = lb.rfind(pcap, 4 * lo, 4 * cur + 4)
                 while j >= 0 and j & 3:  # off the 4-byte grid
-                    j = lb.rfind(pcap, 4 * e, j + 3)
+                    j = lb.rfind(pcap, 4 * lo, j + 3)
                 if j >= 0:
                     lo = (j >> 2) + 1
-                    if lo < e:
-                        lo = e
             pend = pends[r]
             idle = idles[r]
             while lo < cur:

@@ -159,12 +159,60 @@ class SlotSchedule:
             if new is None:
                 new = np.array(self._tightened(slot, occ), dtype=v_rows.INT)
             slot, occ = new, v_rows.grid(new, np.asarray(rank, dtype=np.int64), n, p, width)
-        self.slot, self.occ = slot.tolist(), occ.tolist()
-        self._fresh = (slot, occ)
+        self._set_arrays(slot, occ)
 
-    #: (slot array, grid) equal to `slot` and `occ` where the last array pass left them and nothing has
-    #: moved since (every method that moves ops drops them): the next pass skips converting the lists
-    _fresh = None
+    # The ops' places are kept as arrays (`_arr`: the slot array and the grid, what the fast passes read
+    # and write) or as the lists `slot` and `occ` (what the readable references edit in place), or both
+    # while they agree. The lists are built from the arrays when first read (at p = 256 each is millions
+    # of Python ints, which the fast passes never need); a method that edits the lists first drops the
+    # arrays (`_fresh = None`), which keeps their content as the lists.
+    _arr = None
+    _slot = None
+    _occ = None
+
+    @property
+    def slot(self) -> list[int]:
+        """Each op's slot (-1: not placed), as a list."""
+        if self._slot is None and self._arr is not None:
+            self._lists()
+        return self._slot
+
+    @slot.setter
+    def slot(self, value: list[int] | None) -> None:
+        self._slot = value
+
+    @property
+    def occ(self) -> list[list[int]]:
+        """Each rank's op per slot (-1: free), as lists."""
+        if self._occ is None and self._arr is not None:
+            self._lists()
+        return self._occ
+
+    @occ.setter
+    def occ(self, value: list[list[int]] | None) -> None:
+        self._occ = value
+
+    def _lists(self) -> None:
+        slot, occ = self._arr
+        self._slot, self._occ = slot.tolist(), occ.tolist()
+
+    @property
+    def _fresh(self):
+        """(slot array, grid) equal to `slot` and `occ` where the last array pass left them and nothing has
+        moved since, else None; setting None (before editing the lists) turns the arrays into the lists."""
+        return self._arr
+
+    @_fresh.setter
+    def _fresh(self, value) -> None:
+        if value is None and self._arr is not None and (self._slot is None or self._occ is None):
+            self._lists()
+        self._arr = value
+
+    def _set_arrays(self, slot, occ) -> None:
+        """The ops' places from arrays (slot array, grid), which nobody writes to afterwards; the lists
+        are dropped (built again from these if read)."""
+        self._slot = self._occ = None
+        self._arr = (slot, occ)
 
     def _arrays(self):
         """(`slot` as an int32 array, `occ` as a grid); not to be written to (they may be shared)."""
@@ -172,17 +220,17 @@ class SlotSchedule:
 
         from primuspp.algorithms import v_rows
 
-        if self._fresh is not None:
-            return self._fresh
+        if self._arr is not None:
+            return self._arr
         slot = np.array(self.slot, dtype=v_rows.INT)
         return slot, v_rows.grid(slot, np.asarray(self.rank, dtype=np.int64), self.n, self.p, self.width)
 
     def copy(self) -> SlotSchedule:
         other = object.__new__(SlotSchedule)
         other.p, other.m, other.n, other.rank, other.width = self.p, self.m, self.n, self.rank, self.width
-        other.slot = list(self.slot)
-        other.occ = [list(row) for row in self.occ]
-        other._fresh = self._fresh
+        other._arr = self._arr  # shared: nobody writes to them
+        other._slot = None if self._slot is None else list(self._slot)
+        other._occ = None if self._occ is None else [list(row) for row in self._occ]
         return other
 
     # -- helpers ----------------------------------------------------------------------------------------
@@ -202,7 +250,7 @@ class SlotSchedule:
 
     def _set_lists(self, slot, occ) -> None:
         """`slot` and `occ` from arrays; the old lists go first (at p = 256 each is 100+ MB of ints)."""
-        self.slot = self.occ = None
+        self._arr = self._slot = self._occ = None
         self.slot = slot.tolist()
         self.occ = occ.tolist()
 
@@ -309,9 +357,7 @@ class SlotSchedule:
         else the reference below: the same moves."""
         from primuspp.algorithms import v_squeeze
 
-        arrays = self._arrays()
-        self._fresh = None
-        if not v_squeeze.squeeze_explicit(self, cap, arrays):
+        if not v_squeeze.squeeze_explicit(self, cap, self._arrays()):  # it leaves the new arrays
             self.squeeze_explicit_reference(cap)
 
     def squeeze_explicit_reference(self, cap: int) -> None:
@@ -378,10 +424,9 @@ class SlotSchedule:
             min_cap = v_squeeze.CLOSED_FORM_CAP
         ranks = np.asarray(self.rank, dtype=np.int64)
         slot = self._arrays()[0].copy()
-        self._fresh = None
+        self._arr = self._slot = self._occ = None  # the moves below start from `slot`
         slot[_W::3] = -1  # `_strip_ws`
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
-        self.slot = self.occ = None
         ops, kind, stage, rank = v_rows.columns(occ, ranks, self.n, (_F, _B))
         done = False
         if cap >= min_cap:  # the closed form moves ops in the lists
@@ -406,8 +451,7 @@ class SlotSchedule:
                 slot = np.array(self.slot, dtype=v_rows.INT)
         occ = v_rows.grid(slot, ranks, self.n, self.p, self.width)
         v_rows.fill_ws(occ, slot)  # `_place_ws` on every rank
-        self._set_lists(slot, occ)
-        self._fresh = (slot, occ)
+        self._set_arrays(slot, occ)
 
     def squeeze_derived_reference(self, cap: int) -> None:
         """Reference of `squeeze_derived`: the walk re-walked slot by slot after each tried move."""
@@ -526,11 +570,12 @@ class SlotSchedule:
         from primuspp.schedule.array_order import KINDS
 
         codes = np.array([KINDS.index(k) for k in _KINDS], dtype=np.int8)
-        ops = [np.array(row, dtype=np.int64) for row in self.occ]
-        ops = [row[row >= 0] for row in ops]
-        flat = np.concatenate(ops) if ops else np.zeros(0, dtype=np.int64)
+        occ = self._arrays()[1]
+        placed = occ >= 0
+        flat = occ[placed].astype(np.int64)  # row-major: rank by rank, each in slot order
         key = flat // 3
-        return ArrayOrder.from_flat(codes[flat % 3], key // self.n, key % self.n, [len(row) for row in ops])
+        lengths = np.count_nonzero(placed, axis=1).tolist()
+        return ArrayOrder.from_flat(codes[flat % 3], key // self.n, key % self.n, lengths)
 
     def peak(self) -> int:
         """Most live chunk activations of any rank in any slot (`_profile`)."""

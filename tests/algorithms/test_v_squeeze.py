@@ -128,6 +128,50 @@ def test_wide_caps_match_reference():
     assert cap < v_squeeze.CLOSED_FORM_CAP and _same(start, ref)
 
 
+@pytest.mark.parametrize("offset", [0, 1, 2, 3, 4])
+def test_explicit_squeeze_on_both_sides_of_the_one_digit_switch(offset, monkeypatch):
+    # zb at p = 128, m = 126 peaks at 252: caps 252 and 253 run the one-digit headroom, 254 on the two
+    # digits (the low one wraps at 255, 256)
+    base = vshape.SlotSchedule(128, 126, *vshape.offsets(128, vshape.ZB))
+    cap = base.peak() + offset
+    assert base.peak() == 252
+    ran = []
+    for name in ("_explicit_one_digit", "_explicit_two_digits"):
+        fn = getattr(v_squeeze, name)
+        monkeypatch.setattr(v_squeeze, name, lambda *a, fn=fn, name=name: ran.append(name) or fn(*a))
+    fast, ref = base.copy(), base.copy()
+    fast.squeeze_explicit(cap)
+    ref.squeeze_explicit_reference(cap)
+    assert ran == ["_explicit_one_digit" if cap <= 253 else "_explicit_two_digits"]
+    assert _same(fast, ref)
+
+
+@pytest.mark.parametrize("block", [vshape.ZB, vshape.CATALOG[0]])
+@pytest.mark.parametrize("extra", [254, 255, 256, 300, 509, 510, 511])
+def test_explicit_two_digit_headroom_borrows_and_carries_like_the_reference(block, extra):
+    # caps far over the peak at a small p: every headroom has a high digit, the low digits wrap both ways
+    # (a low 0 with a high 1 is headroom 255, not none)
+    base = vshape.SlotSchedule(8, 300, *vshape.offsets(8, block))
+    cap = base.peak() + extra
+    fast, ref = base.copy(), base.copy()
+    fast.squeeze_explicit(cap)
+    ref.squeeze_explicit_reference(cap)
+    assert _same(fast, ref)
+
+
+def test_lists_are_built_from_the_arrays_when_read_and_kept_when_edited():
+    base = vshape.SlotSchedule(6, 10, *vshape.offsets(6, vshape.ZB))
+    assert base._slot is None and base._occ is None  # construction leaves arrays only
+    slot, occ = base._arrays()
+    assert base.slot == slot.tolist() and base.occ == occ.tolist()
+    other = base.copy()
+    other._fresh = None  # what a method editing the lists does first: the arrays go, their content stays
+    assert other._fresh is None and other._slot == slot.tolist() and other._occ == occ.tolist()
+    other.squeeze_explicit_reference(base.peak())
+    assert base._fresh is not None and base.slot == slot.tolist() and base.occ == occ.tolist()
+    assert other.slot != base.slot and other._arrays()[0].tolist() == other.slot
+
+
 def test_wide_walk_shifts_long_runs_and_fails_like_the_reference():
     # zb after the explicit squeeze at p = 40: long runs between idle slots (shifted, not walked), tried
     # moves that break the cap past their old slot (repaired); caps at and above the block's peak
