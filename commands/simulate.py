@@ -108,11 +108,11 @@ def simulate(
         _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show, laps)
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
-    from primuspp.config.loader import load_config, run_specs
+    from primuspp.config.loader import run_specs, simulation_config
     from primuspp.sim.output import results_dir, write_result
     from primuspp.sim.runs import run, split_refused, summary
 
-    cfg = load_config(config)
+    cfg = simulation_config(config)
     specs = run_specs(
         cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
     )
@@ -158,14 +158,14 @@ def _simulate_model(
     laps: dict[str, Any] | None = None,
 ) -> None:
     from primuspp.commands import model_mode as mm
-    from primuspp.config.loader import load_config
+    from primuspp.config.packaged import DEFAULT
     from primuspp.models.runs import ranked
     from primuspp.sim.output import results_dir, write_result
     from primuspp.viz.terminal import render_timeline
 
     setup = mm.build(flags, algo, pp, vpp, mb, max_nodes, costs_from)
     runs = ranked(setup.runs)
-    target = out_dir or Path(load_config(None).output_dir)
+    target = out_dir or Path(DEFAULT.output_dir)
     with results_dir(target, [r.name for r in runs]):
         for r in runs:
             write_result(r.result, target)
