@@ -112,6 +112,7 @@ def simulate(
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
     from primuspp.config.loader import run_specs, simulation_config
+    from primuspp.gcpause import gc_paused
     from primuspp.sim.output import results_dir, write_result
     from primuspp.sim.runs import run, split_refused, summary
 
@@ -123,7 +124,8 @@ def simulate(
     if not algo:  # a sweep skips (and lists) what an algorithm refuses; a named one is an error (exit 2)
         specs, refused = split_refused(specs)
     target = out_dir or Path(cfg.output_dir)
-    with results_dir(target, [spec.name for spec in specs]):  # locked, every target checked first
+    # locked, every target checked first; the collector paused: the runs and their files are acyclic bulk
+    with results_dir(target, [spec.name for spec in specs]), gc_paused():
         results = [run(spec) for spec in progress(specs, "simulating")]
         for result in results:
             write_result(result, target)
