@@ -7,6 +7,7 @@ only when that verb runs or shows its own --help. `primuspp --version` imports t
 
 from __future__ import annotations
 
+import gc
 import importlib
 import re
 import sys
@@ -301,4 +302,8 @@ def _internal_context(args: list[str]) -> str:
 
 
 def entry() -> None:
-    sys.exit(main())
+    code = main()
+    # the process ends here: the collections of interpreter shutdown need not walk everything still alive
+    # (about 0.03 s after a large `simulate`); nothing is skipped, exit handlers and flushes run as ever
+    gc.freeze()
+    sys.exit(code)
