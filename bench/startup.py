@@ -3,12 +3,16 @@ wall time of `primuspp simulate --algo X --pp 64 --mb 512 --json` for every regi
 1 s each; issue 14's acceptance).
 
 Usage: python bench/startup.py [--repeat 5] [--importtime] [--simulate [ALGO ...]] [--pp 64] [--mb 512]
+                               [--against PYTHON]
 Each round runs every command once, side by side (bare python first), so load from other work hits them
 alike; prints the median and best wall seconds of each, its excess over bare python, and the load average
 before and after. `--importtime` adds the slowest imports of each command (`python -X importtime`).
 Commands run as `python -m primuspp ...` with stdout and stderr discarded, from a temporary directory
 (`simulate` writes its result directory there). With --simulate the CPU seconds of each run (user + system
 of the child) are printed beside its wall time: on a loaded machine the wall time includes waiting.
+`--against PYTHON` (with --simulate) runs each command also with another interpreter (say the virtual
+environment of an earlier checkout: `--against ../old/.venv/bin/python`), alternating with this one in
+every round, and prints both side by side.
 """
 
 from __future__ import annotations
@@ -36,12 +40,21 @@ def _wall(args: list[str], cwd: str) -> float:
     return _timed(args, cwd)[0]
 
 
-def _timed(args: list[str], cwd: str) -> tuple[float, float]:
-    """(wall, CPU) seconds of one run of `python ARGS` (CPU: the child's user + system time)."""
+def _timed(args: list[str], cwd: str, python: str | None = None) -> tuple[float, float]:
+    """(wall, CPU) seconds of one run of `python ARGS` (CPU: the child's user + system time). `python`:
+    another interpreter, run without this one's PYTHONPATH (so that it imports its own primuspp)."""
+    env = None
+    if python is not None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     before = os.times()
     start = time.perf_counter()
     subprocess.run(
-        [sys.executable, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True
+        [python or sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=True,
     )
     wall = time.perf_counter() - start
     after = os.times()
@@ -83,6 +96,9 @@ def main() -> None:
     )
     parser.add_argument("--pp", type=int, default=64)
     parser.add_argument("--mb", type=int, default=512)
+    parser.add_argument(
+        "--against", metavar="PYTHON", help="with --simulate: also run with this interpreter, alternating"
+    )
     args = parser.parse_args()
     if args.simulate is not None:
         _simulate(args)
@@ -122,8 +138,9 @@ def _simulate(args: argparse.Namespace) -> None:
     from primuspp.algorithms.registry import ALGORITHMS, refusal
 
     algos = args.simulate or [a for a in ALGORITHMS if refusal(a, args.pp, None, args.mb, {}) is None]
+    pythons: dict[str, str | None] = {"this": None, **({"against": args.against} if args.against else {})}
     load_before = os.getloadavg()
-    samples: dict[str, list[tuple[float, float]]] = {a: [] for a in algos}
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as cwd:
         for _ in range(args.repeat):
             for algo in algos:
@@ -138,18 +155,22 @@ def _simulate(args: argparse.Namespace) -> None:
                     "--mb",
                     str(args.mb),
                 ]
-                samples[algo].append(_timed([*argv, "--json", "--out", "res"], cwd))
+                for label, python in pythons.items():  # each into its own result directory
+                    run = _timed([*argv, "--json", "--out", f"res-{label}"], cwd, python)
+                    samples.setdefault((algo, label), []).append(run)
     load_after = os.getloadavg()
     print(
         f"primuspp simulate --algo X --pp {args.pp} --mb {args.mb} --json, {args.repeat} rounds side by side "
         f"(median / best wall s, median CPU s; target: wall <= {SIMULATE_TARGET_S})"
     )
-    print(f" {'algorithm':<24} {'median':>7} {'best':>7} {'cpu':>7}")
-    for algo, runs in samples.items():
+    if args.against:
+        print(f" this: {sys.executable}; against: {args.against}")
+    print(f" {'algorithm':<24} {'python':<8} {'median':>7} {'best':>7} {'cpu':>7}")
+    for (algo, label), runs in samples.items():
         median = statistics.median(w for w, _ in runs)
         cpu = statistics.median(c for _, c in runs)
         verdict = "  ok" if median <= SIMULATE_TARGET_S else "  OVER"
-        print(f" {algo:<24} {median:7.3f} {min(w for w, _ in runs):7.3f} {cpu:7.3f}{verdict}")
+        print(f" {algo:<24} {label:<8} {median:7.3f} {min(w for w, _ in runs):7.3f} {cpu:7.3f}{verdict}")
     print(
         "load average before {:.2f} {:.2f} {:.2f}, after {:.2f} {:.2f} {:.2f}".format(
             *load_before, *load_after

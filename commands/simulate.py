@@ -100,6 +100,9 @@ def simulate(
     With --iterations K, each run is also laid out over K iterations (synchronous, or --post-validation)
     and its steady step time and bubble are shown (docs/guide.md)."""
     laps = _iterations_request(iterations, post_validation, optimizer_cost)
+    from primuspp.commands.allocator import keep_freed_memory
+
+    keep_freed_memory()  # a one-shot command: freed numpy temporaries stay for the next (fewer page faults)
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
     from primuspp.commands.model_flags import ModelFlags  # here: --help needs no model code
 
@@ -108,11 +111,12 @@ def simulate(
         _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show, laps)
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
-    from primuspp.config.loader import load_config, run_specs
+    from primuspp.config.loader import run_specs, simulation_config
+    from primuspp.gcpause import gc_paused
     from primuspp.sim.output import results_dir, write_result
     from primuspp.sim.runs import run, split_refused, summary
 
-    cfg = load_config(config)
+    cfg = simulation_config(config)
     specs = run_specs(
         cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
     )
@@ -120,7 +124,8 @@ def simulate(
     if not algo:  # a sweep skips (and lists) what an algorithm refuses; a named one is an error (exit 2)
         specs, refused = split_refused(specs)
     target = out_dir or Path(cfg.output_dir)
-    with results_dir(target, [spec.name for spec in specs]):  # locked, every target checked first
+    # locked, every target checked first; the collector paused: the runs and their files are acyclic bulk
+    with results_dir(target, [spec.name for spec in specs]), gc_paused():
         results = [run(spec) for spec in progress(specs, "simulating")]
         for result in results:
             write_result(result, target)
@@ -158,14 +163,14 @@ def _simulate_model(
     laps: dict[str, Any] | None = None,
 ) -> None:
     from primuspp.commands import model_mode as mm
-    from primuspp.config.loader import load_config
+    from primuspp.config.packaged import DEFAULT
     from primuspp.models.runs import ranked
     from primuspp.sim.output import results_dir, write_result
     from primuspp.viz.terminal import render_timeline
 
     setup = mm.build(flags, algo, pp, vpp, mb, max_nodes, costs_from)
     runs = ranked(setup.runs)
-    target = out_dir or Path(load_config(None).output_dir)
+    target = out_dir or Path(DEFAULT.output_dir)
     with results_dir(target, [r.name for r in runs]):
         for r in runs:
             write_result(r.result, target)

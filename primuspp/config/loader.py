@@ -6,16 +6,18 @@ import re
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primuspp.algorithms.registry import FILE_PREFIX, get_algorithm
-from primuspp.config import primus
-from primuspp.config.schema import SimulationConfig, parse_model
+from primuspp.config.packaged import DEFAULT, PackagedConfig
 from primuspp.errors import ConfigError
 from primuspp.inputs import parse_yaml, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.limits import DEFAULT_MAX_NODES, check_nodes, estimate_nodes, finite_cost
 from primuspp.sim.runs import RunSpec
+
+if TYPE_CHECKING:  # the schema (pydantic) is imported when a config is parsed, not for the packaged one
+    from primuspp.config.schema import SimulationConfig
 
 DEFAULT_CONFIG = "pp_simulation.yaml"
 
@@ -48,7 +50,16 @@ def load_config(path: str | Path | None, flag: str = "--config") -> SimulationCo
     return parse_config(read_text(path, flag), f"{flag} {path}")
 
 
+def simulation_config(path: str | Path | None, flag: str = "--config") -> SimulationConfig | PackagedConfig:
+    """`load_config(path)`, but without a path the packaged default as plain data
+    (`primuspp.config.packaged.DEFAULT`, equal to the validated YAML): no YAML or pydantic at start-up."""
+    return DEFAULT if path is None else load_config(path, flag)
+
+
 def parse_config(text: str, source: str) -> SimulationConfig:
+    from primuspp.config import primus
+    from primuspp.config.schema import SimulationConfig, parse_model
+
     data = parse_yaml(text, source, "config")
     if primus.is_primus(data):
         native = primus.to_native(data, source)
@@ -56,7 +67,7 @@ def parse_config(text: str, source: str) -> SimulationConfig:
     return parse_model(SimulationConfig, data, source)
 
 
-def run_specs(config: SimulationConfig, overrides: Overrides | None = None) -> list[RunSpec]:
+def run_specs(config: SimulationConfig | PackagedConfig, overrides: Overrides | None = None) -> list[RunSpec]:
     """One RunSpec per run, overrides applied; names made unique; each run's node count (and all runs'
     together: a command holds its results) estimated and refused over `max_nodes` before anything is built."""
     ov = overrides or Overrides()

@@ -1,0 +1,32 @@
+"""The packaged default as plain data (primuspp.config.packaged) is the packaged YAML validated by the
+schema: same values, same types, same order of runs."""
+
+from primuspp.config.loader import Overrides, load_config, run_specs, simulation_config
+from primuspp.config.packaged import DEFAULT
+
+
+def _typed(value):
+    """`value` with each scalar paired with its type (1000 and 1000.0 differ in the JSON written)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value)
+
+
+def test_packaged_default_is_the_validated_yaml():
+    validated = load_config(None)
+    assert _typed(DEFAULT.dump()) == _typed(validated.model_dump())
+    assert list(DEFAULT.dump()["costs"]) == list(validated.costs.model_dump())
+
+
+def test_simulation_config_without_a_path_is_the_packaged_default(tmp_path):
+    assert simulation_config(None) is DEFAULT
+    path = tmp_path / "c.yaml"
+    path.write_text("runs:\n  - algorithm: 1f1b\n")
+    assert simulation_config(path).model_dump() == load_config(path).model_dump()
+
+
+def test_run_specs_are_the_same_from_either_form():
+    for ov in (None, Overrides(algorithms=("zbv", "1f1b")), Overrides(pp=4, micro_batches=8, vpp=2)):
+        assert run_specs(DEFAULT, ov) == run_specs(load_config(None), ov)
