@@ -100,9 +100,6 @@ def simulate(
     With --iterations K, each run is also laid out over K iterations (synchronous, or --post-validation)
     and its steady step time and bubble are shown (docs/guide.md)."""
     laps = _iterations_request(iterations, post_validation, optimizer_cost)
-    from primuspp.commands.allocator import keep_freed_memory
-
-    keep_freed_memory()  # a one-shot command: freed numpy temporaries stay for the next (fewer page faults)
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
     from primuspp.commands.model_flags import ModelFlags  # here: --help needs no model code
 

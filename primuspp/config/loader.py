@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 from importlib import resources
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from primuspp.algorithms.registry import FILE_PREFIX, get_algorithm
-from primuspp.config.packaged import DEFAULT, PackagedConfig
+from primuspp.config.packaged import DEFAULT, YAML_SHA256, PackagedConfig
 from primuspp.errors import ConfigError
 from primuspp.inputs import parse_yaml, read_text
 from primuspp.schedule.costs import CostModel
@@ -52,8 +53,14 @@ def load_config(path: str | Path | None, flag: str = "--config") -> SimulationCo
 
 def simulation_config(path: str | Path | None, flag: str = "--config") -> SimulationConfig | PackagedConfig:
     """`load_config(path)`, but without a path the packaged default as plain data
-    (`primuspp.config.packaged.DEFAULT`, equal to the validated YAML): no YAML or pydantic at start-up."""
-    return DEFAULT if path is None else load_config(path, flag)
+    (`primuspp.config.packaged.DEFAULT`, equal to the validated YAML): no YAML or pydantic at start-up. Only
+    while the packaged YAML is the one `DEFAULT` mirrors (its SHA-256): an edited file is parsed and
+    validated as any other."""
+    if path is None:
+        text = resources.files("primuspp.configs").joinpath(DEFAULT_CONFIG).read_bytes()
+        if hashlib.sha256(text).hexdigest() == YAML_SHA256:
+            return DEFAULT
+    return load_config(path, flag)
 
 
 def parse_config(text: str, source: str) -> SimulationConfig:

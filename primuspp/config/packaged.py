@@ -4,12 +4,17 @@ one-second command).
 
 The schema (`primuspp.config.schema.SimulationConfig`) stays the one place for the rules:
 tests/config/test_packaged.py validates the YAML through it and holds `DEFAULT.dump()` equal to the
-validated model's `model_dump()` (values and their types), so the two cannot drift apart."""
+validated model's `model_dump()` (values and their types), so the two cannot drift apart. `YAML_SHA256` is
+the hash of the YAML `DEFAULT` mirrors: where the installed file differs (edited in place),
+`loader.simulation_config` parses and validates it like any other config."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+#: SHA-256 of `configs/pp_simulation.yaml` as `DEFAULT` below mirrors it (the test says when to update both)
+YAML_SHA256 = "9210a8be043a2e45af922807abb407e31303a203a2d726a99afa3427527f5541"
 
 #: `CostsConfig`'s fields, in its order (`dump` lists them all, as `model_dump` does)
 COST_KEYS = (

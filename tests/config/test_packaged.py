@@ -30,3 +30,24 @@ def test_simulation_config_without_a_path_is_the_packaged_default(tmp_path):
 def test_run_specs_are_the_same_from_either_form():
     for ov in (None, Overrides(algorithms=("zbv", "1f1b")), Overrides(pp=4, micro_batches=8, vpp=2)):
         assert run_specs(DEFAULT, ov) == run_specs(load_config(None), ov)
+
+
+def test_the_plain_default_mirrors_this_yaml():
+    """`YAML_SHA256` names the packaged file `DEFAULT` mirrors; update both together."""
+    import hashlib
+    from importlib import resources
+
+    from primuspp.config.packaged import YAML_SHA256
+
+    text = resources.files("primuspp.configs").joinpath("pp_simulation.yaml").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == YAML_SHA256
+
+
+def test_an_edited_packaged_yaml_is_parsed_not_ignored(monkeypatch):
+    """Where the installed YAML is not the one `DEFAULT` mirrors, the default comes from the file itself."""
+    from primuspp.config import loader
+
+    monkeypatch.setattr(loader, "YAML_SHA256", "0" * 64)
+    cfg = simulation_config(None)
+    assert cfg is not DEFAULT
+    assert cfg.model_dump() == load_config(None).model_dump()
