@@ -393,12 +393,15 @@ def _sweep(graph: TimingGraph, d: Any, comm: float) -> Any:
                 continue
             dirty[r] = False
             passes += 1
-            ready = ends[src_r[r]] + add_r[r]
+            new = ends[src_r[r]]  # the same operations as `cum + accumulate(ready - before)`, in place
+            new += add_r[r]
             if n_slots > 1:
-                ready = ready.max(axis=0)
-            new = cum_r[r] + accumulate(ready - before_r[r])
+                new = new.max(axis=0)
+            new -= before_r[r]
+            accumulate(new, out=new)
+            new += cum_r[r]
             old = ends_r[r]
-            if (new != old).any():
+            if not np.array_equal(new, old):
                 old[:] = new
                 for x in feeds[r]:
                     dirty[x] = True
