@@ -362,7 +362,6 @@ def lower_compact(
     import numpy as np
 
     from primuspp.schedule.array_order import ArrayOrder, rank_lengths
-    from primuspp.schedule.lowering import stage_peers
 
     if not isinstance(order, ArrayOrder):
         order = tuple(tuple(seq) for seq in order)
@@ -374,19 +373,18 @@ def lower_compact(
     np.cumsum(lengths0, out=first[1:])
     n_nodes = int(first[-1])
     # the node's index in the concatenated order (row i is node i when no node is composite)
-    gidx = np.arange(n_nodes, dtype=np.int64) if one_row_per_node(arr) else first[rank] + index
+    gidx = None if one_row_per_node(arr) else first[rank] + index
 
     # compute flags and compute indices per node of the concatenated order (every node a compute node, as
-    # without OFFLOAD/RELOAD: node_compute None, the compute numbering is the node numbering)
-    is_compute_kind, makes_of, datum_rank_of = _lowering_tables()
-    node_kind = arr["node_kind"]
-    node_rank = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
+    # without OFFLOAD/RELOAD: node_compute None, the compute numbering is the node numbering, and the
+    # per-node columns below are not needed)
+    is_compute_kind = _lowering_tables()[0]
     if all(is_compute_kind[c] for c in kinds_present(arr, "node_kind")):
-        node_compute = None
+        node_compute = node_rank = node_ci = None
         cfirst = first
-        node_ci = np.arange(n_nodes, dtype=np.int64) - first[node_rank]
     else:
-        node_compute = is_compute_kind[node_kind]
+        node_rank = np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
+        node_compute = is_compute_kind[arr["node_kind"]]
         ccount = np.cumsum(node_compute) - node_compute  # compute nodes before each node (global)
         cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
         np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
@@ -403,12 +401,185 @@ def lower_compact(
     cstarts = starts if node_compute is None else starts[node_compute]  # rank-major, in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
+    rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"))
+    h_rank = rank[rows]
+    h_node = rows if gidx is None else gidx[rows]
+    h_mb = mb[rows]
+    h_stage = stage[rows]
+    del rows, gidx
+    t = ends[h_node]
+    # the receive goes before the consumer rank's first compute node starting at or after t
+    k = _starts_before(
+        cstarts, cfirst, n_compute, t, peer, float(max(ends.max(initial=0.0), starts.max(initial=0.0)))
+    )
+    # a receive after the peer's last compute node is never emitted (as in the reference)
+    keep = k < n_compute[peer]
+    del t, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
+    send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
+    recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
+    del datum
+
+    # positions. Boundary b of a rank is the place just before its compute node b (b = C: after the last);
+    # there the sends of node b-1 come first, then the receives placed at b (memory nodes after node b-1
+    # come before both). One slot per (rank, boundary), rank-major: rank r's slots from slot_base[r].
+    # Each array below is as long as the table: a large lowering's time is in making them (the memory of
+    # each new one is touched for the first time), so few are made and those few are used in place.
+    slot_base = cfirst + np.arange(n_ranks + 1, dtype=np.int64)  # rank r's boundaries 0..C_r
+    n_slots = int(slot_base[-1])
+    if node_compute is None:  # the producer's boundary is its node index + 1: slot = node + rank + 1
+        send_slot = h_node + h_rank
+        send_slot += 1
+    else:
+        send_slot = slot_base[h_rank] + node_ci[h_node] + 1
+    del h_node
+    keep_all = bool(keep.all())  # as usual: every hand-off gets its receive
+    recv_rank = peer if keep_all else peer[keep]
+    recv_slot = slot_base[recv_rank]
+    recv_slot += k if keep_all else k[keep]
+    del k
+    # s_incl / r_incl: the sends / receives at this slot or an earlier one (whole table); comm_before[r]:
+    # the comm rows of the ranks before r. A slot's sends and receives at earlier boundaries of its rank are
+    # then s_incl - s_count + r_incl - r_count - comm_before[rank]
+    s_incl = np.bincount(send_slot, minlength=n_slots)
+    np.cumsum(s_incl, out=s_incl)
+    r_incl = np.bincount(recv_slot, minlength=n_slots)
+    np.cumsum(r_incl, out=r_incl)
+    comm_before = np.zeros(n_ranks, dtype=np.int64)
+    ends_at = slot_base[1:-1] - 1  # each rank's last slot but the last rank's
+    comm_before[1:] = s_incl[ends_at] + r_incl[ends_at]
+    # the j-th send / receive of a boundary, j in creation order (send slots are already sorted):
+    # send: (index of the boundary's compute node) + (comm at earlier boundaries) + j, where j = (sends
+    # before it) - (sends at earlier slots); the sends at earlier slots cancel, leaving the receives
+    r_excl = r_incl - np.bincount(recv_slot, minlength=n_slots)
+    n_h = len(send_slot)
+    send_pos = r_excl[send_slot]
+    del r_excl
+    send_pos += np.arange(n_h, dtype=np.int64)
+    rsort = np.argsort(recv_slot, kind="stable")
+    rs = recv_slot[rsort]
+    del recv_slot
+    rr = recv_rank[rsort]  # receives in (rank, position) order
+    # receive: (index of the compute node) + (comm at earlier boundaries) + (the boundary's sends) + j;
+    # the receives at earlier slots cancel, leaving the sends up to its slot
+    recv_pos = s_incl[rs]
+    recv_pos += np.arange(len(rs), dtype=np.int64)
+    if node_compute is None:  # compute node b of rank r is the rank's node b: index = slot - slot_base[r]
+        off = slot_base[:-1] + comm_before
+        send_pos += send_slot
+        send_pos -= off[h_rank]
+        recv_pos += rs
+        recv_pos -= off[rr]
+        # each compute node after the comm at its boundary and the earlier ones: rank by rank (views)
+        pos_all = np.empty(n_nodes, dtype=np.int64)
+        steps = np.arange(int(n_compute.max(initial=0)), dtype=np.int64)
+        bounds = zip(first[:-1].tolist(), first[1:].tolist(), slot_base[:-1].tolist(), strict=True)
+        for r, (lo, hi, sb) in enumerate(bounds):
+            out = pos_all[lo:hi]
+            np.add(s_incl[sb : sb + hi - lo], r_incl[sb : sb + hi - lo], out=out)
+            out += steps[: hi - lo]
+            out -= comm_before[r]
+    else:
+        # index in the rank's order of its compute node b (the rank's length for b = C)
+        i_of_slot = np.empty(n_slots, dtype=np.int64)
+        last = slot_base[:-1] + n_compute
+        i_of_slot[last] = lengths0
+        mask = np.ones(n_slots, dtype=bool)
+        mask[last] = False
+        i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
+        send_pos += i_of_slot[send_slot] - comm_before[h_rank]
+        recv_pos += i_of_slot[rs] - comm_before[rr]
+        node_slot = slot_base[node_rank] + node_ci
+        node_pos = np.arange(n_nodes, dtype=np.int64) - first[node_rank]
+        s_count = np.bincount(send_slot, minlength=n_slots)
+        r_count = np.diff(r_incl, prepend=0)
+        excl = s_incl - s_count + r_incl - r_count  # comm at this slot's earlier boundaries, + comm_before
+        before = node_pos + excl[node_slot] - comm_before[node_rank]
+        pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
+        del i_of_slot, mask, node_slot, node_pos, s_count, r_count, excl, before
+    del s_incl, r_incl, send_slot, rs, node_rank, node_ci, slot_base
+
+    # rows in (rank, position) order: the sends are (creation order), the receives are (sorted by slot):
+    # each row's place in the whole lowered table is unique, so marking the places merges the two
+    lowered = lengths0 + np.bincount(h_rank, minlength=n_ranks) + np.bincount(rr, minlength=n_ranks)
+    at = np.cumsum(lowered) - lowered
+    mark = np.zeros(int(lowered.sum()), dtype=np.int8)
+    mark[at[h_rank] + send_pos] = 1
+    mark[at[rr] + recv_pos] = 2
+    merged = mark[mark != 0]
+    del mark
+    to_send = np.flatnonzero(merged == 1)
+    recv_rows = np.flatnonzero(merged == 2)  # the receives' rows, in (rank, position) order
+    to_recv = np.empty(len(recv_rows), dtype=np.int64)
+    to_recv[rsort] = recv_rows  # each receive's row, in hand-off order
+    del merged, rsort
+    own = slice(None) if keep_all else np.nonzero(keep)[0]
+    n_c = len(to_send) + len(to_recv)
+    comm = {}
+    for key, sent, received, dtype in (
+        ("rank", h_rank, recv_rank, np.int64),
+        ("pos", send_pos, None, np.int64),
+        ("kind", send_kind, recv_kind[own], np.int8),
+        ("mb", h_mb, h_mb[own], np.int64),
+        ("stage", h_stage, cons[own], np.int64),
+        ("peer", peer, h_rank[own], np.int64),
+    ):
+        col = np.empty(n_c, dtype=dtype)
+        col[to_send] = sent
+        if received is None:  # the receives' positions are in (rank, position) order
+            col[recv_rows] = recv_pos
+        else:
+            col[to_recv] = received
+        comm[key] = col
+    del h_rank, recv_rank, send_pos, recv_pos, send_kind, recv_kind, h_mb, h_stage, cons, peer, own, keep
+    lengths = lowered.tolist()
+    return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)
+
+
+def _hand_offs(placement: Placement, kind: Any, stage: Any, present: list[int]) -> tuple[Any, Any, Any, Any]:
+    """The hand-offs of the order's rows (`kind`, `stage`: its columns; `present`: the kind codes in
+    them): one per (simple part, produced datum) whose consumer lives on another rank, in the reference's
+    creation order (rank, node, part, datum), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer
+    stage). Where no kind makes both data, a row makes at most one hand-off: one pass over per-(kind,
+    stage) tables, no merge (`_hand_offs_merged` is the general form; a test holds the two equal)."""
+    import numpy as np
+
+    from primuspp.schedule.lowering import stage_peers
+
+    _, makes_of, _ = _lowering_tables()
+    if (makes_of[0] & makes_of[1])[present].any():
+        return _hand_offs_merged(placement, kind, stage, present)
+    n_stages = placement.num_stages
+    fwd_peer, bwd_peer = stage_peers(placement)
+    # per (datum, stage), datum 2 = none: the peer rank (-1: no hand-off) and the consuming stage
+    peer_of = np.full((3, n_stages), -1, dtype=np.int64)
+    peer_of[0], peer_of[1] = fwd_peer, bwd_peer
+    cons_of = np.full((3, n_stages), -1, dtype=np.int64)
+    cons_of[0], cons_of[1] = placement.next_stage, placement.prev_stage
+    datum_of = np.full(len(KINDS), 2, dtype=np.int64)
+    datum_of[makes_of[0]], datum_of[makes_of[1]] = 0, 1
+    cell = datum_of[kind]
+    cell *= n_stages
+    cell += stage
+    rows = np.flatnonzero((peer_of >= 0).reshape(-1)[cell])
+    cell = cell[rows]
+    return rows, cell // n_stages, peer_of.reshape(-1)[cell], cons_of.reshape(-1)[cell]
+
+
+def _hand_offs_merged(
+    placement: Placement, kind: Any, stage: Any, present: list[int]
+) -> tuple[Any, Any, Any, Any]:
+    """`_hand_offs` for any semantics table: each datum's hand-offs found apart, then merged into creation
+    order."""
+    import numpy as np
+
+    from primuspp.schedule.lowering import stage_peers
+
+    _, makes_of, datum_rank_of = _lowering_tables()
     fwd_peer, bwd_peer = stage_peers(placement)
     nxt = np.array(placement.next_stage, dtype=np.int64)
     prv = np.array(placement.prev_stage, dtype=np.int64)
     routes = {ACT: (np.array(fwd_peer, dtype=np.int64), nxt), GRAD: (np.array(bwd_peer, dtype=np.int64), prv)}
     pieces = []
-    present = kinds_present(arr, "kind")
     for d, what in enumerate((ACT, GRAD)):
         makes = makes_of[d]
         if not makes[present].any():
@@ -419,110 +590,20 @@ def lower_compact(
         rows = np.nonzero(sel)[0]
         if len(rows):
             pieces.append((rows, d, what, peers[stage[rows]], consumer[stage[rows]], datum_rank_of[d]))
-    if pieces:
-        rows = np.concatenate([p[0] for p in pieces])
-        datum = np.concatenate([np.full(len(p[0]), p[1]) for p in pieces])
-        peer = np.concatenate([p[3] for p in pieces])
-        cons = np.concatenate([p[4] for p in pieces])
-        # the datum's rank among what its kind produces (the reference sends them in that order)
-        datum_index = np.concatenate([p[5][kind[p[0]]] for p in pieces])
-        # creation order of the reference: rank, node, part, datum; rows are in (rank, node, part) order
-        # already, each piece ascending: a stable sort of the runs merges them (linear time)
-        width = int(datum_index.max(initial=0)) + 1
-        sort = np.argsort(rows * width + datum_index if width > 1 else rows, kind="stable")
-        rows, datum, peer, cons = rows[sort], datum[sort], peer[sort], cons[sort]
-        del pieces, datum_index, sort  # the peak memory of a large lowering: free what is done with
-    else:
-        rows = datum = peer = cons = np.zeros(0, dtype=np.int64)
-    h_rank = rank[rows]
-    h_node = gidx[rows]
-    h_mb = mb[rows]
-    h_stage = stage[rows]
-    t = ends[h_node]
-    # the receive goes before the consumer rank's first compute node starting at or after t
-    k = _starts_before(
-        cstarts, cfirst, n_compute, t, peer, float(max(ends.max(initial=0.0), starts.max(initial=0.0)))
-    )
-    # a receive after the peer's last compute node is never emitted (as in the reference)
-    keep = k < n_compute[peer]
-    del t, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
-    send_boundary = node_ci[h_node] + 1  # the producer's compute index + 1
-    send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
-    recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
-
-    # positions. Boundary b of a rank is the place just before its compute node b (b = C: after the last);
-    # there the sends of node b-1 come first, then the receives placed at b (memory nodes after node b-1
-    # come before both). One slot per (rank, boundary), rank-major.
-    slot_base = cfirst + np.arange(n_ranks + 1, dtype=np.int64)  # rank r's boundaries 0..C_r
-    n_slots = int(slot_base[-1])
-    send_slot = slot_base[h_rank] + send_boundary
-    s_count = np.bincount(send_slot, minlength=n_slots)
-    keep_all = bool(keep.all())  # as usual: every hand-off gets its receive
-    recv_rank = peer if keep_all else peer[keep]
-    recv_slot = slot_base[recv_rank] + (k if keep_all else k[keep])
-    r_count = np.bincount(recv_slot, minlength=n_slots)
-    base_of_slot = np.repeat(slot_base[:-1], n_compute + 1)
-    s_cum = np.cumsum(s_count) - s_count
-    r_cum = np.cumsum(r_count) - r_count
-    s_before = s_cum - s_cum[base_of_slot]  # sends at earlier boundaries of the rank
-    r_before = r_cum - r_cum[base_of_slot]
-    del base_of_slot, k
-    # index in the rank's order of its compute node b (the rank's length for b = C)
-    i_of_slot = np.empty(n_slots, dtype=np.int64)
-    last = slot_base[:-1] + n_compute
-    i_of_slot[last] = lengths0
-    mask = np.ones(n_slots, dtype=bool)
-    mask[last] = False
-    if node_compute is None:
-        i_of_slot[mask] = node_ci
-    else:
-        i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
-
-    node_slot = slot_base[node_rank] + node_ci
-    node_pos = node_ci if node_compute is None else np.arange(n_nodes, dtype=np.int64) - first[node_rank]
-    before = node_pos + s_before[node_slot] + r_before[node_slot]
-    if node_compute is None:
-        pos_all = before + s_count[node_slot] + r_count[node_slot]
-    else:
-        pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
-    del node_slot, node_pos, before, gidx, node_rank, node_ci, mask
-    # the j-th send / receive of a boundary, j in creation order (send slots are already sorted)
-    n_h = len(rows)
-    j = np.arange(n_h, dtype=np.int64) - s_cum[send_slot]  # s_cum[b]: the sends of earlier boundaries
-    send_pos = i_of_slot[send_slot] + s_before[send_slot] + r_before[send_slot] + j
-    rsort = np.argsort(recv_slot, kind="stable")
-    rs = recv_slot[rsort]
-    j = np.arange(len(rs), dtype=np.int64) - r_cum[rs]
-    del s_cum, r_cum
-    recv_pos = np.empty(len(rs), dtype=np.int64)
-    recv_pos[rsort] = i_of_slot[rs] + s_before[rs] + s_count[rs] + r_before[rs] + j
-
-    del rsort, rs, j, i_of_slot, s_before, r_before, s_count, r_count, send_slot, recv_slot
-    own = slice(None) if keep_all else np.nonzero(keep)[0]
-    c_rank = np.concatenate([h_rank, recv_rank])
-    c_pos = np.concatenate([send_pos, recv_pos])
-    comm = {
-        "rank": c_rank,
-        "pos": c_pos,
-        "kind": np.concatenate([send_kind, recv_kind[own]]),
-        "mb": np.concatenate([h_mb, h_mb[own]]),
-        "stage": np.concatenate([h_stage, cons[own]]),
-        "peer": np.concatenate([peer, h_rank[own]]),
-    }
-    del h_rank, recv_rank, send_pos, recv_pos, send_kind, recv_kind, h_mb, h_stage, cons, peer, own, keep
-    # rows in (rank, position) order: each row's position in the whole lowered table is unique, so a
-    # scatter by that position orders them (linear time, where a sort is n log n)
-    lowered = lengths0 + np.bincount(c_rank, minlength=n_ranks)
-    at = np.cumsum(lowered) - lowered
-    where = at[c_rank] + c_pos
-    row_at = np.full(int(lowered.sum()), -1, dtype=np.int64)
-    row_at[where] = np.arange(len(where), dtype=np.int64)
-    sort = row_at[row_at >= 0]
-    del row_at, where
-    for key in list(comm):  # one column at a time: each unsorted one is freed as its sorted one is made
-        comm[key] = comm[key][sort]
-    lengths = lowered.tolist()
-    return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)
+    if not pieces:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty, empty
+    rows = np.concatenate([p[0] for p in pieces])
+    datum = np.concatenate([np.full(len(p[0]), p[1]) for p in pieces])
+    peer = np.concatenate([p[3] for p in pieces])
+    cons = np.concatenate([p[4] for p in pieces])
+    # the datum's rank among what its kind produces (the reference sends them in that order)
+    datum_index = np.concatenate([p[5][kind[p[0]]] for p in pieces])
+    # creation order of the reference: rank, node, part, datum; rows are in (rank, node, part) order
+    # already, each piece ascending: a stable sort of the runs merges them (linear time)
+    width = int(datum_index.max(initial=0)) + 1
+    sort = np.argsort(rows * width + datum_index if width > 1 else rows, kind="stable")
+    return rows[sort], datum[sort], peer[sort], cons[sort]
 
 
 def from_ranks(ranks: Sequence[Sequence[Node]], hints: Any = None, hint_first: Any = None) -> LoweredRanks:

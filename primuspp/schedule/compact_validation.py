@@ -1,11 +1,11 @@
 """Validation of a compact lowered table (`compact.LoweredRanks`) as array passes.
 
 It decides only whether the table is valid: every rule of `validation.py` becomes a comparison of position
-arrays indexed by key = microbatch * stages + stage (an input's producer must sit at an earlier position of
-the same rank, each node appears the right number of times, sends and receives pair in order per rank
-pair). Termination is proven with a certificate: the unit-cost start of the compute node after each batch
-(kept by lowering) must strictly increase along each rank and order every matched pair of batches so that
-each wait points to a strictly earlier value; then the waits form no cycle and every batch completes.
+arrays indexed by key = stage * microbatches + microbatch (an input's producer must sit at an earlier
+position of the same rank, each node appears the right number of times, sends and receives pair in order
+per rank pair). Termination is proven with a certificate: the unit-cost start of the compute node after each
+batch (kept by lowering) must strictly increase along each rank and order every matched pair of batches so
+that each wait points to a strictly earlier value; then the waits form no cycle and every batch completes.
 
 Whenever a rule fails — or the table holds something this pass does not cover (memory nodes, an odd
 composite node) — `valid` returns False and `validation.validate` runs the reference walk, which finds and
@@ -107,7 +107,10 @@ def valid(table: ScheduleTable) -> bool:
     member = np.zeros((len(pl.routes), n), dtype=bool)
     for i, route in enumerate(pl.routes):
         member[i, list(route)] = True
-    on_route = member[np.arange(m) % len(pl.routes)].reshape(-1)  # per key
+    # per key = stage * m + microbatch: stage-major, so that a rank's nodes (a few stages, microbatches
+    # in turn) read and write neighbouring entries of the per-key tables (mb-major, each would touch its
+    # own page: at p=256, m=2048 most of the time of this pass)
+    on_route = member[np.arange(m) % len(pl.routes)].T.reshape(-1)
 
     kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
     if not set(kinds_present(rows, "kind")) <= {_F, _B, _W, _BW}:  # memory nodes: the reference walk
@@ -118,11 +121,12 @@ def valid(table: ScheduleTable) -> bool:
     c_pos, c_peer = ranks.c_pos, ranks.c_peer
 
     def placed(mbs, stages, on) -> object:
-        """The rows' keys (mb * stages + stage), or None unless each row's microbatch and stage exist, the
+        """The rows' keys (stage * m + mb), or None unless each row's microbatch and stage exist, the
         stage is on the row's rank and on the microbatch's route."""
         if not (_below(mbs, m) & _below(stages, n)).all():
             return None
-        keys = mbs * n + stages
+        keys = stages * m
+        keys += mbs
         return keys if (srank[stages] == on).all() and on_route[keys].all() else None
 
     key = placed(mb, stage, rank)
@@ -136,7 +140,9 @@ def valid(table: ScheduleTable) -> bool:
     def at(slot_of, kinds, keys, where) -> tuple[object, object]:
         """Per slot of `slot_of` (a kind code's slot, 0..4): (count per key, position per key: `big` where
         none) of the rows of that slot's kind, as (5, size) tables (one pass over all rows)."""
-        k = slot_of[kinds] * size + keys
+        k = slot_of[kinds]
+        k *= size
+        k += keys
         count = np.bincount(k, minlength=5 * size).reshape(5, size)
         p = np.full(5 * size, big, dtype=np.int64)
         p[k] = where
@@ -152,17 +158,22 @@ def valid(table: ScheduleTable) -> bool:
     # messages: key of the producer; a send's own stage is the producer, a receive's the consumer
     send = (c_kind == _SF) | (c_kind == _SB)
     grad = (c_kind == _SB) | (c_kind == _RB)
-    toward = np.where((c_kind == _SF) | (c_kind == _RB), nxt[c_stage], prv[c_stage])  # the other stage
+    # the other stage: (SEND_F, RECV_B) the next one, else the previous one (tables of int32: each array as
+    # long as the table is made once, and a large table's time is in making them)
+    toward = nxt.astype(np.int32)[c_stage]
+    np.copyto(toward, prv.astype(np.int32)[c_stage], where=(c_kind != _SF) & (c_kind != _RB))
     if not (toward >= 0).all():
         return False
     if not ((srank[toward] == c_peer) & (c_peer != c_rank)).all():
         return False
-    msg_key = np.where(send, c_key, c_mb * n + toward)
+    msg_key = np.multiply(toward, m, dtype=np.int64)
+    msg_key += c_mb
+    np.copyto(msg_key, c_key, where=send)
     del c_key, toward  # large tables: each pass frees what it is done with (the build's peak memory)
     (n_sf, n_sb, n_rf, n_rb, n_other), (_, _, pos_rf, pos_rb, _) = at(comm_slot, c_kind, msg_key, c_pos)
     if n_other.any():  # a comm row of no comm kind
         return False
-    stages = np.arange(size) % n
+    stages = np.arange(size) // m
     cross_next = on_route & (nxt[stages] >= 0) & (srank[np.maximum(nxt[stages], 0)] != srank[stages])
     cross_prev = on_route & (prv[stages] >= 0) & (srank[np.maximum(prv[stages], 0)] != srank[stages])
     if not ((n_sf == cross_next) & (n_rf == cross_next) & (n_sb == cross_prev) & (n_rb == cross_prev)).all():
@@ -180,7 +191,7 @@ def valid(table: ScheduleTable) -> bool:
     fs, fk, fp = stage[f], key[f], pos[f]
     p = prv[fs]
     has = p >= 0
-    pk = fk[has] - fs[has] + p[has]
+    pk = fk[has] + (p[has] - fs[has]) * m
     local = srank[p[has]] == rank[f][has]
     came = np.where(local, pos_f[pk], pos_rf[pk])
     if not (came < fp[has]).all():
@@ -191,7 +202,7 @@ def valid(table: ScheduleTable) -> bool:
         return False
     q = nxt[gs]
     has = q >= 0
-    qk = gk[has] - gs[has] + q[has]
+    qk = gk[has] + (q[has] - gs[has]) * m
     local = srank[q[has]] == rank[g][has]
     came = np.where(local, pos_g[qk], pos_rb[qk])
     if not (came < gp[has]).all():
@@ -214,12 +225,15 @@ def valid(table: ScheduleTable) -> bool:
     if len(lengths) != len(ranks):
         return False
     lowered_first = np.cumsum(lengths) - lengths
-    c_at = lowered_first[c_rank] + c_pos
+    c_at = lowered_first[c_rank]
+    c_at += c_pos
     if len(c_at) > 1 and not (c_at[1:] > c_at[:-1]).all():
         return False
     del c_at  # (made again below: a large table's peak memory is in the pairing that follows)
     n_pairs = pl.pp * pl.pp
-    pair = (src * pl.pp + dst).astype(np.int16 if n_pairs <= np.iinfo(np.int16).max else np.int64)
+    pair = src * pl.pp
+    pair += dst
+    pair = pair.astype(np.int16 if n_pairs <= np.iinfo(np.int16).max else np.int64, copy=False)
     s_idx = s_idx[np.argsort(pair[s_idx], kind="stable")]
     r_idx = r_idx[np.argsort(pair[r_idx], kind="stable")]
     if len(s_idx) != len(r_idx):

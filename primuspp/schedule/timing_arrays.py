@@ -252,8 +252,12 @@ def _timing_graph(
     one_row_each = len(kind) == n  # then row i is node i
     owner = np.arange(n, dtype=np.int64) if one_row_each else first[rank] + rows["index"]
 
-    # who produces each datum (one node each), and each compute row's inputs
-    key = mb * n_stages + stage
+    # who produces each datum (one node each), and each compute row's inputs. Keyed stage * m + microbatch
+    # here (stage-major: a rank's nodes, a few stages with the microbatches in turn, read neighbouring
+    # entries; mb-major, each would touch its own page), turned to the TimingGraph's microbatch-major keys
+    # at the end
+    key = stage * m
+    key += mb
     producer = {}
     present = kinds_present(rows, "kind")
     for what in (ACT, GRAD):
@@ -295,7 +299,7 @@ def _timing_graph(
             q = step[stage[sel]]
             has = q >= 0
             c_rows, q = sel[has], q[has]
-            p = producer[what][mb[c_rows] * n_stages + q]
+            p = producer[what][q * m + mb[c_rows]]
             c = owner[c_rows]
             if (p < 0).any():
                 return None  # never made: the loop reports it
@@ -342,9 +346,8 @@ def _timing_graph(
         del rank_of, pairs
     del cons, prods, vias, slots  # large tables: free what is done with (the peak memory of a build)
     consumers = np.flatnonzero(src[0] != n) if n_cross else np.zeros(0, dtype=np.int64)
-    return TimingGraph(
-        first, src, via_m, consumers, n_cross, tuple(map(tuple, feeds)), producer[ACT], producer[GRAD]
-    )
+    act, grad = (producer[what].reshape(n_stages, m).T.reshape(-1) for what in (ACT, GRAD))
+    return TimingGraph(first, src, via_m, consumers, n_cross, tuple(map(tuple, feeds)), act, grad)
 
 
 def _sweep(graph: TimingGraph, d: Any, comm: float) -> Any:
@@ -390,12 +393,15 @@ def _sweep(graph: TimingGraph, d: Any, comm: float) -> Any:
                 continue
             dirty[r] = False
             passes += 1
-            ready = ends[src_r[r]] + add_r[r]
+            new = ends[src_r[r]]  # the same operations as `cum + accumulate(ready - before)`, in place
+            new += add_r[r]
             if n_slots > 1:
-                ready = ready.max(axis=0)
-            new = cum_r[r] + accumulate(ready - before_r[r])
+                new = new.max(axis=0)
+            new -= before_r[r]
+            accumulate(new, out=new)
+            new += cum_r[r]
             old = ends_r[r]
-            if (new != old).any():
+            if not np.array_equal(new, old):
                 old[:] = new
                 for x in feeds[r]:
                     dirty[x] = True

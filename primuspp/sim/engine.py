@@ -181,6 +181,11 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
              GRAD: (np.asarray(bwd_peer, dtype=np.int64), times.grad_end, 1)}  # fmt: skip
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
     n_stages = placement.num_stages
+    # the times by stage-major key (stage * microbatches + microbatch): a rank's rows, a few stages with the
+    # microbatches in turn, then read neighbouring entries (microbatch-major, each would touch its own page)
+    for what, (peers, sent, tag) in list(route.items()):
+        route[what] = (peers, sent.reshape(-1, n_stages).T.reshape(-1), tag)
+    n_mb = len(times.forward_end) // n_stages if n_stages else 0
     pieces = []
     for code in kinds_present(rows, "kind"):
         made = SEMANTICS[KINDS[code]].produces
@@ -192,7 +197,7 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
             peer = peers[stage[sel]]
             ok = peer >= 0
             r_sel = sel[ok]
-            t = sent[mb[r_sel] * n_stages + stage[r_sel]]
+            t = sent[stage[r_sel] * n_mb + mb[r_sel]]
             pieces.append((r_sel, ordinal, tag, peer[ok], t))
     if not pieces:
         empty = np.zeros(0, dtype=np.int64)

@@ -102,8 +102,12 @@ def memory_levels(
     if is_rest.any():
         is_b = ev_effect == _CODES[FREE_B]
         # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default
-        n_stages = len(amount_a)
-        key = (mb if all_rows else mb[ev_row]) * n_stages + s
+        # keyed stage-major (stage * microbatches + microbatch): a rank's events, a few stages with the
+        # microbatches in turn, read neighbouring entries of `where_b`
+        ev_mb = mb if all_rows else mb[ev_row]
+        key = s * (int(ev_mb.max(initial=0)) + 1)
+        key += ev_mb
+        del ev_mb
         size = int(key.max()) + 1 if len(key) else 0
         b_keys, rest_keys = key[is_b], key[is_rest]
         if np.bincount(b_keys, minlength=size).max(initial=0) > 1:

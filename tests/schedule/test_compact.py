@@ -11,7 +11,14 @@ from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params
 from primuspp.errors import ValidationError
 from primuspp.schedule import compact_validation
-from primuspp.schedule.compact import LoweredRanks, from_ranks
+from primuspp.schedule.compact import (
+    LoweredRanks,
+    _hand_offs,
+    _hand_offs_merged,
+    from_ranks,
+    kinds_present,
+    order_arrays,
+)
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms, lower_comms_reference
 from primuspp.schedule.nodes import Node
@@ -46,6 +53,16 @@ def registry_orders():
 
 
 CASES = list(registry_orders())
+
+
+@pytest.mark.parametrize("name,placement,m,order", CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in CASES])
+def test_hand_offs_from_tables_equal_the_merged_form(name, placement, m, order):
+    rows = order_arrays(order)
+    args = (placement, rows["kind"], rows["stage"], kinds_present(rows, "kind"))
+    fast, merged = _hand_offs(*args), _hand_offs_merged(*args)
+    assert len(fast[0]) > 0 or placement.pp == 1
+    for got, want in zip(fast, merged, strict=True):
+        assert got.tolist() == want.tolist()
 
 
 @pytest.mark.parametrize("name,placement,m,order", CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in CASES])
