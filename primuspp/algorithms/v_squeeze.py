@@ -254,10 +254,90 @@ _FREE, _FK, _BK = 0, 1, 2
 _SEG, _LEAD = 6, 3
 
 
+class _ByteCounts:
+    """The walk's pending-W and live-chunk counts of every rank as bytearrays (caps <= 253: every count a
+    byte): found with `find`/`rfind`, shifted over a range with one `translate`."""
+
+    def __init__(self, pend_all: np.ndarray, live_all: np.ndarray, cap: int) -> None:
+        self.cap = cap
+        self.pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
+        self.lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
+
+    def last_full(self, r: int, a: int, b: int) -> int:
+        """The last slot in [a, b) whose live count is the cap, or -1."""
+        return self.lives[r].rfind(self.cap, a, b)
+
+    def f_at(self, r: int, row: bytearray, v: int, a: int, b: int) -> bool:
+        """Whether an F starts in [a, b) with v live chunks."""
+        live = self.lives[r]
+        j = live.find(v, a, b)
+        while j >= 0 and row[j] != _FK:
+            j = live.find(v, j + 1, b)
+        return j >= 0
+
+    def shift_live(self, r: int, a: int, b: int, d: int) -> None:
+        live = self.lives[r]
+        live[a:b] = live[a:b].translate(_SHIFT[d])
+
+    def shift_pend(self, r: int, a: int, b: int, d: int) -> None:
+        pend = self.pends[r]
+        pend[a:b] = pend[a:b].translate(_SHIFT[d])
+
+
+class _IntCounts:
+    """The same counts as int32 in bytearrays (any cap; p >= 128 brings caps over 253), read and written
+    through `memoryview`s (Python ints, as fast as bytes), found with a 4-byte `find` (a hit off the 4-byte
+    grid is skipped) and shifted over a range by numpy views. The searches look for counts near the cap
+    only (within the +-2 a tried move changes them by)."""
+
+    def __init__(self, pend_all: np.ndarray, live_all: np.ndarray, cap: int) -> None:
+        self.cap = cap
+        pbs = [bytearray(row.tobytes()) for row in pend_all.astype(np.int32)]
+        self.lbs = [bytearray(row.tobytes()) for row in live_all.astype(np.int32)]
+        self.pends = [memoryview(b).cast("i") for b in pbs]
+        self.lives = [memoryview(b).cast("i") for b in self.lbs]
+        self.pns = [np.frombuffer(b, dtype=np.int32) for b in pbs]
+        self.lns = [np.frombuffer(b, dtype=np.int32) for b in self.lbs]
+        self.pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
+
+    def last_full(self, r: int, a: int, b: int) -> int:
+        lb, pcap = self.lbs[r], self.pat[self.cap]
+        j = lb.rfind(pcap, 4 * a, 4 * b)
+        while j >= 0 and j & 3:  # off the 4-byte grid
+            j = lb.rfind(pcap, 4 * a, j + 3)
+        return j >> 2 if j >= 0 else -1
+
+    def f_at(self, r: int, row: bytearray, v: int, a: int, b: int) -> bool:
+        lb, pv = self.lbs[r], self.pat[v]
+        j = lb.find(pv, 4 * a, 4 * b)
+        while j >= 0 and (j & 3 or row[j >> 2] != _FK):
+            j = lb.find(pv, j + 1, 4 * b)
+        return j >= 0
+
+    def shift_live(self, r: int, a: int, b: int, d: int) -> None:
+        self.lns[r][a:b] += d
+
+    def shift_pend(self, r: int, a: int, b: int, d: int) -> None:
+        self.pns[r][a:b] += d
+
+
 def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
-    """`derived_walk` with the walk in bytearrays (caps <= 253, every count a byte) and the tried move's
-    walk (`SlotSchedule._rewalk` from t) inlined and shortened. False (nothing changed) where the cap or
-    the stored walk does not fit: the caller then runs `derived_wide`.
+    """`derived_walk` with the walk's counts in bytearrays (`_ByteCounts`, caps <= 253). False (nothing
+    changed) where the cap or the stored walk does not fit: the caller then runs `derived_wide`. The walk
+    itself is `_derived`."""
+    return cap <= 253 and _derived(slot, cap, columns, occ, _ByteCounts)
+
+
+def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
+    """`derived_bytes` for any cap, the counts as int32 (`_IntCounts`): the same moves. False (nothing
+    changed) where the stored walk already breaks the cap."""
+    return _derived(slot, cap, columns, occ, _IntCounts)
+
+
+def _derived(slot: memoryview, cap: int, columns, occ: np.ndarray, storage: type) -> bool:
+    """The derived squeeze's moves with the tried move's walk (`SlotSchedule._rewalk` from t) inlined and
+    shortened, the counts kept in `storage` (`_ByteCounts` or `_IntCounts`). False (nothing changed) where
+    the stored walk already breaks the cap.
 
     The stored walk keeps live <= cap at every slot (checked once; a move is kept only if its walk does),
     so no F starts with live == cap (the next slot would hold cap + 1). Hence a tried F at t (past the last
@@ -279,8 +359,6 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     is 3 M objects; one more entry, -1, the slot of a missing input); the rows are bytearrays of kinds
     (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception when there is none). The caller
     rebuilds the grid from `slot`."""
-    if cap > 253:
-        return False
     pend_all, live_all = v_rows.walks(occ)
     if live_all.max(initial=0) > cap:
         return False
@@ -290,11 +368,11 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
     kinds[:, :-1] = code
     del code
-    pends = [bytearray(row.tobytes()) for row in pend_all.astype(np.uint8)]
-    lives = [bytearray(row.tobytes()) for row in live_all.astype(np.uint8)]
+    counts = storage(pend_all, live_all, cap)
     idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
     del kinds, pend_all, live_all
-    shift, seg, lead = _SHIFT, _SEG, _LEAD
+    pends, lives = counts.pends, counts.lives
+    seg, lead = _SEG, _LEAD
     end = occ.shape[1]  # every row's length
     for chunk in v_rows.chunked(*columns):
         for op, a, b, r in zip(*chunk, strict=True):
@@ -314,7 +392,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
             k = op % 3 + 1
             is_f = k == _FK
             if is_f:  # one more live chunk on [t, cur]: past the last full slot there
-                j = live.rfind(cap, lo, cur + 1)
+                j = counts.last_full(r, lo, cur + 1)
                 if j >= 0:
                     lo = j + 1
             pend = pends[r]
@@ -342,7 +420,7 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                     if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
                         dl = lv - live[u]  # no F there reaches the cap (see above)
                         if dl:
-                            live[u : cur + 1] = live[u : cur + 1].translate(shift[dl])
+                            counts.shift_live(r, u, cur + 1, dl)
                         lv = live[cur]  # slot cur, now free
                         q = pend[cur]
                         idle[cur] = q == 0
@@ -357,182 +435,13 @@ def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
                             i = cur
                         if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
                             dl = lv - live[u]
-                            if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
-                                v = cap - dl
-                                j = live.find(v, u, i)
-                                while j >= 0 and row[j] != _FK:
-                                    j = live.find(v, j + 1, i)
-                                if j >= 0:
-                                    failed = u - 1  # nothing written from u on
-                                    break
-                            dq = q - pend[u]
-                            pend[u : i + 1] = pend[u : i + 1].translate(shift[dq])
-                            if dl:
-                                live[u : i + 1] = live[u : i + 1].translate(shift[dl])
-                            q = pend[i] - 1  # slot i is free; the new walk runs a W there
-                            lv = live[i] - 1
-                            idle[i] = 0
-                            u = stop = i + 1
-                            continue
-                        stop = i + 1  # a short run: walked
-                    pend[u] = q
-                    live[u] = lv
-                    x = row[u]
-                    if x:
-                        if x == _FK:
-                            lv += 1
-                            if lv > cap:
-                                failed = u
+                            # an F in [u, i) with live == cap - dl, the first to reach the cap
+                            if dl > 0 and counts.f_at(r, row, cap - dl, u, i):
+                                failed = u - 1  # nothing written from u on
                                 break
-                        else:
-                            q += 1
-                    else:
-                        idle[u] = q == 0
-                        if q:
-                            q -= 1
-                            lv -= 1
-                    u += 1
-                if failed < 0:
-                    while u < end:  # past cur: until the walks rejoin
-                        if q == pend[u] and lv == live[u]:
-                            break
-                        pend[u] = q
-                        live[u] = lv
-                        x = row[u]
-                        if x:
-                            if x == _FK:
-                                lv += 1
-                                if lv > cap:
-                                    failed = u
-                                    break
-                            else:
-                                q += 1
-                        else:
-                            idle[u] = q == 0
-                            if q:
-                                q -= 1
-                                lv -= 1
-                        u += 1
-                    else:
-                        pend[end] = q
-                        live[end] = lv
-                    if failed < 0:
-                        slot[op] = t
-                        idle[t] = 0  # slot t is taken
-                        break
-                row[cur] = k
-                row[t] = _FREE
-                _rewalk_marked(row, pend, live, idle, t, failed, end)  # repair up to there
-                idle[cur] = 0  # the op's slot again
-                lo = t + 1
-    return True
-
-
-def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
-    """`derived_bytes` for any cap (p >= 128 brings caps over 253): the walk's counts as int32 in
-    bytearrays, read and written through `memoryview`s (Python ints, as fast as bytes), found with a
-    4-byte `find` (a hit off the 4-byte grid is skipped) and shifted over a range by numpy views.
-    The 4-byte searches look for counts near the cap only; the idle slots are byte flags as in
-    `derived_bytes`. The same moves; False (nothing
-    changed) where the stored walk already breaks the cap."""
-    pend_all, live_all = v_rows.walks(occ)
-    if live_all.max(initial=0) > cap:
-        return False
-    code = (occ % 3 + 1).astype(np.uint8)
-    code[occ < 0] = _FREE
-    rows = [bytearray(row.tobytes()) for row in code]
-    kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
-    kinds[:, :-1] = code
-    del code
-    pbs = [bytearray(row.tobytes()) for row in pend_all.astype(np.int32)]
-    lbs = [bytearray(row.tobytes()) for row in live_all.astype(np.int32)]
-    idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
-    del kinds, pend_all, live_all
-    pends = [memoryview(b).cast("i") for b in pbs]
-    lives = [memoryview(b).cast("i") for b in lbs]
-    pns = [np.frombuffer(b, dtype=np.int32) for b in pbs]
-    lns = [np.frombuffer(b, dtype=np.int32) for b in lbs]
-    pat = {v: np.int32(v).tobytes() for v in range(max(cap - 3, 0), cap + 1)}
-    pcap = pat[cap]
-    seg, lead = _SEG, _LEAD
-    end = occ.shape[1]  # every row's length
-    for chunk in v_rows.chunked(*columns):
-        for op, a, b, r in zip(*chunk, strict=True):
-            e = slot[a]
-            x = slot[b]
-            if x > e:
-                e = x
-            e += 1
-            cur = slot[op]
-            if e >= cur:
-                continue
-            row = rows[r]
-            lo = row.find(_FREE, e, cur)  # the first free slot the op may take, if any
-            if lo < 0:
-                continue
-            live = lives[r]
-            k = op % 3 + 1
-            is_f = k == _FK
-            if is_f:  # one more live chunk on [t, cur]: past the last full slot there
-                lb = lbs[r]
-                j = lb.rfind(pcap, 4 * lo, 4 * cur + 4)
-                while j >= 0 and j & 3:  # off the 4-byte grid
-                    j = lb.rfind(pcap, 4 * lo, j + 3)
-                if j >= 0:
-                    lo = (j >> 2) + 1
-            pend = pends[r]
-            idle = idles[r]
-            while lo < cur:
-                t = row.find(_FREE, lo, cur)
-                if t < 0:
-                    break
-                # the walk from t with the op at t and cur free
-                if is_f:
-                    lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
-                    q = pend[t]
-                else:
-                    lv = live[t]
-                    if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
-                        lo = t + 1
-                        continue
-                    q = pend[t] + 1
-                row[cur] = _FREE
-                row[t] = k
-                failed = -1
-                u = t + 1
-                stop = u + lead
-                while u <= cur:
-                    if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
-                        dl = lv - live[u]  # no F there reaches the cap (see derived_bytes)
-                        if dl:
-                            lns[r][u : cur + 1] += dl
-                        lv = live[cur]  # slot cur, now free
-                        q = pend[cur]
-                        idle[cur] = q == 0
-                        if q:
-                            q -= 1
-                            lv -= 1
-                        u = cur + 1
-                        break
-                    if u >= stop:  # past the walked lead: look for a long run
-                        i = idle.find(1, u, cur)  # the next slot where the stored walk is idle
-                        if i < 0:
-                            i = cur
-                        if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
-                            dl = lv - live[u]
-                            if dl > 0:  # an F in [u, i) with live == cap - dl, the first to reach the cap
-                                lb = lbs[r]
-                                pv = pat[cap - dl]
-                                j = lb.find(pv, 4 * u, 4 * i)
-                                while j >= 0 and (j & 3 or row[j >> 2] != _FK):
-                                    j = lb.find(pv, j + 1, 4 * i)
-                                if j >= 0:
-                                    failed = u - 1  # nothing written from u on
-                                    break
-                            dq = q - pend[u]
-                            pns[r][u : i + 1] += dq
+                            counts.shift_pend(r, u, i + 1, q - pend[u])
                             if dl:
-                                lns[r][u : i + 1] += dl
+                                counts.shift_live(r, u, i + 1, dl)
                             q = pend[i] - 1  # slot i is free; the new walk runs a W there
                             lv = live[i] - 1
                             idle[i] = 0
