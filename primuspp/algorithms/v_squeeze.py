@@ -465,30 +465,8 @@ def _derived(slot: memoryview, cap: int, columns, occ: np.ndarray, storage: type
                             q -= 1
                             lv -= 1
                     u += 1
-                if failed < 0:
-                    while u < end:  # past cur: until the walks rejoin
-                        if q == pend[u] and lv == live[u]:
-                            break
-                        pend[u] = q
-                        live[u] = lv
-                        x = row[u]
-                        if x:
-                            if x == _FK:
-                                lv += 1
-                                if lv > cap:
-                                    failed = u
-                                    break
-                            else:
-                                q += 1
-                        else:
-                            idle[u] = q == 0
-                            if q:
-                                q -= 1
-                                lv -= 1
-                        u += 1
-                    else:
-                        pend[end] = q
-                        live[end] = lv
+                if failed < 0:  # past cur: until the walks rejoin
+                    failed = _walk_to_rejoin(row, pend, live, idle, u, q, lv, cap, end)
                     if failed < 0:
                         slot[op] = t
                         idle[t] = 0  # slot t is taken
@@ -521,15 +499,28 @@ def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int)
                 q -= 1
                 lv -= 1
         u += 1
+    _walk_to_rejoin(row, pend, live, idle, u, q, lv, _NO_CAP, end)
+
+
+#: a cap no count reaches (`_rewalk_marked`'s walk is not capped)
+_NO_CAP = 1 << 62
+
+
+def _walk_to_rejoin(row, pend, live, idle: bytearray, u: int, q: int, lv: int, cap: int, end: int) -> int:
+    """Write the walk from slot u (q W's pending, lv live chunks before it) over the stored one until the
+    two agree again or the row ends (then its final counts at `end`); -1, or the slot where an F takes the
+    live count over `cap` (written up to there)."""
     while u < end:
         if q == pend[u] and lv == live[u]:
-            return
+            return -1
         pend[u] = q
         live[u] = lv
-        op = row[u]
-        if op:
-            if op == _FK:
+        x = row[u]
+        if x:
+            if x == _FK:
                 lv += 1
+                if lv > cap:
+                    return u
             else:
                 q += 1
         else:
@@ -540,6 +531,7 @@ def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int)
         u += 1
     pend[end] = q
     live[end] = lv
+    return -1
 
 
 def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:
