@@ -33,6 +33,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 
+from primuspp.algorithms import greedy_period
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
 from primuspp.schedule.array_order import KINDS, ArrayOrder
@@ -130,7 +131,7 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
     """One pass, its order as columns: each decision is one int, (mb * stages + stage) * 3 + kind."""
     import numpy as np
 
-    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy)
+    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy)
     lengths = [len(seq) for seq in decisions]
     flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
     key, kind = np.divmod(flat, 3)
@@ -142,7 +143,7 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
 def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
     """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
     `schedule` runs the one-stage loop), its order as lists of Nodes decoded one by one."""
-    decisions, makespan, max_span, peak = _plan(placement, m, costs, cap, policy, general=True)
+    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy, general=True)
     order = []
     for seq in decisions:
         nodes = []
@@ -155,11 +156,19 @@ def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: flo
 
 
 def _plan(
-    placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy, general: bool = False
-) -> tuple[list[list[int]], float, float, float]:
+    placement: Placement,
+    m: int,
+    costs: StageCosts,
+    cap: float,
+    policy: Policy,
+    general: bool = False,
+    skip: bool = True,
+) -> tuple[list[list[int]], float, float, float, int]:
     """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
-    planned step time, longest span and peak. A placement with one stage per rank (linear) runs
-    `_one_stage_loop`, the same decisions without the loop over a rank's stages, unless `general`."""
+    planned step time, longest span and peak, and how many microbatches of a steady phase it skipped. A
+    placement with one stage per rank (linear) runs `_one_stage_loop`, the same decisions without the loop
+    over a rank's stages, unless `general`; on one route it skips the repeats of its steady phase
+    (`greedy_period`) unless not `skip`."""
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     dur = (costs.forward, costs.backward, costs.wgrad)
@@ -227,12 +236,26 @@ def _plan(
     inf = float("inf")
     last_kind = [_B] * p
     alternate = policy.alternate
+    watch = None
     if not general and all(len(stages) == 1 for stages in rank_stages):
         need = [foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages)]
         state = (f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind)
+        if skip and n_routes == 1:
+            waits = [policy.patience * d for d in chain(dur[_F], dur[_B])]
+            q = greedy_period.quantum(chain(dur[_F], dur[_B], dur[_W], (comm,), waits), eps)
+            if q is not None:
+                watch = greedy_period.Period(m, nxt, prv, eps, state)
         peak = _one_stage_loop(
-            placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state
+            placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state, watch
         )
+        if (
+            watch is not None
+            and watch.jumped
+            and max(free) + comm + max(waits) + eps >= greedy_period.LIMIT * q
+        ):
+            # (above every time the loop formed) too large for every sum to be exact, which takes millions of
+            # nodes: the pass again, unskipped
+            return _plan(placement, m, costs, cap, policy, general, skip=False)
         heap = []  # the loop above emptied it: the general loop below has nothing to do
 
     while heap:
@@ -349,7 +372,8 @@ def _plan(
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    return order, max(free) - min(first), max(spans), peak
+    skipped = 0 if watch is None else watch.jumped
+    return order, max(free) - min(first), max(spans), peak, skipped
 
 
 def _one_stage_loop(
@@ -365,12 +389,14 @@ def _one_stage_loop(
     stage_mbs: list[list[int]],
     policy: Policy,
     state: tuple,
+    watch: greedy_period.Period | None = None,
 ) -> float:
     """`_plan`'s event loop where every rank holds one stage: the same decisions, events and float
     operations, with the rank's one stage read directly and the priorities written out (B before F unless
     `alternate` after a B; no second stage to compare), and no wake-up pushed that would only be popped
-    stale (before its rank is free: a rank's free time only grows). Updates `state` in place; returns the
-    peak."""
+    stale (before its rank is free: a rank's free time only grows). `watch`: skips the steady phase's
+    repeats (`greedy_period`), checking at each forward of the route's first stage. Updates `state` in
+    place; returns the peak."""
     f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind = state
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     n_stages = placement.num_stages
@@ -386,6 +412,7 @@ def _one_stage_loop(
     inf = float("inf")
     peak = 0.0
     pop, push = heapq.heappop, heapq.heappush
+    s0 = placement.routes[0][0]
     while heap:
         t, r = pop(heap)
         if t < free[r] - eps or not left[r]:
@@ -484,6 +511,8 @@ def _one_stage_loop(
         free[r] = end
         left[r] -= 1
         push(heap, (end, r))
+        if watch is not None and s == s0 and kind == _F and watch.check(s0, end):
+            watch = None
     return peak
 
 
