@@ -63,8 +63,30 @@ class RankBounds:
         return span, step
 
 
+#: rank_bounds' results lately asked for (a build asks again: the generator's search, then its floor)
+_KEPT: dict[tuple, RankBounds] = {}
+KEEP = 16
+
+
+def forget() -> None:
+    """Drop the kept bounds (`score_memo.forget`, which benchmarks call before each timed run)."""
+    _KEPT.clear()
+
+
 def rank_bounds(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
-    """The head-bound figures of every order of `m` microbatches' F, B and W nodes on `placement`."""
+    """The head-bound figures of every order of `m` microbatches' F, B and W nodes on `placement`
+    (`rank_bounds_reference`'s, kept for the next call with the same arguments)."""
+    key = (placement, m, costs)
+    found = _KEPT.get(key)
+    if found is None:
+        if len(_KEPT) >= KEEP:
+            _KEPT.pop(next(iter(_KEPT)))
+        found = _KEPT[key] = rank_bounds_reference(placement, m, costs)
+    return found
+
+
+def rank_bounds_reference(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
+    """`rank_bounds` computed anew."""
     p, routes = placement.pp, placement.routes
     srank, fwd, bwd, wgr, comm = placement.stage_rank, costs.forward, costs.backward, costs.wgrad, costs.comm
     units = memory_units(placement, costs.activation)

@@ -29,9 +29,12 @@ _nodes = [0]
 
 
 def forget() -> None:
-    """Drop every kept figure (benchmarks time generation, not lookups)."""
+    """Drop every kept figure, the kept lower bounds too (benchmarks time generation, not lookups)."""
+    from primuspp.algorithms import bounds
+
     _kept.clear()
     _nodes[0] = 0
+    bounds.forget()
 
 
 def score(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) -> Score:

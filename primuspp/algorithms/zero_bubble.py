@@ -22,8 +22,6 @@ from primuspp.algorithms.orders import (
     node,
     nodes,
     one_f_one_b,
-    one_f_one_b_columns,
-    simple_columns,
 )
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import Node
@@ -38,24 +36,46 @@ POLICIES = tuple(
 
 
 def generate(req: GenerationRequest) -> ArrayOrder:
-    """`generate_reference` as columns (no Node built): rank r's k-th B (of microbatch k) is followed by the
-    W of microbatch k - r once k >= r; the last r W's close the rank."""
+    """`generate_reference` as columns, every rank at once (no Node built): each node's place in its rank's
+    order is counted in closed form (`_places`)."""
     import numpy as np
 
     p, m = req.pp, req.micro_batches
-    mbs = np.arange(m)
-    ranks = []
-    for r in range(p):
-        base = one_f_one_b_columns(p - r - 1, simple_columns(F, mbs, r), simple_columns(B, mbs, r))
-        at_b = np.flatnonzero(base[0] == code(B))
-        # sort keys: base node i at 2i; the W after B k at 2 * (B k's place) + 1; the rest after everything
-        early = max(m - r, 0)  # W's placed right after a later B
-        w_key = np.concatenate((2 * at_b[r:] + 1, 2 * len(base[0]) + np.arange(m - early)))
-        keys = np.concatenate((2 * np.arange(len(base[0])), w_key))
-        w = simple_columns(W, mbs, r)
-        pick = np.argsort(keys, kind="stable")
-        ranks.append(tuple(np.concatenate((c, wc))[pick] for c, wc in zip(base, w, strict=True)))
-    return ArrayOrder.from_ranks(ranks)
+    place_f, place_b, place_w = _places(p, m)
+    n = 3 * m
+    rows = np.arange(p, dtype=np.int64)[:, None] * n
+    kind = np.empty(p * n, dtype=np.int8)
+    mb = np.empty(p * n, dtype=np.int64)
+    mbs = np.broadcast_to(np.arange(m, dtype=np.int64), (p, m))
+    for k, place in ((F, place_f), (B, place_b), (W, place_w)):
+        at = (rows + place).ravel()
+        kind[at] = code(k)
+        mb[at] = mbs.ravel()
+    stage = np.repeat(np.arange(p, dtype=np.int64), n)
+    return ArrayOrder.from_flat(kind, mb, stage, [n] * p)
+
+
+def _places(p: int, m: int) -> tuple:
+    """Per rank r (rows) and microbatch (columns), the place of its F, B and W in rank r's order.
+
+    Rank r runs w = min(p - r - 1, m) forwards, then F(w + j), B(j) pairs, then the remaining B's; B(k) is
+    followed by W(k - r) once k >= r, and the last r W's close the order. So before F(i >= w) come w
+    forwards, i - w pairs and the W's after the first i - w B's; before B(k), its forwards (k + w + 1, or
+    all m), k B's and the W's after the B's before it; W(j) follows B(j + r), or, past the last B with a
+    W after it, it comes after all 2m F and B and the j W's before it."""
+    import numpy as np
+
+    r = np.arange(p, dtype=np.int64)[:, None]
+    i = np.arange(m, dtype=np.int64)[None, :]
+    w = np.minimum(p - r - 1, m)
+    steady = m - w
+    j = i - w  # F(i)'s pair, when i >= w
+    place_f = np.where(i < w, i, w + 2 * j + np.maximum(0, j - r))
+    place_b = np.where(i < steady, w + 2 * i + 1, m + i) + np.maximum(0, i - r)
+    k = i + r  # the B that W(i) follows
+    after = np.take_along_axis(place_b, np.minimum(k, m - 1), axis=1) + 1
+    place_w = np.where(k <= m - 1, after, 2 * m + i)
+    return place_f, place_b, place_w
 
 
 def generate_reference(req: GenerationRequest) -> ComputeOrder:

@@ -121,3 +121,20 @@ def test_stopping_on_the_proof_changes_no_table(monkeypatch, algo, costs):
     slow = to_json(build_schedule(algo, 4, None, 8, cm))
     forget()
     assert fast == slow
+
+
+def test_rank_bounds_kept_equal_the_reference():
+    """The kept bounds are the reference's for the same arguments, a new placement or costs computes anew,
+    and `score_memo.forget` drops them."""
+    from primuspp.algorithms import score_memo
+
+    score_memo.forget()
+    for kind, pp, m in (("linear", 4, 8), ("v", 3, 6), ("linear", 4, 9)):
+        placement = make_placement(kind, pp, 2 if kind == "v" else 1)
+        costs = CostModel(1.0, 2.0, 0.5, comm=0.25).for_placement(placement)
+        first = bounds.rank_bounds(placement, m, costs)
+        assert first == bounds.rank_bounds_reference(placement, m, costs)
+        assert bounds.rank_bounds(placement, m, costs) is first
+    score_memo.forget()
+    assert bounds.rank_bounds(placement, m, costs) is not first
+    assert bounds.rank_bounds(placement, m, costs) == first
