@@ -392,11 +392,13 @@ def _one_stage_loop(
     watch: greedy_period.Period | None = None,
 ) -> float:
     """`_plan`'s event loop where every rank holds one stage: the same decisions, events and float
-    operations, with the rank's one stage read directly and the priorities written out (B before F unless
-    `alternate` after a B; no second stage to compare), and no wake-up pushed that would only be popped
-    stale (before its rank is free: a rank's free time only grows). `watch`: skips the steady phase's
-    repeats (`greedy_period`), checking at each forward of the route's first stage. Updates `state` in
-    place; returns the peak."""
+    operations, with the rank's one stage read directly (its neighbours on other ranks: comm always) and the
+    priorities written out (B before F unless `alternate` after a B; no second stage to compare), and no
+    entry pushed that would only be popped stale (before its rank is free: a rank's free time only grows)
+    or that is in the heap already (the rank's entry pushed last, at a time still to come: two equal
+    entries pop one after the other, and the second finds the rank busy, or decides as the first did).
+    `watch`: skips the steady phase's repeats (`greedy_period`), checking at each forward of the route's
+    first stage. Updates `state` in place; returns the peak."""
     f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind = state
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     n_stages = placement.num_stages
@@ -413,6 +415,7 @@ def _one_stage_loop(
     peak = 0.0
     pop, push = heapq.heappop, heapq.heappush
     s0 = placement.routes[0][0]
+    pushed = [-1.0] * placement.pp  # per rank, the time of its entry pushed last
     while heap:
         t, r = pop(heap)
         if t < free[r] - eps or not left[r]:
@@ -434,7 +437,7 @@ def _one_stage_loop(
                 ready = f_end[key]
             else:
                 e = g_end[mb * n_stages + q]
-                ready = -1.0 if e < 0 else max(f_end[key], e + (comm if srank[q] != r else 0.0))
+                ready = -1.0 if e < 0 else max(f_end[key], e + comm)
             if ready >= 0:
                 if ready <= limit + wait_b[s]:
                     kind, chosen, at = _B, mb, ready
@@ -447,7 +450,7 @@ def _one_stage_loop(
                 ready = 0.0
             else:
                 e = f_end[mb * n_stages + q]
-                ready = -1.0 if e < 0 else e + (comm if srank[q] != r else 0.0)
+                ready = -1.0 if e < 0 else e + comm
             if ready >= 0:
                 if mem[r] + need[s] > cap_eps:
                     blocked_by_memory = True
@@ -470,9 +473,11 @@ def _one_stage_loop(
         if kind < 0:
             if next_known < inf:
                 push(heap, (next_known, r))
+                pushed[r] = next_known
             continue
         if at > limit:  # worth waiting for: it arrives within the policy's patience
             push(heap, (at, r))
+            pushed[r] = at
             continue
         key = chosen * n_stages + s
         if first[r] < 0:
@@ -487,9 +492,11 @@ def _one_stage_loop(
             q = nxt[s]
             if q >= 0:
                 r2 = srank[q]
-                wake = end + (comm if r2 != r else 0.0)
-                if wake >= free[r2] - eps and left[r2]:  # else it would be popped stale (free only grows)
+                wake = end + comm
+                # else it would be popped stale (free only grows), or it is in the heap already
+                if wake >= free[r2] - eps and left[r2] and (wake != pushed[r2] or wake <= t):
                     push(heap, (wake, r2))
+                    pushed[r2] = wake
         elif kind == _B:
             end = t + dur_b[s]
             nb[s] += 1
@@ -498,9 +505,10 @@ def _one_stage_loop(
             q = prv[s]
             if q >= 0:
                 r2 = srank[q]
-                wake = end + (comm if r2 != r else 0.0)
-                if wake >= free[r2] - eps and left[r2]:
+                wake = end + comm
+                if wake >= free[r2] - eps and left[r2] and (wake != pushed[r2] or wake <= t):
                     push(heap, (wake, r2))
+                    pushed[r2] = wake
         else:
             end = t + dur_w[s]
             nw[s] += 1
@@ -510,7 +518,9 @@ def _one_stage_loop(
             last_kind[r] = kind
         free[r] = end
         left[r] -= 1
-        push(heap, (end, r))
+        if end != pushed[r] or end <= t:
+            push(heap, (end, r))
+            pushed[r] = end
         if watch is not None and s == s0 and kind == _F and watch.check(s0, end):
             watch = None
     return peak

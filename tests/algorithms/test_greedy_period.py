@@ -10,8 +10,8 @@ from primuspp.algorithms import greedy, greedy_period
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 
-#: dyadic costs (every sum exact), so the skip may run: F = B = W, and per-stage costs with comm and a B
-#: that frees half (or keeps more than F saved)
+#: dyadic costs (every sum exact), so the skip may run: F = B = W, per-stage costs with comm and a B that
+#: frees half (or keeps more than F saved), and a W of no time
 COSTS = (
     dict(forward=1000.0, backward=1000.0, wgrad=1000.0),
     dict(
@@ -22,6 +22,7 @@ COSTS = (
         b_free_fraction=0.5,
     ),
     dict(forward=1.5, backward=2.25, wgrad=0.5, comm=0.25, b_free_fraction=-0.25),
+    dict(forward=1.0, backward=2.0, wgrad=0.0),  # W takes no time: a rank decides again at the same time
 )
 
 
