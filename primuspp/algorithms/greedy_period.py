@@ -31,10 +31,14 @@ skipped (`quantum` returns None).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Iterable
 
 #: times must stay below this many quanta for the sums to be exact (ulp <= q/4)
 LIMIT = 2.0**50
+
+#: checkpoints a state is remembered for: a period up to WINDOW / 2 microbatches is found (seen: 1 and 2)
+WINDOW = 16
 
 
 def quantum(values: Iterable[float], eps: float) -> float | None:
@@ -62,7 +66,10 @@ class Period:
         self.m, self.nxt, self.prv, self.eps = m, nxt, prv, eps
         (self.f_end, self.g_end, self.nf, self.nb, self.nw, self.mem, self.free, _, self.left, self.order,
          self.heap, self.last_kind) = state  # fmt: skip
-        self.seen: dict[tuple, tuple | None] = {}
+        # signature -> (checkpoint, full state or None); the last WINDOW checkpoints' only (`recent`)
+        self.seen: dict[tuple, tuple[int, tuple | None]] = {}
+        self.recent: deque[tuple[int, tuple]] = deque()
+        self.count = 0
         self.jumped = 0  # microbatches skipped (tests read it)
 
     def check(self, s0: int, now: float) -> bool:
@@ -76,15 +83,22 @@ class Period:
             tuple([x - k for x in nb]),
             tuple([x - k for x in nw]),
         )
-        if sig not in self.seen:
-            self.seen[sig] = None
+        self.count += 1
+        self.recent.append((self.count, sig))
+        if len(self.recent) > WINDOW:
+            old, old_sig = self.recent.popleft()
+            if self.seen[old_sig][0] == old:
+                del self.seen[old_sig]
+        known = self.seen.get(sig)
+        if known is None:
+            self.seen[sig] = (self.count, None)
             return False
         full = self._full(k, now)
-        earlier = self.seen[sig]
+        earlier = known[1]
         if earlier is not None and earlier[0] == full:
             self._jump(earlier, k, now)
             return True
-        self.seen[sig] = (full, k, now, [len(seq) for seq in self.order])
+        self.seen[sig] = (self.count, (full, k, now, [len(seq) for seq in self.order]))
         return False
 
     def _full(self, k: int, now: float) -> tuple:
