@@ -437,7 +437,13 @@ def _one_stage_loop(
                 ready = f_end[key]
             else:
                 e = g_end[mb * n_stages + q]
-                ready = -1.0 if e < 0 else max(f_end[key], e + comm)
+                if e < 0:
+                    ready = -1.0
+                else:  # max(f_end[key], e + comm), without the call
+                    e += comm
+                    ready = f_end[key]
+                    if e > ready:
+                        ready = e
             if ready >= 0:
                 if ready <= limit + wait_b[s]:
                     kind, chosen, at = _B, mb, ready
