@@ -413,12 +413,19 @@ def _one_stage_loop(
     eager, fit = fill == "eager", fill == "fit"
     inf = float("inf")
     peak = 0.0
-    pop, push = heapq.heappop, heapq.heappush
+    pop, push, pushpop = heapq.heappop, heapq.heappush, heapq.heappushpop
     s0 = placement.routes[0][0]
     pushed = [-1.0] * placement.pp  # per rank, the time of its entry pushed last
-    while heap:
-        t, r = pop(heap)
+    if not heap:
+        return peak
+    # an entry pushed and the next popped at once (heappushpop: the least of the heap and the entry, as a
+    # push then a pop would give)
+    t, r = pop(heap)
+    while True:
         if t < free[r] - eps or not left[r]:
+            if not heap:
+                break
+            t, r = pop(heap)
             continue
         if t < free[r]:
             t = free[r]
@@ -478,12 +485,16 @@ def _one_stage_loop(
             kind, chosen, at = _W, mbs[i_w], 0.0
         if kind < 0:
             if next_known < inf:
-                push(heap, (next_known, r))
                 pushed[r] = next_known
+                t, r = pushpop(heap, (next_known, r))
+                continue
+            if not heap:
+                break
+            t, r = pop(heap)
             continue
         if at > limit:  # worth waiting for: it arrives within the policy's patience
-            push(heap, (at, r))
             pushed[r] = at
+            t, r = pushpop(heap, (at, r))
             continue
         key = chosen * n_stages + s
         if first[r] < 0:
@@ -524,11 +535,19 @@ def _one_stage_loop(
             last_kind[r] = kind
         free[r] = end
         left[r] -= 1
-        if end != pushed[r] or end <= t:
-            push(heap, (end, r))
+        if watch is not None and s == s0 and kind == _F:  # the watch reads the heap: push, then pop
+            if end != pushed[r] or end <= t:
+                push(heap, (end, r))
+                pushed[r] = end
+            if watch.check(s0, end):
+                watch = None
+        elif end != pushed[r] or end <= t:
             pushed[r] = end
-        if watch is not None and s == s0 and kind == _F and watch.check(s0, end):
-            watch = None
+            t, r = pushpop(heap, (end, r))
+            continue
+        if not heap:
+            break
+        t, r = pop(heap)
     return peak
 
 
