@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from primuspp.algorithms import greedy, one_f_one_b, score_memo, zb_timed, zero_bubble
+from primuspp.algorithms import greedy, one_f_one_b, refine, score_memo, zb_timed, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
 from primuspp.algorithms.bounds import Proof
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import Score, pick
-from primuspp.algorithms.refine import pick_refined
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 
@@ -54,7 +53,8 @@ def default_cap(p: int, params: dict) -> float:
 
 
 def generate(req: GenerationRequest) -> ComputeOrder:
-    with greedy.shared_plans():  # the zero-bubble search below reruns some of these policies' passes
+    # the zero-bubble search below reruns some of these policies' passes, and refines some of their orders
+    with greedy.shared_plans(), refine.shared_refinements():
         return _generate(req)
 
 
@@ -85,7 +85,7 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
     if any(unbeatable(name, order) for name, order in built()):
         name, order = candidates[-1][:2]
     elif small:  # the leaders also get the W post-pass (refine)
-        name, order, _ = pick_refined(placement, m, candidates, costs, cap, "step")
+        name, order, _ = refine.pick_refined(placement, m, candidates, costs, cap, "step")
     else:
         name, order, _ = pick(placement, m, candidates, costs, cap, "step")
     req.report["candidate"] = name

@@ -8,11 +8,17 @@ than `pick`'s under the same objective. How many count as the best few is part o
 (`effort.refine_top`). The candidates are scored in order, and the first one `bounds.Proof` shows no order
 within the cap can beat ends the search: it is what the full search would pick (later candidates and
 refinements lose ties), so nothing is refined.
+
+Within `shared_refinements` the W post-pass of an order object already refined (same placement, m, costs and
+caps) is not run again: zero-bubble-heuristic refines the very greedy orders the zero-bubble search inside it
+refined a moment before.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from primuspp.algorithms import bounds, local_search, score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
@@ -21,6 +27,34 @@ from primuspp.algorithms.portfolio import Score, pick
 from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
+
+#: within `shared_refinements`: (step, placement, (m,) costs, (caps,) id(order)) -> (its result, the order)
+_SHARED: ContextVar[dict | None] = ContextVar("refine_shared", default=None)
+
+
+@contextmanager
+def shared_refinements() -> Iterator[None]:
+    """Within the block, the W post-pass (`w_pass.rank_peaks`, `variants`, `fill_gaps`) of an order object
+    seen before with the same placement, m, costs and caps returns the first result again. Orders are told
+    apart by identity (the kept entries hold them, so no identity is reused while the block lasts): equal
+    orders of other objects are refined again. Dropped on exit."""
+    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _once(key: tuple, order: ComputeOrder, run: Callable, *args: object) -> object:
+    """`run(*args)`, or within `shared_refinements` its earlier result for `key` and this order object."""
+    shared = _SHARED.get()
+    if shared is None:
+        return run(*args)
+    full = (*key, id(order))
+    hit = shared.get(full)
+    if hit is None:
+        hit = shared[full] = (run(*args), order)  # the order kept: its identity is not reused meanwhile
+    return hit[0]
 
 
 def pick_refined(
@@ -74,14 +108,16 @@ def refined_pool(
         if sig in seen:  # the same figures: most likely the same order, refined the same way
             continue
         seen.add(sig)
-        caps = w_pass.rank_peaks(placement, order, costs)
+        caps = list(_once(("peaks", placement, costs), order, w_pass.rank_peaks, placement, order, costs))
         mine = [(name, order, sc)]
-        for vname, new in w_pass.variants(placement, m, order, costs, caps):
+        done = ("variants", placement, m, costs, tuple(caps))
+        for vname, new in _once(done, order, w_pass.variants, placement, m, order, costs, caps):
             mine.append((f"{name}+{vname}", new, score_memo.score(placement, m, new, costs)))
         # the gap filling (never slower; a timing per round) on the original and the best variant
         lead = min(mine[1:], key=lambda c: c[2].key(objective), default=None)
         for vname, new, _ in (mine[0], lead) if lead is not None else (mine[0],):
-            filled = w_pass.fill_gaps(placement, m, new, costs, caps)
+            done = ("gaps", placement, m, costs, tuple(caps))
+            filled = _once(done, new, w_pass.fill_gaps, placement, m, new, costs, caps)
             if filled is not None:
                 mine.append((f"{vname}+gaps", filled, score_memo.score(placement, m, filled, costs)))
         extra.extend(mine[1:])
