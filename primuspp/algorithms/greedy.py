@@ -142,8 +142,9 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
 
 def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
     """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
-    `schedule` runs the one-stage loop), its order as lists of Nodes decoded one by one."""
-    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy, general=True)
+    `schedule` runs the one-stage loop), never skipping a steady phase, its order as lists of Nodes decoded
+    one by one."""
+    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy, general=True, skip=False)
     order = []
     for seq in decisions:
         nodes = []
@@ -236,27 +237,19 @@ def _plan(
     inf = float("inf")
     last_kind = [_B] * p
     alternate = policy.alternate
-    watch = None
+    state = (f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind)
+    period = None  # the watch over a steady phase (`greedy_period`): on one route, with exact sums
+    waits = [policy.patience * d for d in chain(dur[_F], dur[_B])]
+    quantum = greedy_period.quantum(chain(dur[_F], dur[_B], dur[_W], (comm,), waits), eps)
+    if skip and n_routes == 1 and quantum is not None:
+        period = greedy_period.Period(m, nxt, prv, eps, state)
     if not general and all(len(stages) == 1 for stages in rank_stages):
         need = [foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages)]
-        state = (f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind)
-        if skip and n_routes == 1:
-            waits = [policy.patience * d for d in chain(dur[_F], dur[_B])]
-            q = greedy_period.quantum(chain(dur[_F], dur[_B], dur[_W], (comm,), waits), eps)
-            if q is not None:
-                watch = greedy_period.Period(m, nxt, prv, eps, state)
         peak = _one_stage_loop(
-            placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state, watch
+            placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state, period
         )
-        if (
-            watch is not None
-            and watch.jumped
-            and max(free) + comm + max(waits) + eps >= greedy_period.LIMIT * q
-        ):
-            # (above every time the loop formed) too large for every sum to be exact, which takes millions of
-            # nodes: the pass again, unskipped
-            return _plan(placement, m, costs, cap, policy, general, skip=False)
         heap = []  # the loop above emptied it: the general loop below has nothing to do
+    watch, s0 = period, placement.routes[0][0]
 
     while heap:
         t, r = heapq.heappop(heap)
@@ -367,13 +360,18 @@ def _plan(
         free[r] = end
         left[r] -= 1
         heapq.heappush(heap, (end, r))
+        if watch is not None and s == s0 and kind == _F and watch.check(s0, end):
+            watch = None
 
+    top = max(free) + comm + max(waits, default=0.0) + eps  # above every time the loops formed
+    if period is not None and period.jumped and top >= greedy_period.LIMIT * quantum:
+        # too large for every sum to be exact, which takes millions of nodes: the pass again, unskipped
+        return _plan(placement, m, costs, cap, policy, general, skip=False)
     stuck = [r for r in range(p) if left[r]]
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    skipped = 0 if watch is None else watch.jumped
-    return order, max(free) - min(first), max(spans), peak, skipped
+    return order, max(free) - min(first), max(spans), peak, 0 if period is None else period.jumped
 
 
 def _one_stage_loop(

@@ -1,20 +1,20 @@
-"""The greedy one-stage loop's steady phase, skipped: a state that repeats, shifted, repeats its future.
+"""The greedy pass's steady phase, skipped: a state that repeats, shifted, repeats its future.
 
-`greedy._one_stage_loop` on a linear placement (one route) reaches a steady phase in which, one microbatch
-later, the loop's whole state is the same but shifted: counts by P microbatches, every time by T. The loop
-is a function of that state only (the counts enter through `count < m` tests), and with exact arithmetic
-adding T to every time changes no comparison, so the next segment of decisions is the last one shifted, and
-so on until the counts come near m. `Period` watches the state at every forward of the first stage, and when
-two such states match it appends the repeated segments at once and moves the state past them; the loop then
-runs the rest (the cool-down) itself.
+A greedy pass (`greedy._plan`: the one-stage loop on a linear placement, the general loop on a V; one route
+either way) reaches a steady phase in which, a microbatch or two later, the loop's whole state is the same
+but shifted: counts by P microbatches, every time by T. The loop is a function of that state only (the
+counts enter through `count < m` tests), and with exact arithmetic adding T to every time changes no
+comparison, so the next segment of decisions is the last one shifted, and so on until the counts come near
+m. `Period` watches the state at every forward of the route's first stage, and when two such states match it
+appends the repeated segments at once and moves the state past them; the loop then runs the rest (the
+cool-down) itself.
 
 What the state is, between two iterations of the loop (anything else the loop reads is fixed):
 - per stage the counts nf, nb, nw (relative to the first stage's nf) and per rank the activation held,
   the kind of its last F/B and its free time (relative to the checkpoint's time);
 - the heap's live entries, once each (a popped entry with `t < free[r] - eps` does nothing, and free only
-  grows; a second equal entry pops right after the first, and either the first placed a node, which
-  makes it stale, or placed none, and then it decides the same again, pushing again what the first
-  pushed: copies of an entry change no decision);
+  grows; equal entries pop one after another with no other rank acting between them, and the rank decides
+  at each until it finds nothing to place, which a copy then finds again: copies change no decision);
 - the forward/backward end times that can still decide something: f_end of stage s from the next stage's
   nf up to nf[s] (on the last stage: from nb[s], for its B), g_end of s from the previous stage's nb up to
   nb[s]. The others are never read again, or not yet written, or (f_end of a stage with a next one, for
@@ -60,7 +60,7 @@ def quantum(values: Iterable[float], eps: float) -> float | None:
 
 
 class Period:
-    """Watches `_one_stage_loop`'s state at each forward of the first stage and skips the repeats."""
+    """Watches a greedy loop's state at each forward of the route's first stage and skips the repeats."""
 
     def __init__(self, m: int, nxt: list[int], prv: list[int], eps: float, state: tuple) -> None:
         self.m, self.nxt, self.prv, self.eps = m, nxt, prv, eps

@@ -1,6 +1,7 @@
-"""The greedy one-stage loop's skip over a steady phase (`greedy_period`) changes no decision: the pass with
-the skip, without it and the general loop (the reference) give the same orders and figures, and the skip
-does happen where the costs allow exact sums."""
+"""The greedy loops' skip over a steady phase (`greedy_period`) changes no decision: the pass with the skip
+(the one-stage loop on a linear placement, the general loop on it and on a V), without it and the general
+loop without it (the reference) give the same orders and figures, and the skip does happen where the costs
+allow exact sums."""
 
 import itertools
 
@@ -8,7 +9,7 @@ import pytest
 
 from primuspp.algorithms import greedy, greedy_period
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.placement import linear
+from primuspp.schedule.placement import linear, make_placement
 
 #: dyadic costs (every sum exact), so the skip may run: F = B = W, per-stage costs with comm and a B that
 #: frees half (or keeps more than F saved), and a W of no time
@@ -26,36 +27,43 @@ COSTS = (
 )
 
 
-def _costs(pp, cost):
-    values = {k: (v[:pp] if isinstance(v, tuple) else v) for k, v in cost.items()}
-    return CostModel(**values).for_placement(linear(pp))
+def _placement(kind, pp):
+    return make_placement(kind, pp, 2 if kind == "v" else 1)
+
+
+def _costs(pp, cost, kind="linear"):
+    values = {k: (v[:pp] if isinstance(v, tuple) else v) for k, v in cost.items()}  # per rank
+    return CostModel(**values).for_placement(_placement(kind, pp))
 
 
 def _cases():
-    sizes = itertools.product((2, 3, 5, 8), (12, 40))
-    for (pp, m), cost_i, policy in itertools.product(sizes, range(len(COSTS)), greedy.POLICIES):
-        costs = _costs(pp, COSTS[cost_i])
+    sizes = itertools.product(("linear", "v"), (2, 3, 5, 8), (12, 40))
+    for (kind, pp, m), cost_i, policy in itertools.product(sizes, range(len(COSTS)), greedy.POLICIES):
+        costs = _costs(pp, COSTS[cost_i], kind)
         for cap in sorted({float(pp), float(2 * pp - 1), 2.5}):
-            if greedy.least_cap(linear(pp), costs) <= cap + 1e-9:
-                yield pp, m, cost_i, cap, policy
+            if greedy.least_cap(_placement(kind, pp), costs) <= cap + 1e-9:
+                yield kind, pp, m, cost_i, cap, policy
 
 
-@pytest.mark.parametrize("pp,m,cost_i,cap,policy", list(_cases()))
-def test_skip_changes_nothing(pp, m, cost_i, cap, policy):
-    placement, costs = linear(pp), _costs(pp, COSTS[cost_i])
+@pytest.mark.parametrize("kind,pp,m,cost_i,cap,policy", list(_cases()))
+def test_skip_changes_nothing(kind, pp, m, cost_i, cap, policy):
+    placement, costs = _placement(kind, pp), _costs(pp, COSTS[cost_i], kind)
     skipped = greedy._plan(placement, m, costs, cap, policy)
-    plain = greedy._plan(placement, m, costs, cap, policy, skip=False)
     general = greedy._plan(placement, m, costs, cap, policy, general=True)
-    assert skipped[:4] == plain[:4] == general[:4]
-    assert plain[4] == general[4] == 0 and 0 <= skipped[4] < m
+    plain = greedy._plan(placement, m, costs, cap, policy, skip=False)
+    reference = greedy._plan(placement, m, costs, cap, policy, general=True, skip=False)
+    assert skipped[:4] == general[:4] == plain[:4] == reference[:4]
+    assert plain[4] == reference[4] == 0 and 0 <= skipped[4] < m and 0 <= general[4] < m
 
 
 def test_skip_happens():
-    """At F = B = W with m = 8p the steady phase of every policy is skipped for more than half the pass."""
-    for pp, policy in itertools.product((2, 4, 8), greedy.POLICIES):
-        m = 8 * pp
-        skipped = greedy._plan(linear(pp), m, _costs(pp, COSTS[0]), float(pp), policy)[4]
-        assert skipped > m // 3, (pp, policy.name, skipped)
+    """At F = B = W with m = 8p the steady phase of every policy is skipped for more than a quarter of the
+    pass (on a linear placement mostly more than half), by either loop, on a linear placement and on a V."""
+    for kind, pp, policy in itertools.product(("linear", "v"), (2, 4, 8), greedy.POLICIES):
+        m, placement, costs = 8 * pp, _placement(kind, pp), _costs(pp, COSTS[0], kind)
+        for general in (False, True):
+            skipped = greedy._plan(placement, m, costs, float(pp), policy, general=general)[4]
+            assert skipped > m // 4, (kind, pp, policy.name, general, skipped)
 
 
 def test_no_skip_without_exact_sums():
