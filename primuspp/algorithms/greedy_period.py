@@ -76,6 +76,8 @@ class Period:
         """At a checkpoint (a forward of the first stage s0 just placed, ending at `now`): when this state
         matched an earlier one, skip the repeats; True when the watch is over (skipped, or never can)."""
         nf, nb, nw, free = self.nf, self.nb, self.nw, self.free
+        if not nb[s0]:  # still filling the pipeline (no B back on the first stage): not steady yet
+            return False
         k = nf[s0]
         sig = (
             tuple([f - now for f in free]),
