@@ -21,7 +21,9 @@ the same, or earlier where a policy chose to wait. Generators time candidates wi
 
 The order comes out as an `ArrayOrder` (integer columns: one int per decision while planning, the columns
 built once at the end), so a pass builds no Node; `schedule_reference` emits the same decisions as Node
-lists, the readable form tests hold it equal to.
+lists, the readable form tests hold it equal to. On one route, with costs whose sums are exact (multiples of
+a power of two), a pass appends the repeats of its steady phase at once instead of deciding them again
+(`greedy_period`); the reference decides every node.
 """
 
 from __future__ import annotations
