@@ -19,9 +19,14 @@ from primuspp.algorithms.portfolio import Score, memory_units, order_peak, timed
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
+from primuspp.schedule.rows import memo_of
 
 #: compute nodes of the orders kept, all together (the oldest go first)
 MAX_NODES = 400_000
+
+#: an ArrayOrder's columns as bytes, in its rows' memo (`rows.Rows`): the same order scored again builds and
+#: hashes no new bytes
+_COLUMNS = ("score_memo.columns",)
 
 #: key -> [makespan, longest span, what keeps the identities in the key unused, compute nodes, peak or None]
 _kept: dict[tuple, list] = {}
@@ -62,8 +67,14 @@ def _key(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) -
     """The memo key of an order (see the module docstring) and what keeps its node identities unused."""
     if isinstance(order, ArrayOrder):  # by content: equal columns, equal timing
         rows = order.rows
-        names = ("node_kind", "kind", "mb", "stage", "part")
-        return (placement, m, costs, order.first.tobytes(), *(rows[k].tobytes() for k in names)), None
+        memo = memo_of(rows)
+        cols = memo.get(_COLUMNS)
+        if cols is None:  # kept with the columns (up to MAX_NODES): hashed once, then compared by identity
+            names = ("node_kind", "kind", "mb", "stage", "part")
+            cols = (order.first.tobytes(), *(rows[k].tobytes() for k in names))
+            if order.num_nodes() <= MAX_NODES:
+                memo[_COLUMNS] = cols
+        return (placement, m, costs, *cols), None
     return (placement, m, costs, tuple(tuple(map(id, seq)) for seq in order)), tuple(map(tuple, order))
 
 
