@@ -30,3 +30,17 @@ def test_memo_hits_equal_fresh_scores():
         placement, m, zb, costs, costs.fractions()
     )
     assert score_memo.score(placement, m, ofob, costs) != score_memo.score(placement, m, zb, costs)
+
+
+def test_array_order_key_bytes_built_once():
+    """An ArrayOrder's key bytes are kept with its columns: a second key holds the same bytes objects, and an
+    equal order of other columns has an equal key (a hit) but its own bytes."""
+    p, m = 3, 6
+    placement = linear(p)
+    costs = CostModel(1.0, 1.0, 1.0).for_placement(placement)
+    zb = zero_bubble.generate(GenerationRequest(p, 1, m, CostModel(1.0, 1.0, 1.0), {}))
+    first, _ = score_memo._key(placement, m, zb, costs)
+    again, _ = score_memo._key(placement, m, zb, costs)
+    assert first == again and all(a is b for a, b in zip(first[3:], again[3:], strict=True))
+    other, _ = score_memo._key(placement, m, ArrayOrder.from_nodes(zb), costs)
+    assert other == first and not any(a is b for a, b in zip(first[3:], other[3:], strict=True))
