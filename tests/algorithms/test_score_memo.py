@@ -42,5 +42,5 @@ def test_array_order_key_bytes_built_once():
     first, _ = score_memo._key(placement, m, zb, costs)
     again, _ = score_memo._key(placement, m, zb, costs)
     assert first == again and all(a is b for a, b in zip(first[3:], again[3:], strict=True))
-    other, _ = score_memo._key(placement, m, ArrayOrder.from_nodes(zb), costs)
+    other, _ = score_memo._key(placement, m, ArrayOrder.from_nodes([list(seq) for seq in zb]), costs)
     assert other == first and not any(a is b for a, b in zip(first[3:], other[3:], strict=True))
