@@ -281,6 +281,21 @@ def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     }
 
 
+#: arrays of at least this many elements are made int32 where their values fit (half the memory: a large
+#: table's time is mostly in faulting in the pages of new arrays); shorter ones int64, numpy's index type
+#: (indexing with an int32 array costs three times as long, which at a few thousand elements outweighs
+#: what the memory saves)
+NARROW_FROM = 1 << 18
+
+
+def index_dtype(n: int, high: int) -> Any:
+    """The integer type of an array of `n` elements holding values in [-high, high]: int32 if `n` is at
+    least NARROW_FROM and the values fit, else int64."""
+    import numpy as np
+
+    return np.int32 if n >= NARROW_FROM and high < np.iinfo(np.int32).max else np.int64
+
+
 #: the largest (rank x time) histogram `_starts_before` builds (larger ones: a binary search)
 HISTOGRAM_MAX_CELLS = 1 << 21
 

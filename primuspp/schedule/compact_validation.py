@@ -23,7 +23,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.compact import CODE, LoweredRanks, kinds_present, one_row_per_node
+from primuspp.schedule.compact import CODE, LoweredRanks, index_dtype, kinds_present, one_row_per_node
 from primuspp.schedule.semantics import ACT, ACT_PREV, COMPLETION, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 
 if TYPE_CHECKING:
@@ -121,14 +121,39 @@ def _route_tables(pl: Placement, m: int) -> _Routes:
 
 
 def _below(values: Any, high: Any) -> Any:
-    """0 <= values < high, elementwise (a signed int column read as unsigned: one comparison)."""
+    """0 <= values < high, elementwise (a signed int column read as unsigned: one comparison; `high` an int
+    >= 0 or an int array)."""
+
+    as_u = _UNSIGNED.get(values.dtype.char)
+    if as_u is None:
+        return (values >= 0) & (values < high)
+    return values.view(as_u) < (high if isinstance(high, int) else high.astype(as_u))
+
+
+_UNSIGNED = {"q": "Q", "l": "L", "i": "I", "h": "H", "b": "B"}  # numpy's type chars: signed -> unsigned
+
+
+def _fifo_order(c_rank: Any, c_peer: Any, odd: Any, pp: int) -> tuple[Any, Any]:
+    """The sends and the receives (`odd`), each sorted by rank pair (sender * pp + receiver) and, within a
+    pair, in row order; (None, None) unless there are as many of each. The rows being in (rank, position)
+    order, a stable sort by the pair alone lists each pair's sends (receives) in position order; 16-bit
+    keys sort in linear time: one sort of all rows (receives after sends) where the pairs leave room,
+    else one per side."""
     import numpy as np
 
-    unsigned = {np.dtype(np.int64): np.uint64, np.dtype(np.int32): np.uint32, np.dtype(np.int8): np.uint8}
-    as_u = unsigned.get(values.dtype)
-    if as_u is not None:
-        return values.view(as_u) < np.asarray(high).astype(as_u)
-    return (values >= 0) & (values < high)
+    n_recv = int(np.count_nonzero(odd))
+    if 2 * n_recv != len(odd):
+        return None, None
+    pair = np.multiply(np.where(odd, c_peer, c_rank), pp, dtype=np.int32)  # the sender
+    pair += np.where(odd, c_rank, c_peer)
+    if 2 * pp * pp <= 1 << 16:
+        pair += odd * np.int32(pp * pp)
+        order = np.argsort(pair.astype(np.uint16), kind="stable")
+        return order[:n_recv], order[n_recv:]
+    if pp * pp <= 1 << 16:
+        pair = pair.astype(np.uint16)
+    s_idx, r_idx = np.flatnonzero(~odd), np.flatnonzero(odd)
+    return s_idx[np.argsort(pair[s_idx], kind="stable")], r_idx[np.argsort(pair[r_idx], kind="stable")]
 
 
 def valid(table: ScheduleTable) -> bool:
@@ -154,8 +179,8 @@ def valid(table: ScheduleTable) -> bool:
     if len(lengths) != n_ranks:
         return False
     total = int(lengths.sum())
-    # int32 for every array made per row or per key (each index < 4 * size, each place < total)
-    it = np.int32 if max(4 * size, total + 2 * n_ranks) < np.iinfo(np.int32).max else np.int64
+    # the type of the arrays made per row or per key (each index < 4 * size, each place < total)
+    it = index_dtype(total, max(4 * size, total + 2 * n_ranks))
     big = np.iinfo(it).max
 
     # -- compute rows: each on its stage's rank, F once per key on the routes, the backward as BW or B+W
@@ -196,13 +221,14 @@ def valid(table: ScheduleTable) -> bool:
     c_kind, c_mb, c_stage, c_rank = ranks.c_kind, ranks.c_mb, ranks.c_stage, ranks.c_rank
     c_pos, c_peer = ranks.c_pos, ranks.c_peer
     slot = c_kind - np.int8(_SF)
-    if not (_below(slot, 4) & _below(c_mb, m) & _below(c_stage, n) & _below(c_peer, pl.pp)).all():
+    if not (_below(slot, 4) & _below(c_mb, m) & _below(c_stage, n)).all():
         return False
     if not (rt.srank[c_stage] == c_rank).all():
         return False
     tk = np.multiply(slot, n, dtype=it)
     tk += c_stage
-    if not (rt.peer[tk] == c_peer).all():
+    # (no row may name -2, the table's "none")
+    if not (rt.peer[tk] == c_peer).all() or c_peer.min(initial=0) < 0:
         return False
     msg = rt.msg[tk]  # slot * size + the message's key (the producer's)
     msg += c_mb
@@ -247,21 +273,9 @@ def valid(table: ScheduleTable) -> bool:
     del held
 
     # -- FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
-    s_idx = np.flatnonzero(~odd)
-    r_idx = np.flatnonzero(odd)
-    if len(s_idx) != len(r_idx):
+    s_idx, r_idx = _fifo_order(c_rank, c_peer, odd, pl.pp)
+    if s_idx is None:
         return False
-    sender = np.where(odd, c_peer, c_rank)
-    pair = np.multiply(sender, pl.pp, dtype=np.int32)
-    pair += np.where(odd, c_rank, c_peer)
-    del sender
-    # 16-bit keys sort in linear time; the rows are in (rank, position) order (checked), so a stable sort
-    # by the pair alone lists each pair's sends (receives) in position order
-    if pl.pp * pl.pp <= 1 << 16:
-        pair = pair.astype(np.uint16)
-    s_idx = s_idx[np.argsort(pair[s_idx], kind="stable")]
-    r_idx = r_idx[np.argsort(pair[r_idx], kind="stable")]
-    del pair
     # the i-th send and the i-th receive carry one message (its receive slot is the send's + 1). Their
     # pairs then agree too: a message's send and receive name each other's ranks (the peer tables)
     if not (msg[r_idx] - msg[s_idx] == size).all():
