@@ -5,12 +5,13 @@ from __future__ import annotations
 import pickle
 import random
 
+import numpy as np
 import pytest
 
 from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params
 from primuspp.errors import ValidationError
-from primuspp.schedule import compact_validation
+from primuspp.schedule import compact, compact_validation
 from primuspp.schedule.compact import (
     LoweredRanks,
     _hand_offs,
@@ -165,3 +166,23 @@ def test_text_forms_read_from_the_arrays(name, placement, m, order):
     plain = ScheduleTable(placement, m, lower_comms_reference(placement, m, order), name)
     assert to_json(compact) == to_json(plain)
     assert to_text(compact) == to_text(plain)
+
+
+LARGE_CASES = CASES[::3] + CASES[-1:]  # (the last: memory nodes)
+
+
+@pytest.mark.parametrize(
+    "name,placement,m,order", LARGE_CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in LARGE_CASES]
+)
+def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, order):
+    """From NARROW_FROM elements on, lowering and validation make their arrays int32 and fill them rank by
+    rank or column by column: the same table, proven valid the same way (here from the first element)."""
+    small = lower_comms(placement, m, order)
+    monkeypatch.setattr(compact, "NARROW_FROM", 0)
+    large = lower_comms(placement, m, order)
+    assert large == lower_comms_reference(placement, m, order)
+    assert large.c_pos.dtype == np.int32 and large.node_pos.dtype == np.int32
+    for key in ("c_rank", "c_pos", "c_kind", "c_mb", "c_stage", "c_peer", "node_pos", "first", "hints"):
+        assert getattr(large, key).tolist() == getattr(small, key).tolist(), key
+    assert large.lengths == small.lengths
+    assert compact_validation.valid(ScheduleTable(placement, m, large, name)) == ("offload" not in name)
