@@ -288,6 +288,13 @@ def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
 NARROW_FROM = 1 << 18
 
 
+def column_dtype(n: int, high: int) -> Any:
+    """`index_dtype`, or int16 where the values fit: a column the table keeps."""
+    import numpy as np
+
+    return np.int16 if n >= NARROW_FROM and high <= np.iinfo(np.int16).max else index_dtype(n, high)
+
+
 def index_dtype(n: int, high: int) -> Any:
     """The integer type of an array of `n` elements holding values in [-high, high]: int32 if `n` is at
     least NARROW_FROM and the values fit, else int64."""
@@ -426,10 +433,8 @@ def lower_compact(
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
     h_rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"))
     h_rank = rank[h_rows]
-    h_node = h_rows if gidx is None else gidx[h_rows]
-    h_mb = mb[h_rows]
-    h_stage = stage[h_rows]
-    del h_rows, gidx
+    h_node = h_rows if gidx is None else gidx[h_rows]  # (the rows' microbatch and stage: read when needed)
+    del gidx
     # the receive goes before the consumer rank's first compute node starting at or after the producer's
     # end: `before` counts the compute nodes before it in the whole table (the peer's and earlier ranks')
     before = _compute_before(
@@ -467,21 +472,22 @@ def lower_compact(
     # receives: the j-th send of slot x (in creation order: send slots ascend) is comm row at[x] + j, where
     # j = (sends before it) - s_at[x]: row r_at[x] + (its index among the sends); the j-th receive of slot x
     # (receives sorted by slot, stably) is row s_at[x + 1] + (its index among the sorted receives)
-    s_at = np.zeros(n_slots + 1, dtype=np.int64)
+    sdt = index_dtype(n_slots, len(send_slot) + len(recv_slot))
+    s_at = np.zeros(n_slots + 1, dtype=sdt)
     np.cumsum(np.bincount(send_slot, minlength=n_slots), out=s_at[1:])
-    r_at = np.zeros(n_slots + 1, dtype=np.int64)
+    r_at = np.zeros(n_slots + 1, dtype=sdt)
     np.cumsum(np.bincount(recv_slot, minlength=n_slots), out=r_at[1:])
     at = s_at + r_at
     n_h, n_c = len(send_slot), int(at[-1])
     send_row = r_at[send_slot]
-    send_row += np.arange(n_h, dtype=np.int64)
+    send_row += np.arange(n_h, dtype=sdt)
     # (16-bit keys sort in linear time)
     rsort = np.argsort(recv_slot.astype(np.uint16) if n_slots <= 1 << 16 else recv_slot, kind="stable")
     rs = recv_slot[rsort]
     del recv_slot
     rr = recv_rank[rsort]  # receives in (rank, position) order
     recv_row = s_at[1:][rs]
-    recv_row += np.arange(len(rs), dtype=np.int64)
+    recv_row += np.arange(len(rs), dtype=sdt)
     # a row's position: its comm row, less the comm rows of earlier ranks, plus the compute nodes before it
     # on its rank (its boundary: slot - slot_base[rank]); memory nodes before it are added below
     comm_before = at[slot_base[:-1]]  # the comm rows of the ranks before each rank
@@ -531,31 +537,34 @@ def lower_compact(
 
     # the comm columns, each row at its place (sends at send_row; receives at recv_row, in sorted order:
     # to_recv in hand-off order)
-    to_recv = np.empty(len(rsort), dtype=np.int64)
+    to_recv = np.empty(len(rsort), dtype=sdt)
     to_recv[rsort] = recv_row
     del rsort
     own = slice(None) if keep_all else np.nonzero(keep)[0]
-    cdt = index_dtype(
-        n_c, max(n_ranks, num_microbatches, placement.num_stages, int(lengths0.max(initial=0)) + n_c)
-    )
-    cols = np.empty((5, n_c), dtype=cdt)  # rank, mb, stage, peer, pos
-    c_kind = np.empty(n_c, dtype=np.int8)
-    c_kind[send_row] = send_kind
-    c_kind[to_recv] = recv_kind[own]
-    cols[4, recv_row] = recv_pos
-    sent = (h_rank, h_mb, h_stage, peer, send_pos)
-    received = (recv_rank, h_mb[own], cons[own], h_rank[own])
-    if n_c < NARROW_FROM:  # a few calls
-        cols[:, send_row] = sent
-        cols[:4, to_recv] = received
-    else:  # column by column (no copy of the hand-off columns stacked)
-        for j, col in enumerate(sent):
-            cols[j, send_row] = col
-        for j, col in enumerate(received):
-            cols[j, to_recv] = col
-    del sent, received, h_rank, recv_rank, send_pos, recv_pos, send_kind, recv_kind, h_mb, h_stage, cons, peer
-    del own, keep, send_row, recv_row, to_recv
-    comm = {"rank": cols[0], "mb": cols[1], "stage": cols[2], "peer": cols[3], "pos": cols[4], "kind": c_kind}
+    del keep
+
+    # the comm columns, column by column (each made, filled and its sources freed in turn: a large
+    # lowering's peak memory): the sends at send_row, the receives at to_recv (in hand-off order) or at
+    # recv_row (in sorted order)
+    def column(dtype: Any, sent: Any, received: Any, at_recv: Any, at_send: Any = send_row) -> Any:
+        col = np.empty(n_c, dtype=dtype)
+        col[at_send] = sent
+        col[at_recv] = received
+        return col
+
+    comm = {"kind": column(np.int8, send_kind, recv_kind[own], to_recv)}
+    del send_kind, recv_kind
+    rank_dt = column_dtype(n_c, n_ranks)
+    comm["rank"] = column(rank_dt, h_rank, recv_rank, to_recv)
+    comm["peer"] = column(rank_dt, peer, h_rank[own], to_recv)
+    del h_rank, recv_rank, peer
+    comm["stage"] = column(column_dtype(n_c, placement.num_stages), stage[h_rows], cons[own], to_recv)
+    del cons
+    h_mb = mb[h_rows]
+    comm["mb"] = column(column_dtype(n_c, num_microbatches), h_mb, h_mb[own], to_recv)
+    del h_mb, h_rows, to_recv, own
+    comm["pos"] = column(column_dtype(n_c, int(lengths0.max(initial=0)) + n_c), send_pos, recv_pos, recv_row)
+    del send_pos, recv_pos, send_row, recv_row
     lengths = (lengths0 + np.diff(comm_before, append=n_c)).tolist()
     if pos_all.dtype != dt:
         pos_all = pos_all.astype(dt)
