@@ -490,7 +490,8 @@ def lower_compact(
     recv_row += np.arange(len(rs), dtype=sdt)
     # a row's position: its comm row, less the comm rows of earlier ranks, plus the compute nodes before it
     # on its rank (its boundary: slot - slot_base[rank]); memory nodes before it are added below
-    comm_before = at[slot_base[:-1]]  # the comm rows of the ranks before each rank
+    comm_upto = at[slot_base]  # the comm rows of the ranks before each rank (and all: the last)
+    comm_before = comm_upto[:-1]
     off = slot_base[:-1] + comm_before
     send_pos = send_slot - off[h_rank]
     send_pos += send_row
@@ -565,7 +566,9 @@ def lower_compact(
     del h_mb, h_rows, to_recv, own
     comm["pos"] = column(column_dtype(n_c, int(lengths0.max(initial=0)) + n_c), send_pos, recv_pos, recv_row)
     del send_pos, recv_pos, send_row, recv_row
-    lengths = (lengths0 + np.diff(comm_before, append=n_c)).tolist()
+    lengths0 += comm_upto[1:]
+    lengths0 -= comm_before
+    lengths = lengths0.tolist()
     if pos_all.dtype != dt:
         pos_all = pos_all.astype(dt)
     return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)

@@ -23,7 +23,14 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.compact import CODE, LoweredRanks, index_dtype, kinds_present, one_row_per_node
+from primuspp.schedule.compact import (
+    CODE,
+    NARROW_FROM,
+    LoweredRanks,
+    index_dtype,
+    kinds_present,
+    one_row_per_node,
+)
 from primuspp.schedule.semantics import ACT, ACT_PREV, COMPLETION, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 
 if TYPE_CHECKING:
@@ -61,6 +68,7 @@ def _rules_match() -> bool:
 
 
 RULES_MATCH = _rules_match()
+_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
 class _Routes:
@@ -96,7 +104,10 @@ class _Routes:
         cross_next, cross_prev = cross(nxt), cross(prv)
         # per (comm slot, key): how many rows carry that message (the key is the producer's)
         per_stage = np.stack([cross_next, cross_next, cross_prev, cross_prev])
-        self.expect = (per_stage[:, :, None] & on2[None]).reshape(-1).astype(np.int8)
+        # (int64 as bincount's counts, which it is compared with: a comparison of two types is slower; int8
+        # for a large table: less memory kept)
+        expect_dt = np.int8 if 4 * size >= NARROW_FROM else np.int64
+        self.expect = (per_stage[:, :, None] & on2[None]).reshape(-1).astype(expect_dt)
         stages = np.arange(n, dtype=np.int64)
         toward = np.stack([nxt, prv, prv, nxt])  # the other end of each slot's message
         crosses = np.stack([cross_next, cross_prev, cross_prev, cross_next])
@@ -144,12 +155,14 @@ def _fifo_order(c_rank: Any, c_peer: Any, odd: Any, pp: int) -> tuple[Any, Any]:
     n_recv = int(np.count_nonzero(odd))
     if 2 * n_recv != len(odd):
         return None, None
+    if 2 * pp * pp <= 1 << 16:  # (computed in 16 bits: each value below 2 * pp * pp)
+        pair = np.multiply(np.where(odd, c_peer, c_rank), pp, dtype=np.uint16, casting="unsafe")  # the sender
+        np.add(pair, np.where(odd, c_rank, c_peer), out=pair, casting="unsafe")
+        np.add(pair, odd * np.uint16(pp * pp), out=pair, casting="unsafe")
+        order = np.argsort(pair, kind="stable")
+        return order[:n_recv], order[n_recv:]
     pair = np.multiply(np.where(odd, c_peer, c_rank), pp, dtype=np.int32)  # the sender
     pair += np.where(odd, c_rank, c_peer)
-    if 2 * pp * pp <= 1 << 16:
-        pair += odd * np.int32(pp * pp)
-        order = np.argsort(pair.astype(np.uint16), kind="stable")
-        return order[:n_recv], order[n_recv:]
     if pp * pp <= 1 << 16:
         pair = pair.astype(np.uint16)
     s_idx, r_idx = np.flatnonzero(~odd), np.flatnonzero(odd)
@@ -181,7 +194,7 @@ def valid(table: ScheduleTable) -> bool:
     total = int(lengths.sum())
     # the type of the arrays made per row or per key (each index < 4 * size, each place < total)
     it = index_dtype(total, max(4 * size, total + 2 * n_ranks))
-    big = np.iinfo(it).max
+    big = _INT32_MAX if it is np.int32 else _INT64_MAX
 
     # -- compute rows: each on its stage's rank, F once per key on the routes, the backward as BW or B+W
     kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
