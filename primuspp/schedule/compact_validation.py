@@ -131,6 +131,11 @@ def _route_tables(pl: Placement, m: int) -> _Routes:
     return _Routes(pl, m)
 
 
+def _within(values: Any, high: int) -> bool:
+    """0 <= values < high, all of them (two reductions: no array made)."""
+    return len(values) == 0 or (int(values.min()) >= 0 and int(values.max()) < high)
+
+
 def _below(values: Any, high: Any) -> Any:
     """0 <= values < high, elementwise (a signed int column read as unsigned: one comparison; `high` an int
     >= 0 or an int array)."""
@@ -201,7 +206,7 @@ def valid(table: ScheduleTable) -> bool:
     one_each = one_row_per_node(rows)
     # each row's position (its node's): row i is node i when no node is composite
     pos = ranks.node_pos if one_each else ranks.node_pos[ranks.first[rank] + rows["index"]]
-    if not (_below(mb, m) & _below(stage, n)).all() or not (rt.srank[stage] == rank).all():
+    if not (_within(mb, m) and _within(stage, n)) or not (rt.srank[stage] == rank).all():
         return False
     k = np.multiply(stage, m, dtype=it)
     k += mb
@@ -234,7 +239,7 @@ def valid(table: ScheduleTable) -> bool:
     c_kind, c_mb, c_stage, c_rank = ranks.c_kind, ranks.c_mb, ranks.c_stage, ranks.c_rank
     c_pos, c_peer = ranks.c_pos, ranks.c_peer
     slot = c_kind - np.int8(_SF)
-    if not (_below(slot, 4) & _below(c_mb, m) & _below(c_stage, n)).all():
+    if not (_within(slot, 4) and _within(c_mb, m) and _within(c_stage, n)):
         return False
     if not (rt.srank[c_stage] == c_rank).all():
         return False
@@ -320,10 +325,12 @@ def valid(table: ScheduleTable) -> bool:
     # each comm row's boundary: the compute nodes before it on its rank (its place less the comm rows
     # before it there; the rows being in (rank, position) order, those are its index less its rank's first)
     comm_first = np.searchsorted(c_rank, np.arange(n_ranks))
-    at_b = (lo + 1 + comm_first).astype(it)[c_rank]  # phi(rank, boundary) of each comm row: ext[at_b]
+    # phi(rank, boundary - 1) of each comm row: ext[at_b] (before[at_b]); phi(rank, boundary): after[at_b]
+    at_b = (lo + comm_first).astype(it)[c_rank]
     at_b += c_pos
     at_b -= np.arange(len(c_pos), dtype=it)
+    before, after = ext[:-1], ext[1:]
     a_at, b_at = at_b[s_idx], at_b[r_idx]
-    if not (ext[b_at - 1] < ext[a_at]).all():
+    if not (before[b_at] < after[a_at]).all():
         return False
-    return bool((ext[a_at - 1] < ext[b_at]).all())
+    return bool((before[a_at] < after[b_at]).all())
