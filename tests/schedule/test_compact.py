@@ -188,3 +188,20 @@ def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, o
         assert getattr(large, key).tolist() == getattr(small, key).tolist(), key
     assert large.lengths == small.lengths
     assert compact_validation.valid(ScheduleTable(placement, m, large, name)) == ("offload" not in name)
+
+
+def test_large_table_forms_read_and_dump_as_the_small_ones(monkeypatch):
+    """The narrow columns of a large table (int16 where they fit) read and dump as the int64 ones."""
+    from primuspp.schedule.formats import to_json, to_text
+
+    _, placement, m, order = next(c for c in CASES if c[0] == "zbv" and c[1].pp == 8)
+    small = ScheduleTable(placement, m, lower_comms(placement, m, order), "zbv")
+    monkeypatch.setattr(compact, "NARROW_FROM", 0)
+    large = ScheduleTable(placement, m, lower_comms(placement, m, order), "zbv")
+    assert large.ranks.c_rank.dtype == np.int16
+    assert to_json(large) == to_json(small) and to_text(large) == to_text(small)
+    assert [large.ranks.texts(r) for r in range(placement.pp)] == [
+        small.ranks.texts(r) for r in range(placement.pp)
+    ]
+    again = pickle.loads(pickle.dumps(large.ranks))
+    assert again == small.ranks and again.c_pos.dtype == large.ranks.c_pos.dtype
