@@ -42,10 +42,10 @@ class LoweredRanks(LazyRanks):
     `rows`: the same as arrays (`order_arrays`); `node_pos`: each order node's position in its rank's
     lowered list (rank-major, rank r's from `first[r]`). Comm rows (all ranks, sorted by rank then
     position): `c_rank`, `c_pos`, `c_kind` (a code of KINDS), `c_mb`, `c_stage` (the stage on the row's own
-    rank), `c_peer`. `hints` (rank-major, rank r's from `hint_first[r]`): the unit-cost start of each
-    compute node in the run lowering placed the receives by; the validator proves termination with them
-    (and checks them: a wrong hint cannot make a
-    bad table pass, only send it to the reference validator)."""
+    rank), `c_peer` (int64; in a large table the narrowest type that holds them: `column_dtype`). `hints`
+    (rank-major, rank r's from `hint_first[r]`): the unit-cost start of each compute node in the run
+    lowering placed the receives by; the validator proves termination with them (and checks them: a wrong
+    hint cannot make a bad table pass, only send it to the reference validator)."""
 
     __slots__ = (
         "_cache",
@@ -536,9 +536,7 @@ def lower_compact(
         del i_of_slot, mask, node_slot, node_pos, s_count, r_count, excl, before
     del s_at, r_at, at, send_slot, rs, node_rank, node_ci, slot_base, off
 
-    # the comm columns, each row at its place (sends at send_row; receives at recv_row, in sorted order:
-    # to_recv in hand-off order)
-    to_recv = np.empty(len(rsort), dtype=sdt)
+    to_recv = np.empty(len(rsort), dtype=sdt)  # each receive's row, in hand-off order
     to_recv[rsort] = recv_row
     del rsort
     own = slice(None) if keep_all else np.nonzero(keep)[0]
