@@ -43,8 +43,11 @@ class ArrayOrder(LazyRanks):
         # the columns as `Rows`: facts derived from them are remembered across a build's passes
         self.rows, self.first = rows if isinstance(rows, Rows) else Rows(rows), first
         n_ranks = len(first) - 1
-        # rank r's rows: _row_first[r] .. _row_first[r + 1] (rows are rank-major)
-        self._row_first = np.searchsorted(rows["rank"], np.arange(n_ranks + 1), "left")
+        # rank r's rows: _row_first[r] .. _row_first[r + 1] (rows are rank-major; one row per node: `first`)
+        if len(rows["kind"]) == int(first[-1]):
+            self._row_first = first
+        else:
+            self._row_first = np.searchsorted(rows["rank"], np.arange(n_ranks + 1), "left")
         self._cache: list[tuple[Node, ...] | None] = [None] * n_ranks
         self._lengths: list[int] | None = None
 
@@ -57,6 +60,7 @@ class ArrayOrder(LazyRanks):
         import numpy as np
 
         from primuspp.schedule.compact import _part_tables
+        from primuspp.schedule.rows import Rows
 
         lengths_a = np.asarray(lengths, dtype=np.int64)
         first = np.zeros(len(lengths_a) + 1, dtype=np.int64)
@@ -65,7 +69,9 @@ class ArrayOrder(LazyRanks):
         kind = np.asarray(kind, dtype=np.int8)
         if len(kind) != n or len(mb) != n or len(stage) != n:
             raise ValueError(f"columns of {len(kind)}, {len(mb)}, {len(stage)} rows for {n} nodes")
-        if n and _part_tables()[0][kind].any():
+        # the kinds that occur (`compact.kinds_present`, per row and per node alike here: kept in the memo)
+        present = np.flatnonzero(np.bincount(kind, minlength=len(KINDS))).tolist() if n else []
+        if any(_part_tables()[0][c] for c in present) or (present and present[-1] >= len(KINDS)):
             raise ValueError("from_flat takes simple nodes only: build composite nodes with from_nodes")
         rank = np.repeat(np.arange(len(lengths_a), dtype=np.int64), lengths_a)
         rows = {
@@ -78,6 +84,8 @@ class ArrayOrder(LazyRanks):
             "index": np.arange(n, dtype=np.int64) - first[rank],
             "part": np.zeros(n, dtype=np.int64),
         }
+        rows = Rows(rows)
+        rows.memo["present", "kind"] = rows.memo["present", "node_kind"] = present
         return cls(rows, first)
 
     @classmethod

@@ -16,7 +16,7 @@ numpy is imported inside the functions that need it: importing this module costs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from itertools import chain
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -42,10 +42,10 @@ class LoweredRanks(LazyRanks):
     `rows`: the same as arrays (`order_arrays`); `node_pos`: each order node's position in its rank's
     lowered list (rank-major, rank r's from `first[r]`). Comm rows (all ranks, sorted by rank then
     position): `c_rank`, `c_pos`, `c_kind` (a code of KINDS), `c_mb`, `c_stage` (the stage on the row's own
-    rank), `c_peer`. `hints` (rank-major, rank r's from `hint_first[r]`): the unit-cost start of each
-    compute node in the run lowering placed the receives by; the validator proves termination with them
-    (and checks them: a wrong hint cannot make a
-    bad table pass, only send it to the reference validator)."""
+    rank), `c_peer` (int64; in a large table the narrowest type that holds them: `column_dtype`). `hints`
+    (rank-major, rank r's from `hint_first[r]`): the unit-cost start of each compute node in the run
+    lowering placed the receives by; the validator proves termination with them (and checks them: a wrong
+    hint cannot make a bad table pass, only send it to the reference validator)."""
 
     __slots__ = (
         "_cache",
@@ -281,23 +281,46 @@ def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
     }
 
 
-#: the largest (rank x time) histogram `_starts_before` builds (larger ones: a binary search)
+#: arrays of at least this many elements are made int32 where their values fit (half the memory: a large
+#: table's time is mostly in faulting in the pages of new arrays); shorter ones int64, numpy's index type
+#: (indexing with an int32 array costs three times as long, which at a few thousand elements outweighs
+#: what the memory saves)
+NARROW_FROM = 1 << 18
+
+
+def column_dtype(n: int, high: int) -> Any:
+    """`index_dtype`, or int16 where the values fit: a column the table keeps."""
+    import numpy as np
+
+    return np.int16 if n >= NARROW_FROM and high <= np.iinfo(np.int16).max else index_dtype(n, high)
+
+
+def index_dtype(n: int, high: int) -> Any:
+    """The integer type of an array of `n` elements holding values in [-high, high]: int32 if `n` is at
+    least NARROW_FROM and the values fit, else int64."""
+    import numpy as np
+
+    return np.int32 if n >= NARROW_FROM and high < np.iinfo(np.int32).max else np.int64
+
+
+#: the largest (rank x time) histogram `_compute_before` builds (larger ones: a binary search)
 HISTOGRAM_MAX_CELLS = 1 << 21
 
 
-def _starts_before(cstarts: Any, cfirst: Any, n_compute: Any, t: Any, peer: Any, top: float) -> Any:
-    """For each hand-off (time `t`, rank `peer`): how many of that rank's compute nodes start before `t`
-    (`cstarts`: each rank's compute starts, ascending, rank r's from `cfirst[r]`; `top`: no time above it).
-    Whole unit-cost times (lowering's): counted in a (rank x time) histogram, linear in the table; other
-    times: a binary search of the ranks' starts laid end to end."""
+def _compute_before(cstarts: Any, cfirst: Any, t: Any, peer: Any, rank_c: Any = None) -> Any:
+    """For each hand-off (time `t`, rank `peer`): the compute nodes that start before `t` on that rank, plus
+    all those of the ranks before it (`cstarts`: each rank's compute starts, ascending, rank r's from
+    `cfirst[r]`; `rank_c`: the rank of each, if the caller has it). Whole unit-cost times (lowering's):
+    counted in a (rank x time) histogram, linear in the table; other times: a binary search of the ranks'
+    starts laid end to end."""
     import numpy as np
 
-    n_ranks = len(n_compute)
-    width = int(top) + 2
+    n_ranks = len(cfirst) - 1
+    top = float(max(cstarts.max(initial=0.0), t.max(initial=0.0)))
+    width = int(top) + 2 if top < 2**40 else 0
     # (a histogram no larger than the arrays at hand, and at most HISTOGRAM_MAX_CELLS: a large lowering's
     # peak memory)
-    cells_ok = n_ranks * width <= min(4 * (len(cstarts) + len(t)) + 4096, HISTOGRAM_MAX_CELLS)
-    if top < 2**40 and cells_ok:
+    if 0 < n_ranks * width <= min(4 * (len(cstarts) + len(t)) + 4096, HISTOGRAM_MAX_CELLS):
         s_int, t_int = cstarts.astype(np.int64), t.astype(np.int64)
         if (
             (s_int == cstarts).all()
@@ -305,13 +328,21 @@ def _starts_before(cstarts: Any, cfirst: Any, n_compute: Any, t: Any, peer: Any,
             and s_int.min(initial=0) >= 0
             and t_int.min(initial=0) >= 0
         ):
-            rank_c = np.repeat(np.arange(n_ranks, dtype=np.int64), n_compute)
-            cells = np.bincount(rank_c * width + s_int, minlength=n_ranks * width)
-            before = np.cumsum(cells) - cells  # entries in earlier cells: earlier ranks' and earlier times'
-            return before[peer * width + t_int] - cfirst[peer]
+            block = np.arange(0, n_ranks * width, width, dtype=np.int64)  # each rank's first cell
+            key = block[np.repeat(np.arange(n_ranks), np.diff(cfirst)) if rank_c is None else rank_c]
+            key += s_int
+            before = np.zeros(n_ranks * width + 1, dtype=np.int64)  # before[c]: the entries in cells < c
+            np.cumsum(np.bincount(key, minlength=n_ranks * width), out=before[1:])
+            del key, s_int
+            needle = block[peer]
+            needle += t_int
+            return before[needle]
     span = top + 2.0
-    shifted = cstarts + np.repeat(np.arange(n_ranks, dtype=np.float64), n_compute) * span
-    return np.searchsorted(shifted, t + peer * span, "left") - cfirst[peer]
+    shifted = np.repeat(np.arange(n_ranks, dtype=np.float64) * span, np.diff(cfirst))
+    shifted += cstarts
+    needle = peer * span
+    needle += t
+    return np.searchsorted(shifted, needle, "left")
 
 
 @cache
@@ -367,13 +398,14 @@ def lower_compact(
         order = tuple(tuple(seq) for seq in order)
     n_ranks = len(order)
     arr = rows if rows is not None else order_arrays(order)
-    kind, mb, stage, rank, index = (arr[k] for k in ("kind", "mb", "stage", "rank", "index"))
+    kind, mb, stage, rank = arr["kind"], arr["mb"], arr["stage"], arr["rank"]
     lengths0 = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths0, out=first[1:])
     n_nodes = int(first[-1])
+    simple = one_row_per_node(arr)
     # the node's index in the concatenated order (row i is node i when no node is composite)
-    gidx = None if one_row_per_node(arr) else first[rank] + index
+    gidx = None if simple else first[rank] + arr["index"]
 
     # compute flags and compute indices per node of the concatenated order (every node a compute node, as
     # without OFFLOAD/RELOAD: node_compute None, the compute numbering is the node numbering, and the
@@ -390,149 +422,177 @@ def lower_compact(
         np.cumsum(np.bincount(node_rank[node_compute], minlength=n_ranks), out=cfirst[1:])
         node_ci = ccount - cfirst[node_rank]  # compute nodes before it on its rank
         del ccount
-    n_compute = np.diff(cfirst)
 
-    n_all = int(first[-1])
     if isinstance(timing.starts, np.ndarray):  # flat already (`node_time_arrays`)
         starts, ends = timing.starts, timing.ends
     else:
-        starts = np.fromiter(chain.from_iterable(timing.starts), dtype=np.float64, count=n_all)
-        ends = np.fromiter(chain.from_iterable(timing.ends), dtype=np.float64, count=n_all)
+        starts = np.fromiter(chain.from_iterable(timing.starts), dtype=np.float64, count=n_nodes)
+        ends = np.fromiter(chain.from_iterable(timing.ends), dtype=np.float64, count=n_nodes)
     cstarts = starts if node_compute is None else starts[node_compute]  # rank-major, in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
-    rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"))
-    h_rank = rank[rows]
-    h_node = rows if gidx is None else gidx[rows]
-    h_mb = mb[rows]
-    h_stage = stage[rows]
-    del rows, gidx
-    t = ends[h_node]
-    # the receive goes before the consumer rank's first compute node starting at or after t
-    k = _starts_before(
-        cstarts, cfirst, n_compute, t, peer, float(max(ends.max(initial=0.0), starts.max(initial=0.0)))
+    h_rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"))
+    h_rank = rank[h_rows]
+    h_node = h_rows if gidx is None else gidx[h_rows]  # (the rows' microbatch and stage: read when needed)
+    del gidx
+    # the receive goes before the consumer rank's first compute node starting at or after the producer's
+    # end: `before` counts the compute nodes before it in the whole table (the peer's and earlier ranks')
+    before = _compute_before(
+        cstarts, cfirst, ends[h_node], peer, rank if node_compute is None and simple else None
     )
+    del starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
     # a receive after the peer's last compute node is never emitted (as in the reference)
-    keep = k < n_compute[peer]
-    del t, starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
+    keep = before < cfirst[1:][peer]
+    keep_all = bool(keep.all())  # as usual: every hand-off gets its receive
     send_kind = np.array([CODE[SEND_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
     recv_kind = np.array([CODE[RECV_OF[w].text] for w in (ACT, GRAD)], dtype=np.int8)[datum]
     del datum
 
     # positions. Boundary b of a rank is the place just before its compute node b (b = C: after the last);
     # there the sends of node b-1 come first, then the receives placed at b (memory nodes after node b-1
-    # come before both). One slot per (rank, boundary), rank-major: rank r's slots from slot_base[r].
-    # Each array below is as long as the table: a large lowering's time is in making them (the memory of
-    # each new one is touched for the first time), so few are made and those few are used in place.
+    # come before both). One slot per (rank, boundary), rank-major: rank r's slots from slot_base[r]
+    # (cfirst[r] + r). Each array below is as long as the table: a large lowering's time is in making them
+    # (the memory of each new one is touched for the first time), so few are made and those few are used
+    # in place.
     slot_base = cfirst + np.arange(n_ranks + 1, dtype=np.int64)  # rank r's boundaries 0..C_r
     n_slots = int(slot_base[-1])
     if node_compute is None:  # the producer's boundary is its node index + 1: slot = node + rank + 1
         send_slot = h_node + h_rank
         send_slot += 1
     else:
-        send_slot = slot_base[h_rank] + node_ci[h_node] + 1
+        send_slot = slot_base[h_rank] + node_ci[h_node]
+        send_slot += 1
     del h_node
-    keep_all = bool(keep.all())  # as usual: every hand-off gets its receive
     recv_rank = peer if keep_all else peer[keep]
-    recv_slot = slot_base[recv_rank]
-    recv_slot += k if keep_all else k[keep]
-    del k
-    # s_incl / r_incl: the sends / receives at this slot or an earlier one (whole table); comm_before[r]:
-    # the comm rows of the ranks before r. A slot's sends and receives at earlier boundaries of its rank are
-    # then s_incl - s_count + r_incl - r_count - comm_before[rank]
-    s_incl = np.bincount(send_slot, minlength=n_slots)
-    np.cumsum(s_incl, out=s_incl)
-    r_incl = np.bincount(recv_slot, minlength=n_slots)
-    np.cumsum(r_incl, out=r_incl)
-    comm_before = np.zeros(n_ranks, dtype=np.int64)
-    ends_at = slot_base[1:-1] - 1  # each rank's last slot but the last rank's
-    comm_before[1:] = s_incl[ends_at] + r_incl[ends_at]
-    # the j-th send / receive of a boundary, j in creation order (send slots are already sorted):
-    # send: (index of the boundary's compute node) + (comm at earlier boundaries) + j, where j = (sends
-    # before it) - (sends at earlier slots); the sends at earlier slots cancel, leaving the receives
-    r_excl = r_incl - np.bincount(recv_slot, minlength=n_slots)
-    n_h = len(send_slot)
-    send_pos = r_excl[send_slot]
-    del r_excl
-    send_pos += np.arange(n_h, dtype=np.int64)
-    rsort = np.argsort(recv_slot, kind="stable")
+    recv_slot = before if keep_all else before[keep]  # slot = boundary + slot_base[rank] = before + rank
+    recv_slot += recv_rank
+    del before
+    # s_at[x] / r_at[x]: the sends / receives at slots before x (whole table); at[x]: both. The comm rows
+    # (all ranks, in (rank, position) order) are numbered slot by slot, each slot's sends before its
+    # receives: the j-th send of slot x (in creation order: send slots ascend) is comm row at[x] + j, where
+    # j = (sends before it) - s_at[x]: row r_at[x] + (its index among the sends); the j-th receive of slot x
+    # (receives sorted by slot, stably) is row s_at[x + 1] + (its index among the sorted receives)
+    sdt = index_dtype(n_slots, len(send_slot) + len(recv_slot))
+    s_at = np.zeros(n_slots + 1, dtype=sdt)
+    np.cumsum(np.bincount(send_slot, minlength=n_slots), out=s_at[1:])
+    r_at = np.zeros(n_slots + 1, dtype=sdt)
+    np.cumsum(np.bincount(recv_slot, minlength=n_slots), out=r_at[1:])
+    at = s_at + r_at
+    n_h, n_c = len(send_slot), int(at[-1])
+    send_row = r_at[send_slot]
+    send_row += np.arange(n_h, dtype=sdt)
+    # (16-bit keys sort in linear time)
+    rsort = np.argsort(recv_slot.astype(np.uint16) if n_slots <= 1 << 16 else recv_slot, kind="stable")
     rs = recv_slot[rsort]
     del recv_slot
     rr = recv_rank[rsort]  # receives in (rank, position) order
-    # receive: (index of the compute node) + (comm at earlier boundaries) + (the boundary's sends) + j;
-    # the receives at earlier slots cancel, leaving the sends up to its slot
-    recv_pos = s_incl[rs]
-    recv_pos += np.arange(len(rs), dtype=np.int64)
-    if node_compute is None:  # compute node b of rank r is the rank's node b: index = slot - slot_base[r]
-        off = slot_base[:-1] + comm_before
-        send_pos += send_slot
-        send_pos -= off[h_rank]
-        recv_pos += rs
-        recv_pos -= off[rr]
-        # each compute node after the comm at its boundary and the earlier ones: rank by rank (views)
-        pos_all = np.empty(n_nodes, dtype=np.int64)
-        steps = np.arange(int(n_compute.max(initial=0)), dtype=np.int64)
-        bounds = zip(first[:-1].tolist(), first[1:].tolist(), slot_base[:-1].tolist(), strict=True)
-        for r, (lo, hi, sb) in enumerate(bounds):
-            out = pos_all[lo:hi]
-            np.add(s_incl[sb : sb + hi - lo], r_incl[sb : sb + hi - lo], out=out)
-            out += steps[: hi - lo]
-            out -= comm_before[r]
+    recv_row = s_at[1:][rs]
+    recv_row += np.arange(len(rs), dtype=sdt)
+    # a row's position: its comm row, less the comm rows of earlier ranks, plus the compute nodes before it
+    # on its rank (its boundary: slot - slot_base[rank]); memory nodes before it are added below
+    comm_upto = at[slot_base]  # the comm rows of the ranks before each rank (and all: the last)
+    comm_before = comm_upto[:-1]
+    off = slot_base[:-1] + comm_before
+    send_pos = send_slot - off[h_rank]
+    send_pos += send_row
+    recv_pos = rs - off[rr]
+    recv_pos += recv_row
+    dt = index_dtype(n_nodes, int(lengths0.max(initial=0)) + n_c)
+    if node_compute is None:
+        # compute node i (rank r, slot i + r) after the comm at its boundary and the earlier ones:
+        # at[i + r + 1] - comm_before[r] + (i - first[r])
+        if n_nodes < NARROW_FROM:  # all ranks at once
+            steps = np.arange(n_nodes, dtype=np.int64)
+            node_r = rank if simple else np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
+            pos_all = at[1:][steps + node_r]
+            pos_all += steps
+            pos_all -= (first[:-1] + comm_before)[node_r]
+            del steps, node_r
+        else:  # rank by rank, in place (views: no array as long as the table but the result)
+            pos_all = np.empty(n_nodes, dtype=dt)
+            steps = np.arange(int(lengths0.max(initial=0)), dtype=dt)
+            bounds = zip(first[:-1].tolist(), first[1:].tolist(), slot_base[:-1].tolist(), strict=True)
+            for r, (lo, hi, sb) in enumerate(bounds):
+                out = pos_all[lo:hi]
+                np.subtract(at[sb + 1 : sb + 1 + hi - lo], comm_before[r], out=out, casting="same_kind")
+                out += steps[: hi - lo]
     else:
         # index in the rank's order of its compute node b (the rank's length for b = C)
         i_of_slot = np.empty(n_slots, dtype=np.int64)
-        last = slot_base[:-1] + n_compute
+        last = slot_base[:-1] + np.diff(cfirst)
         i_of_slot[last] = lengths0
         mask = np.ones(n_slots, dtype=bool)
         mask[last] = False
         i_of_slot[mask] = np.nonzero(node_compute)[0] - first[node_rank[node_compute]]
-        send_pos += i_of_slot[send_slot] - comm_before[h_rank]
-        recv_pos += i_of_slot[rs] - comm_before[rr]
+        # (send_pos, recv_pos hold the boundary; the compute node's index replaces it)
+        send_pos += i_of_slot[send_slot] - (send_slot - slot_base[h_rank])
+        recv_pos += i_of_slot[rs] - (rs - slot_base[rr])
         node_slot = slot_base[node_rank] + node_ci
         node_pos = np.arange(n_nodes, dtype=np.int64) - first[node_rank]
-        s_count = np.bincount(send_slot, minlength=n_slots)
-        r_count = np.diff(r_incl, prepend=0)
-        excl = s_incl - s_count + r_incl - r_count  # comm at this slot's earlier boundaries, + comm_before
+        s_count, r_count = np.diff(s_at), np.diff(r_at)
+        excl = at[:-1]  # comm at this slot's earlier boundaries, + comm_before
         before = node_pos + excl[node_slot] - comm_before[node_rank]
         pos_all = np.where(node_compute, before + s_count[node_slot] + r_count[node_slot], before)
         del i_of_slot, mask, node_slot, node_pos, s_count, r_count, excl, before
-    del s_incl, r_incl, send_slot, rs, node_rank, node_ci, slot_base
+    del s_at, r_at, at, send_slot, rs, node_rank, node_ci, slot_base, off
 
-    # rows in (rank, position) order: the sends are (creation order), the receives are (sorted by slot):
-    # each row's place in the whole lowered table is unique, so marking the places merges the two
-    lowered = lengths0 + np.bincount(h_rank, minlength=n_ranks) + np.bincount(rr, minlength=n_ranks)
-    at = np.cumsum(lowered) - lowered
-    mark = np.zeros(int(lowered.sum()), dtype=np.int8)
-    mark[at[h_rank] + send_pos] = 1
-    mark[at[rr] + recv_pos] = 2
-    merged = mark[mark != 0]
-    del mark
-    to_send = np.flatnonzero(merged == 1)
-    recv_rows = np.flatnonzero(merged == 2)  # the receives' rows, in (rank, position) order
-    to_recv = np.empty(len(recv_rows), dtype=np.int64)
-    to_recv[rsort] = recv_rows  # each receive's row, in hand-off order
-    del merged, rsort
+    to_recv = np.empty(len(rsort), dtype=sdt)  # each receive's row, in hand-off order
+    to_recv[rsort] = recv_row
+    del rsort
     own = slice(None) if keep_all else np.nonzero(keep)[0]
-    n_c = len(to_send) + len(to_recv)
-    comm = {}
-    for key, sent, received, dtype in (
-        ("rank", h_rank, recv_rank, np.int64),
-        ("pos", send_pos, None, np.int64),
-        ("kind", send_kind, recv_kind[own], np.int8),
-        ("mb", h_mb, h_mb[own], np.int64),
-        ("stage", h_stage, cons[own], np.int64),
-        ("peer", peer, h_rank[own], np.int64),
-    ):
+    del keep
+
+    # the comm columns, column by column (each made, filled and its sources freed in turn: a large
+    # lowering's peak memory): the sends at send_row, the receives at to_recv (in hand-off order) or at
+    # recv_row (in sorted order)
+    def column(dtype: Any, sent: Any, received: Any, at_recv: Any, at_send: Any = send_row) -> Any:
         col = np.empty(n_c, dtype=dtype)
-        col[to_send] = sent
-        if received is None:  # the receives' positions are in (rank, position) order
-            col[recv_rows] = recv_pos
-        else:
-            col[to_recv] = received
-        comm[key] = col
-    del h_rank, recv_rank, send_pos, recv_pos, send_kind, recv_kind, h_mb, h_stage, cons, peer, own, keep
-    lengths = lowered.tolist()
+        col[at_send] = sent
+        col[at_recv] = received
+        return col
+
+    comm = {"kind": column(np.int8, send_kind, recv_kind[own], to_recv)}
+    del send_kind, recv_kind
+    rank_dt = column_dtype(n_c, n_ranks)
+    comm["rank"] = column(rank_dt, h_rank, recv_rank, to_recv)
+    comm["peer"] = column(rank_dt, peer, h_rank[own], to_recv)
+    del h_rank, recv_rank, peer
+    comm["stage"] = column(column_dtype(n_c, placement.num_stages), stage[h_rows], cons[own], to_recv)
+    del cons
+    h_mb = mb[h_rows]
+    comm["mb"] = column(column_dtype(n_c, num_microbatches), h_mb, h_mb[own], to_recv)
+    del h_mb, h_rows, to_recv, own
+    comm["pos"] = column(column_dtype(n_c, int(lengths0.max(initial=0)) + n_c), send_pos, recv_pos, recv_row)
+    del send_pos, recv_pos, send_row, recv_row
+    lengths0 += comm_upto[1:]
+    lengths0 -= comm_before
+    lengths = lengths0.tolist()
+    if pos_all.dtype != dt:
+        pos_all = pos_all.astype(dt)
     return LoweredRanks(order, arr, pos_all, first, comm, cstarts, cfirst, lengths)
+
+
+@lru_cache(maxsize=32)
+def _hand_off_tables(placement: Placement) -> tuple[Any, Any, Any, Any, int]:
+    """Per kind code, `datum * n_stages` (datum 0 = ACT, 1 = GRAD, 2 = none: no kind makes both, else
+    None); per cell datum * n_stages + stage: whether it hands off, the peer rank and the consuming stage."""
+    import numpy as np
+
+    from primuspp.schedule.lowering import stage_peers
+
+    _, makes_of, _ = _lowering_tables()
+    n_stages = placement.num_stages
+    fwd_peer, bwd_peer = stage_peers(placement)
+    peer_of = np.full((3, n_stages), -1, dtype=np.int64)
+    peer_of[0], peer_of[1] = fwd_peer, bwd_peer
+    cons_of = np.full((3, n_stages), -1, dtype=np.int64)
+    cons_of[0], cons_of[1] = placement.next_stage, placement.prev_stage
+    datum_of = np.full(len(KINDS), 2 * n_stages, dtype=np.int64)
+    datum_of[makes_of[0]], datum_of[makes_of[1]] = 0, n_stages
+    tables = (datum_of, (peer_of >= 0).reshape(-1), peer_of.reshape(-1), cons_of.reshape(-1))
+    for a in tables:
+        a.setflags(write=False)
+    return (*tables, n_stages)
 
 
 def _hand_offs(placement: Placement, kind: Any, stage: Any, present: list[int]) -> tuple[Any, Any, Any, Any]:
@@ -543,26 +603,15 @@ def _hand_offs(placement: Placement, kind: Any, stage: Any, present: list[int]) 
     stage) tables, no merge (`_hand_offs_merged` is the general form; a test holds the two equal)."""
     import numpy as np
 
-    from primuspp.schedule.lowering import stage_peers
-
     _, makes_of, _ = _lowering_tables()
     if (makes_of[0] & makes_of[1])[present].any():
         return _hand_offs_merged(placement, kind, stage, present)
-    n_stages = placement.num_stages
-    fwd_peer, bwd_peer = stage_peers(placement)
-    # per (datum, stage), datum 2 = none: the peer rank (-1: no hand-off) and the consuming stage
-    peer_of = np.full((3, n_stages), -1, dtype=np.int64)
-    peer_of[0], peer_of[1] = fwd_peer, bwd_peer
-    cons_of = np.full((3, n_stages), -1, dtype=np.int64)
-    cons_of[0], cons_of[1] = placement.next_stage, placement.prev_stage
-    datum_of = np.full(len(KINDS), 2, dtype=np.int64)
-    datum_of[makes_of[0]], datum_of[makes_of[1]] = 0, 1
+    datum_of, hands_off, peer_of, cons_of, n_stages = _hand_off_tables(placement)
     cell = datum_of[kind]
-    cell *= n_stages
     cell += stage
-    rows = np.flatnonzero((peer_of >= 0).reshape(-1)[cell])
+    rows = np.flatnonzero(hands_off[cell])
     cell = cell[rows]
-    return rows, cell // n_stages, peer_of.reshape(-1)[cell], cons_of.reshape(-1)[cell]
+    return rows, cell // n_stages, peer_of[cell], cons_of[cell]
 
 
 def _hand_offs_merged(

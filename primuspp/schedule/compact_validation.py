@@ -1,7 +1,7 @@
 """Validation of a compact lowered table (`compact.LoweredRanks`) as array passes.
 
 It decides only whether the table is valid: every rule of `validation.py` becomes a comparison of position
-arrays indexed by key = stage * microbatches + microbatch (an input's producer must sit at an earlier
+tables indexed by key = stage * microbatches + microbatch (an input's producer must sit at an earlier
 position of the same rank, each node appears the right number of times, sends and receives pair in order
 per rank pair). Termination is proven with a certificate: the unit-cost start of the compute node after each
 batch (kept by lowering) must strictly increase along each rank and order every matched pair of batches so
@@ -10,17 +10,31 @@ that each wait points to a strictly earlier value; then the waits form no cycle 
 Whenever a rule fails — or the table holds something this pass does not cover (memory nodes, an odd
 composite node) — `valid` returns False and `validation.validate` runs the reference walk, which finds and
 names the first problem exactly as before. So a True here is a proof; a False costs only time.
+
+Speed: at p=16 each numpy call (a few microseconds) counts, at p=256 each new array as long as the table
+(its memory is faulted in afresh). So what depends on the placement alone is worked out once per
+(placement, microbatches) (`_route_tables`), per-key tables stand in for per-row selections, the arrays made
+per row are int32 where the values fit, and checks another check already implies are left out (each such
+omission says why).
 """
 
 from __future__ import annotations
 
-from functools import cache
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.compact import CODE, KINDS, LoweredRanks, kinds_present, one_row_per_node
+from primuspp.schedule.compact import (
+    CODE,
+    NARROW_FROM,
+    LoweredRanks,
+    index_dtype,
+    kinds_present,
+    one_row_per_node,
+)
 from primuspp.schedule.semantics import ACT, ACT_PREV, COMPLETION, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 
 if TYPE_CHECKING:
+    from primuspp.schedule.placement import Placement
     from primuspp.schedule.table import ScheduleTable
 
 _F, _B, _W, _BW = CODE["F"], CODE["B"], CODE["W"], CODE["BW"]
@@ -29,7 +43,9 @@ _SF, _RF, _SB, _RB = CODE["SEND_F"], CODE["RECV_F"], CODE["SEND_B"], CODE["RECV_
 
 def _rules_match() -> bool:
     """The rules below are those of these kinds; another semantics table sends every table to the
-    reference walk."""
+    reference walk. The passes also read a compute row's kind code as its slot (F, B, W, BW = 0..3) and a
+    comm row's code minus SEND_F's as its slot (SEND_F, RECV_F, SEND_B, RECV_B = 0..3: a send even, a
+    receive odd, grad from 2): another numbering of the kinds sends every table to the walk too."""
     by_text = {k.text: sem for k, sem in SEMANTICS.items()}
     simple = {
         "F": ((ACT_PREV,), (ACT,)),
@@ -46,44 +62,116 @@ def _rules_match() -> bool:
         and all((by_text[t].consumes, by_text[t].produces) == rule for t, rule in simple.items())
         and all(by_text[t].carries == what for t, what in carries.items())
         and {t for t, sem in by_text.items() if sem.role == "comm"} == set(carries)
+        and (_F, _B, _W, _BW) == (0, 1, 2, 3)
+        and (_RF, _SB, _RB) == (_SF + 1, _SF + 2, _SF + 3)
     )
 
 
 RULES_MATCH = _rules_match()
+_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
-@cache
-def _slots() -> tuple[Any, Any]:
-    """Per kind code, its slot among the compute kinds (F, B, BW, W) and among the comm kinds (SEND_F,
-    SEND_B, RECV_F, RECV_B); slot 4: any other kind."""
-    import numpy as np
+class _Routes:
+    """What the checks need of a placement and a microbatch count, worked out once (`_route_tables`).
 
-    compute = np.full(len(KINDS), 4, dtype=np.int64)
-    compute[[_F, _B, _BW, _W]] = (0, 1, 2, 3)
-    comm = np.full(len(KINDS), 4, dtype=np.int64)
-    comm[[_SF, _SB, _RF, _RB]] = (0, 1, 2, 3)
-    return compute, comm
+    Keys are stage * m + microbatch (stage-major: a rank's nodes, a few stages with microbatches in turn,
+    read and write neighbouring entries). Per comm slot (SEND_F, RECV_F, SEND_B, RECV_B) and stage, flat
+    as slot * n + stage: `peer` the rank the row must name as its peer (-2: no such row can exist: no
+    neighbour that way, or one on the same rank), `msg` slot * size + (the producing stage) * m, which plus
+    the microbatch is the row's message in the (slot, key) tables; `partner` (0 for the activation, 1 for
+    the grad) * size + stage * m, which plus the microbatch is the row's compute partner (its producer for a
+    send, its consumer for a receive) in the (F, B-or-BW) position tables."""
+
+    def __init__(self, pl: Placement, m: int) -> None:
+        import numpy as np
+
+        n = pl.num_stages
+        size = self.size = m * n
+        self.srank = np.array(pl.stage_rank, dtype=np.int32)
+        nxt = np.array(pl.next_stage, dtype=np.int64)
+        prv = np.array(pl.prev_stage, dtype=np.int64)
+        member = np.zeros((len(pl.routes), n), dtype=bool)
+        for i, route in enumerate(pl.routes):
+            member[i, list(route)] = True
+        # stage s of microbatch mb: on its route (each stage lies on exactly one route: Placement checks it)
+        on2 = member[np.arange(m) % len(pl.routes)].T
+        self.on_route = on2.reshape(-1)
+        self.all_on_route = bool(self.on_route.all())
+
+        def cross(other: Any) -> Any:  # per stage: a neighbour that way, on another rank
+            return (other >= 0) & (self.srank[np.maximum(other, 0)] != self.srank)
+
+        cross_next, cross_prev = cross(nxt), cross(prv)
+        # per (comm slot, key): how many rows carry that message (the key is the producer's)
+        per_stage = np.stack([cross_next, cross_next, cross_prev, cross_prev])
+        # (int64 as bincount's counts, which it is compared with: a comparison of two types is slower; int8
+        # for a large table: less memory kept)
+        expect_dt = np.int8 if 4 * size >= NARROW_FROM else np.int64
+        self.expect = (per_stage[:, :, None] & on2[None]).reshape(-1).astype(expect_dt)
+        stages = np.arange(n, dtype=np.int64)
+        toward = np.stack([nxt, prv, prv, nxt])  # the other end of each slot's message
+        crosses = np.stack([cross_next, cross_prev, cross_prev, cross_next])
+        self.peer = np.where(crosses, self.srank[np.maximum(toward, 0)], -2).astype(np.int32).reshape(-1)
+        producer = np.stack([stages, prv, stages, nxt])
+        slots = np.arange(4, dtype=np.int64)[:, None]
+        self.msg = (slots * size + np.maximum(producer, 0) * m).astype(np.int32).reshape(-1)
+        self.partner = ((slots >= 2) * size + stages * m).astype(np.int32).reshape(-1)
+        # same-rank hand-offs (a V's turn): (producer stage, consumer stage) pairs, activation and grad
+        local_next = (nxt >= 0) & ~cross_next
+        self.act_local = (stages[local_next], nxt[local_next])
+        local_prev = (prv >= 0) & ~cross_prev
+        self.grad_local = (stages[local_prev], prv[local_prev])
+        self.on2 = on2
+        for a in (self.srank, self.on_route, self.expect, self.peer, self.msg, self.partner, on2):
+            a.setflags(write=False)
+
+
+@lru_cache(maxsize=8)
+def _route_tables(pl: Placement, m: int) -> _Routes:
+    return _Routes(pl, m)
+
+
+def _within(values: Any, high: int) -> bool:
+    """0 <= values < high, all of them (two reductions: no array made)."""
+    return len(values) == 0 or (int(values.min()) >= 0 and int(values.max()) < high)
 
 
 def _below(values: Any, high: Any) -> Any:
-    """0 <= values < high, elementwise (an int64 column read as unsigned: one comparison)."""
+    """0 <= values < high, elementwise (a signed int column read as unsigned: one comparison; `high` an int
+    >= 0 or an int array)."""
+
+    as_u = _UNSIGNED.get(values.dtype.char)
+    if as_u is None:
+        return (values >= 0) & (values < high)
+    return values.view(as_u) < (high if isinstance(high, int) else high.astype(as_u))
+
+
+_UNSIGNED = {"q": "Q", "l": "L", "i": "I", "h": "H", "b": "B"}  # numpy's type chars: signed -> unsigned
+
+
+def _fifo_order(c_rank: Any, c_peer: Any, odd: Any, pp: int) -> tuple[Any, Any]:
+    """The sends and the receives (`odd`), each sorted by rank pair (sender * pp + receiver) and, within a
+    pair, in row order; (None, None) unless there are as many of each. The rows being in (rank, position)
+    order, a stable sort by the pair alone lists each pair's sends (receives) in position order; 16-bit
+    keys sort in linear time: one sort of all rows (receives after sends) where the pairs leave room,
+    else one per side."""
     import numpy as np
 
-    if values.dtype == np.int64:
-        return values.view(np.uint64) < np.asarray(high).astype(np.uint64)
-    return (values >= 0) & (values < high)
-
-
-def _inner(first: Any) -> Any:
-    """Of the n - 1 steps between consecutive nodes (rank-major, rank r's from first[r]), those within one
-    rank."""
-    import numpy as np
-
-    n = int(first[-1])
-    inner = np.ones(max(n - 1, 0), dtype=bool)
-    ends = first[1:-1] - 1  # the step from a rank's last node to the next rank's first
-    inner[ends[(ends >= 0) & (ends < n - 1)]] = False
-    return inner
+    n_recv = int(np.count_nonzero(odd))
+    if 2 * n_recv != len(odd):
+        return None, None
+    if 2 * pp * pp <= 1 << 16:  # (computed in 16 bits: each value below 2 * pp * pp)
+        pair = np.multiply(np.where(odd, c_peer, c_rank), pp, dtype=np.uint16, casting="unsafe")  # the sender
+        np.add(pair, np.where(odd, c_rank, c_peer), out=pair, casting="unsafe")
+        np.add(pair, odd * np.uint16(pp * pp), out=pair, casting="unsafe")
+        order = np.argsort(pair, kind="stable")
+        return order[:n_recv], order[n_recv:]
+    pair = np.multiply(np.where(odd, c_peer, c_rank), pp, dtype=np.int32)  # the sender
+    pair += np.where(odd, c_rank, c_peer)
+    if pp * pp <= 1 << 16:
+        pair = pair.astype(np.uint16)
+    s_idx, r_idx = np.flatnonzero(~odd), np.flatnonzero(odd)
+    return s_idx[np.argsort(pair[s_idx], kind="stable")], r_idx[np.argsort(pair[r_idx], kind="stable")]
 
 
 def valid(table: ScheduleTable) -> bool:
@@ -99,193 +187,150 @@ def valid(table: ScheduleTable) -> bool:
     rows = ranks.rows
     if not rows["parts_ok"]:
         return False
-    n = pl.num_stages
-    size = m * n
-    srank = np.array(pl.stage_rank, dtype=np.int64)
-    nxt = np.array(pl.next_stage, dtype=np.int64)
-    prv = np.array(pl.prev_stage, dtype=np.int64)
-    member = np.zeros((len(pl.routes), n), dtype=bool)
-    for i, route in enumerate(pl.routes):
-        member[i, list(route)] = True
-    # per key = stage * m + microbatch: stage-major, so that a rank's nodes (a few stages, microbatches
-    # in turn) read and write neighbouring entries of the per-key tables (mb-major, each would touch its
-    # own page: at p=256, m=2048 most of the time of this pass)
-    on_route = member[np.arange(m) % len(pl.routes)].T.reshape(-1)
-
-    kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
     if not set(kinds_present(rows, "kind")) <= {_F, _B, _W, _BW}:  # memory nodes: the reference walk
         return False
-    # each row's position (its node's): row i is node i when no node is composite
-    pos = ranks.node_pos if one_row_per_node(rows) else ranks.node_pos[ranks.first[rank] + rows["index"]]
-    c_kind, c_mb, c_stage, c_rank = ranks.c_kind, ranks.c_mb, ranks.c_stage, ranks.c_rank
-    c_pos, c_peer = ranks.c_pos, ranks.c_peer
-
-    def placed(mbs, stages, on) -> object:
-        """The rows' keys (stage * m + mb), or None unless each row's microbatch and stage exist, the
-        stage is on the row's rank and on the microbatch's route."""
-        if not (_below(mbs, m) & _below(stages, n)).all():
-            return None
-        keys = stages * m
-        keys += mbs
-        return keys if (srank[stages] == on).all() and on_route[keys].all() else None
-
-    key = placed(mb, stage, rank)
-    c_key = None if key is None else placed(c_mb, c_stage, c_rank)
-    if c_key is None:
+    n = pl.num_stages
+    rt = _route_tables(pl, m)
+    size = rt.size
+    n_ranks = len(ranks)
+    lengths = np.asarray(ranks.lengths, dtype=np.int64)
+    if len(lengths) != n_ranks:
         return False
-    big = np.iinfo(np.int64).max
+    total = int(lengths.sum())
+    # the type of the arrays made per row or per key (each index < 4 * size, each place < total)
+    it = index_dtype(total, max(4 * size, total + 2 * n_ranks))
+    big = _INT32_MAX if it is np.int32 else _INT64_MAX
 
-    compute_slot, comm_slot = _slots()
-
-    def at(slot_of, kinds, keys, where) -> tuple[object, object]:
-        """Per slot of `slot_of` (a kind code's slot, 0..4): (count per key, position per key: `big` where
-        none) of the rows of that slot's kind, as (5, size) tables (one pass over all rows)."""
-        k = slot_of[kinds]
-        k *= size
-        k += keys
-        count = np.bincount(k, minlength=5 * size).reshape(5, size)
-        p = np.full(5 * size, big, dtype=np.int64)
-        p[k] = where
-        return count, p.reshape(5, size)
-
-    (n_f, n_b, n_bw, n_w, _), (pos_f, pos_b, pos_bw, _, _) = at(compute_slot, kind, key, pos)
-    # each node once; F everywhere on the routes; the backward as BW or as B then W
-    need = on_route.astype(np.int64)
+    # -- compute rows: each on its stage's rank, F once per key on the routes, the backward as BW or B+W
+    kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
+    one_each = one_row_per_node(rows)
+    # each row's position (its node's): row i is node i when no node is composite
+    pos = ranks.node_pos if one_each else ranks.node_pos[ranks.first[rank] + rows["index"]]
+    if not (_within(mb, m) and _within(stage, n)) or not (rt.srank[stage] == rank).all():
+        return False
+    k = np.multiply(stage, m, dtype=it)
+    k += mb
+    k += np.multiply(kind, size, dtype=it)  # slot (= kind code) * size + key
+    count = np.bincount(k, minlength=4 * size).reshape(4, size)
+    # (a row off its microbatch's route is counted where none may be: on_route is not checked per row)
+    need = 1 if rt.all_on_route else rt.on_route
+    n_f, n_b, n_w, n_bw = count
     if not ((n_f == need).all() and (n_b + n_bw == need).all() and (n_w == n_b).all()):
         return False
-    pos_g = np.minimum(pos_b, pos_bw)  # the input grad's producer (one of the two)
+    at = np.full(4 * size, big, dtype=it)  # (F, B, W, BW) positions per key; `big`: none
+    at[k] = pos
+    del k
+    at = at.reshape(4, size)
+    pos_f, pos_b = at[0], at[1]
+    if not (pos_b < at[2]).all(where=n_w > 0):  # W after its B
+        return False
+    del count, n_f, n_b, n_w, n_bw
+    np.minimum(pos_b, at[3], out=pos_b)  # now the input grad's producer: the B or the BW
+    pos_g = pos_b
+    # F before its backward; same-rank hand-offs (a V's turn) before their consumer
+    if not (pos_f < pos_g).all(where=True if rt.all_on_route else rt.on_route):
+        return False
+    for table2, (src, dst) in ((pos_f.reshape(n, m), rt.act_local), (pos_g.reshape(n, m), rt.grad_local)):
+        if len(src) and not (table2[src] < table2[dst]).all(where=rt.on2[dst]):
+            return False
 
-    # messages: key of the producer; a send's own stage is the producer, a receive's the consumer
-    send = (c_kind == _SF) | (c_kind == _SB)
-    grad = (c_kind == _SB) | (c_kind == _RB)
-    # the other stage: (SEND_F, RECV_B) the next one, else the previous one (tables of int32: each array as
-    # long as the table is made once, and a large table's time is in making them)
-    toward = nxt.astype(np.int32)[c_stage]
-    np.copyto(toward, prv.astype(np.int32)[c_stage], where=(c_kind != _SF) & (c_kind != _RB))
-    if not (toward >= 0).all():
+    # -- comm rows: the right peer, each message sent and received once, a send after its producer, a
+    # receive before its consumer
+    c_kind, c_mb, c_stage, c_rank = ranks.c_kind, ranks.c_mb, ranks.c_stage, ranks.c_rank
+    c_pos, c_peer = ranks.c_pos, ranks.c_peer
+    slot = c_kind - np.int8(_SF)
+    if not (_within(slot, 4) and _within(c_mb, m) and _within(c_stage, n)):
         return False
-    if not ((srank[toward] == c_peer) & (c_peer != c_rank)).all():
+    if not (rt.srank[c_stage] == c_rank).all():
         return False
-    msg_key = np.multiply(toward, m, dtype=np.int64)
-    msg_key += c_mb
-    np.copyto(msg_key, c_key, where=send)
-    del c_key, toward  # large tables: each pass frees what it is done with (the build's peak memory)
-    (n_sf, n_sb, n_rf, n_rb, n_other), (_, _, pos_rf, pos_rb, _) = at(comm_slot, c_kind, msg_key, c_pos)
-    if n_other.any():  # a comm row of no comm kind
+    tk = np.multiply(slot, n, dtype=it)
+    tk += c_stage
+    # (no row may name -2, the table's "none")
+    if not (rt.peer[tk] == c_peer).all() or c_peer.min(initial=0) < 0:
         return False
-    stages = np.arange(size) // m
-    cross_next = on_route & (nxt[stages] >= 0) & (srank[np.maximum(nxt[stages], 0)] != srank[stages])
-    cross_prev = on_route & (prv[stages] >= 0) & (srank[np.maximum(prv[stages], 0)] != srank[stages])
-    if not ((n_sf == cross_next) & (n_rf == cross_next) & (n_sb == cross_prev) & (n_rb == cross_prev)).all():
+    msg = rt.msg[tk]  # slot * size + the message's key (the producer's)
+    msg += c_mb
+    # (an off-route message is counted where none may be, and a receive's own key shares its message's
+    # route: no per-row route check)
+    if not (np.bincount(msg, minlength=4 * size) == rt.expect).all():
         return False
-    # a send after what it sends (an activation: its F; an input grad: its B or BW)
-    s_idx = np.nonzero(send)[0]
-    s_key = msg_key[s_idx]
-    made_at = np.where(grad[s_idx], pos_g[s_key], pos_f[s_key])
-    if not (made_at < c_pos[s_idx]).all():
+    partner = rt.partner[tk]
+    del tk
+    partner += c_mb
+    # a send's partner (its producer) before it, a receive's (its consumer) after it. Both on the row's
+    # rank: distinct places (checked below), so "not before" is "after"; the partner exists (the counts)
+    odd = (slot & 1).view(bool)  # receives
+    if not ((at.reshape(-1)[partner] < c_pos) != odd).all():
         return False
-    del s_key, made_at
+    del partner, at, pos_f, pos_b, pos_g
 
-    # inputs before use, on the same rank: the producer itself, or the receive of what it made
-    f = kind == _F
-    fs, fk, fp = stage[f], key[f], pos[f]
-    p = prv[fs]
-    has = p >= 0
-    pk = fk[has] + (p[has] - fs[has]) * m
-    local = srank[p[has]] == rank[f][has]
-    came = np.where(local, pos_f[pk], pos_rf[pk])
-    if not (came < fp[has]).all():
+    # -- places: the comm rows in (rank, position) order, each rank's places 0..length-1 held once
+    lowered_first = np.zeros(n_ranks + 1, dtype=np.int64)
+    np.cumsum(lengths, out=lowered_first[1:])
+    n_nodes = len(ranks.node_pos)
+    if n_nodes + len(c_pos) != total:
         return False
-    g = (kind == _B) | (kind == _BW)
-    gs, gk, gp = stage[g], key[g], pos[g]
-    if not (pos_f[gk] < gp).all():
+    node_rank = rank if one_each else np.repeat(np.arange(n_ranks), np.diff(ranks.first))
+    if not (_below(ranks.node_pos, lengths[node_rank]).all() and _below(c_pos, lengths[c_rank]).all()):
         return False
-    q = nxt[gs]
-    has = q >= 0
-    qk = gk[has] + (q[has] - gs[has]) * m
-    local = srank[q[has]] == rank[g][has]
-    came = np.where(local, pos_g[qk], pos_rb[qk])
-    if not (came < gp[has]).all():
-        return False
-    w = kind == _W
-    if not (pos_b[key[w]] < pos[w]).all():
-        return False
-    del f, fs, fk, fp, p, has, pk, local, came, g, gs, gk, gp, q, qk, w, key
-
-    # FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
-    src = np.where(send, c_rank, c_peer)
-    dst = np.where(send, c_peer, c_rank)
-    msg = 2 * msg_key + grad
-    r_idx = np.nonzero(~send)[0]
-    # the rows are in (rank, position) order (checked: LoweredRanks keeps them so), so each pair's sends are
-    # in position order on the sender's rows and its receives on the receiver's: a stable sort by the pair
-    # alone lists both in position order (16-bit keys sort in linear time). Checked on each row's place in
-    # the whole lowered table (rank-major; positions within their rank's length: checked below)
-    lengths = np.asarray(ranks.lengths, dtype=np.int64)
-    if len(lengths) != len(ranks):
-        return False
-    lowered_first = np.cumsum(lengths) - lengths
-    c_at = lowered_first[c_rank]
+    c_at = lowered_first.astype(it)[c_rank]
     c_at += c_pos
     if len(c_at) > 1 and not (c_at[1:] > c_at[:-1]).all():
         return False
-    del c_at  # (made again below: a large table's peak memory is in the pairing that follows)
-    n_pairs = pl.pp * pl.pp
-    pair = src * pl.pp
-    pair += dst
-    pair = pair.astype(np.int16 if n_pairs <= np.iinfo(np.int16).max else np.int64, copy=False)
-    s_idx = s_idx[np.argsort(pair[s_idx], kind="stable")]
-    r_idx = r_idx[np.argsort(pair[r_idx], kind="stable")]
-    if len(s_idx) != len(r_idx):
+    held = np.zeros(total, dtype=bool)
+    held[c_at] = True
+    del c_at
+    node_at = lowered_first.astype(it)[node_rank]
+    node_at += ranks.node_pos
+    held[node_at] = True
+    del node_at
+    # every place marked by total marks (each row marks one place of its own rank): no two rows share a
+    # place, and each rank holds as many rows as its length
+    if not held.all():
         return False
-    if not ((src[s_idx] == src[r_idx]).all() and (dst[s_idx] == dst[r_idx]).all()):
-        return False
-    if not (msg[s_idx] == msg[r_idx]).all():
-        return False
-    del src, dst, msg, pair, msg_key, send, grad, pos_f, pos_b, pos_bw, pos_g, pos_rf, pos_rb
+    del held
 
-    # termination: batch = (rank, compute nodes before it); certificate from the hints
-    n_ranks = len(ranks)
+    # -- FIFO per rank pair: the sends of a -> b in position order are the receives of b from a in order
+    s_idx, r_idx = _fifo_order(c_rank, c_peer, odd, pl.pp)
+    if s_idx is None:
+        return False
+    # the i-th send and the i-th receive carry one message (its receive slot is the send's + 1). Their
+    # pairs then agree too: a message's send and receive name each other's ranks (the peer tables)
+    if not (msg[r_idx] - msg[s_idx] == size).all():
+        return False
+    del msg
+
+    # -- termination: batch = (rank, compute nodes before it); certificate from the hints
     # all nodes are compute nodes (memory nodes went to the reference walk), so `first` counts them
     cfirst = ranks.first
-    counts = np.diff(cfirst)
     if len(cfirst) != len(ranks.hint_first) or not (cfirst == ranks.hint_first).all():
         return False
     hints = ranks.hints
     if len(hints) != int(cfirst[-1]):
         return False
-    # each rank's positions are 0..length-1, each held once (compute and comm rows together): the comm rows
-    # being in (rank, position) order, the j-th comm row of rank r has r's first `c_pos - j` compute nodes
-    # before it
-    c_counts = np.bincount(c_rank, minlength=n_ranks)
-    if not (counts + c_counts == lengths).all():
-        return False
-    node_pos = ranks.node_pos
-    rank_of_node = np.repeat(np.arange(n_ranks, dtype=np.int64), counts)
-    if not (_below(node_pos, lengths[rank_of_node]).all() and _below(c_pos, lengths[c_rank]).all()):
-        return False
-    held = np.zeros(int(lengths.sum()), dtype=np.int8)
-    held[lowered_first[rank_of_node] + node_pos] = 1
-    held[lowered_first[c_rank] + c_pos] += 1
-    if not (held == 1).all():
-        return False
-    del held, rank_of_node, pos
-    comm_first = np.cumsum(c_counts) - c_counts
-    boundary = c_pos - (np.arange(len(c_pos), dtype=np.int64) - comm_first[c_rank])
-    # hints strictly increase along each rank
-    step = np.diff(hints) > 0
-    if len(step) and not step[_inner(cfirst)].all():
-        return False
-
     # phi(r, b): the hint of the compute node after boundary b of rank r, -inf before the first (b = -1),
-    # +inf after the last (b = count): read from one table, each rank's hints between -inf and +inf
-    ext = np.full(len(hints) + 2 * n_ranks, np.inf)
-    ext[cfirst[:-1] + 2 * np.arange(n_ranks, dtype=np.int64)] = -np.inf
-    ext[
-        np.arange(len(hints), dtype=np.int64) + 2 * np.repeat(np.arange(n_ranks, dtype=np.int64), counts) + 1
-    ] = hints
-    at_b = cfirst[c_rank] + 2 * c_rank + 1 + boundary  # phi(rank, boundary) of each comm row: ext[at_b]
-    a_at, b_at = at_b[s_idx], at_b[r_idx]
-    if not (ext[b_at - 1] < ext[a_at]).all():
+    # +inf after the last (b = count): one table, each rank's hints between -inf and +inf
+    ranks2 = 2 * np.arange(n_ranks, dtype=np.int64)
+    lo, hi = cfirst[:-1] + ranks2, cfirst[1:] + ranks2 + 1
+    ext = np.empty(len(hints) + 2 * n_ranks)
+    inner = np.ones(len(ext), dtype=bool)
+    inner[lo] = inner[hi] = False
+    ext[inner] = hints
+    ext[lo], ext[hi] = -np.inf, np.inf
+    del inner
+    # hints strictly increase along each rank: every step but the n_ranks - 1 from a rank's +inf to the
+    # next one's -inf goes up
+    if np.count_nonzero(ext[1:] > ext[:-1]) != len(ext) - n_ranks:
         return False
-    return bool((ext[a_at - 1] < ext[b_at]).all())
+    # each comm row's boundary: the compute nodes before it on its rank (its place less the comm rows
+    # before it there; the rows being in (rank, position) order, those are its index less its rank's first)
+    comm_first = np.searchsorted(c_rank, np.arange(n_ranks))
+    # phi(rank, boundary - 1) of each comm row: ext[at_b] (before[at_b]); phi(rank, boundary): after[at_b]
+    at_b = (lo + comm_first).astype(it)[c_rank]
+    at_b += c_pos
+    at_b -= np.arange(len(c_pos), dtype=it)
+    before, after = ext[:-1], ext[1:]
+    a_at, b_at = at_b[s_idx], at_b[r_idx]
+    if not (before[b_at] < after[a_at]).all():
+        return False
+    return bool((before[a_at] < after[b_at]).all())

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pickle
 import random
 
+import numpy as np
 import pytest
 
 from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params
 from primuspp.errors import ValidationError
-from primuspp.schedule import compact_validation
+from primuspp.schedule import compact, compact_validation
 from primuspp.schedule.compact import (
     LoweredRanks,
     _hand_offs,
@@ -165,3 +166,42 @@ def test_text_forms_read_from_the_arrays(name, placement, m, order):
     plain = ScheduleTable(placement, m, lower_comms_reference(placement, m, order), name)
     assert to_json(compact) == to_json(plain)
     assert to_text(compact) == to_text(plain)
+
+
+LARGE_CASES = CASES[::3] + CASES[-1:]  # (the last: memory nodes)
+
+
+@pytest.mark.parametrize(
+    "name,placement,m,order", LARGE_CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in LARGE_CASES]
+)
+def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, order):
+    """From NARROW_FROM elements on, lowering and validation make their arrays int32 (int16 where the values
+    fit) and fill them rank by rank: the same table, proven valid the same way (here from the first
+    element)."""
+    small = lower_comms(placement, m, order)
+    monkeypatch.setattr(compact, "NARROW_FROM", 0)
+    large = lower_comms(placement, m, order)
+    assert large == lower_comms_reference(placement, m, order)
+    narrow = ("c_rank", "c_pos", "c_mb", "c_stage", "c_peer", "node_pos")
+    assert all(getattr(large, key).itemsize <= 4 for key in narrow) and large.node_pos.dtype == np.int32
+    for key in ("c_rank", "c_pos", "c_kind", "c_mb", "c_stage", "c_peer", "node_pos", "first", "hints"):
+        assert getattr(large, key).tolist() == getattr(small, key).tolist(), key
+    assert large.lengths == small.lengths
+    assert compact_validation.valid(ScheduleTable(placement, m, large, name)) == ("offload" not in name)
+
+
+def test_large_table_forms_read_and_dump_as_the_small_ones(monkeypatch):
+    """The narrow columns of a large table (int16 where they fit) read and dump as the int64 ones."""
+    from primuspp.schedule.formats import to_json, to_text
+
+    _, placement, m, order = next(c for c in CASES if c[0] == "zbv" and c[1].pp == 8)
+    small = ScheduleTable(placement, m, lower_comms(placement, m, order), "zbv")
+    monkeypatch.setattr(compact, "NARROW_FROM", 0)
+    large = ScheduleTable(placement, m, lower_comms(placement, m, order), "zbv")
+    assert large.ranks.c_rank.dtype == np.int16
+    assert to_json(large) == to_json(small) and to_text(large) == to_text(small)
+    assert [large.ranks.texts(r) for r in range(placement.pp)] == [
+        small.ranks.texts(r) for r in range(placement.pp)
+    ]
+    again = pickle.loads(pickle.dumps(large.ranks))
+    assert again == small.ranks and again.c_pos.dtype == large.ranks.c_pos.dtype

@@ -11,7 +11,7 @@ import pytest
 
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule import compact, compact_validation, timing_arrays
-from primuspp.schedule.compact import LoweredRanks, _starts_before, kinds_present
+from primuspp.schedule.compact import LoweredRanks, _compute_before, kinds_present
 from primuspp.schedule.costs import CostModel, unit_costs
 from primuspp.schedule.rows import Rows, memo_of
 from primuspp.schedule.table import ScheduleTable
@@ -108,7 +108,7 @@ def test_large_orders_remember_nothing(monkeypatch):
 
 @pytest.mark.parametrize("max_cells", [compact.HISTOGRAM_MAX_CELLS, 0])
 def test_receive_slots_by_histogram_are_the_binary_search(monkeypatch, max_cells):
-    """`_starts_before`: the (rank x time) histogram for whole times (up to its size cap), the search for
+    """`_compute_before`: the (rank x time) histogram for whole times (up to its size cap), the search for
     others, equal."""
     monkeypatch.setattr(compact, "HISTOGRAM_MAX_CELLS", max_cells)
     rng = random.Random(3)
@@ -126,10 +126,11 @@ def test_receive_slots_by_histogram_are_the_binary_search(monkeypatch, max_cells
         cstarts = np.array([x for v in per_rank for x in v], dtype=np.float64)
         peer = np.array([rng.randrange(n_ranks) for _ in range(25)], dtype=np.int64)
         t = np.array([float(rng.randint(0, 32)) for _ in range(25)], dtype=np.float64)
-        top = float(max(cstarts.max(initial=0.0), t.max(initial=0.0)))
-        got = _starts_before(cstarts, cfirst, n_compute, t, peer, top)
+        got = _compute_before(cstarts, cfirst, t, peer)
+        # (and those of the ranks before the peer)
         want = [
-            sum(1 for x in per_rank[r] if x < tt) for r, tt in zip(peer.tolist(), t.tolist(), strict=True)
+            int(cfirst[r]) + sum(1 for x in per_rank[r] if x < tt)
+            for r, tt in zip(peer.tolist(), t.tolist(), strict=True)
         ]
         assert got.tolist() == want
 
