@@ -71,16 +71,58 @@ _MAKES = {what: tuple(what in SEMANTICS[k].produces for k in KINDS) for what in 
 _COMPOSITE = tuple(bool(SEMANTICS[k].parts) for k in KINDS)
 
 
-@dataclass(frozen=True)
 class NodeTimeArrays:
     """Flat, rank-major times: node `first[r] + i` is `order[r][i]`. `forward_end[key]` / `grad_end[key]`
-    (key = microbatch * stages + stage): when the activation / the input grad was produced (NaN: never)."""
+    (key = microbatch * stages + stage): when the activation / the input grad was produced (NaN: never).
+    `by_stage()`: the same two as one (2, stages * microbatches) array keyed stage-major (stage *
+    microbatches + microbatch), the form the array passes make and the simulator's transfers read; each
+    form is derived from the other when first asked for. `exact`: every time is a multiple of 2^-20 below
+    2^32 (what `solve` proves). Read-only by contract, as every column here."""
 
-    first: Any
-    starts: Any
-    ends: Any
-    forward_end: Any
-    grad_end: Any
+    __slots__ = ("_by_stage", "_forward", "_grad", "_n_stages", "ends", "exact", "first", "starts")
+
+    def __init__(
+        self,
+        first: Any,
+        starts: Any,
+        ends: Any,
+        forward_end: Any = None,
+        grad_end: Any = None,
+        *,
+        by_stage: Any = None,
+        n_stages: int = 0,
+        exact: bool = False,
+    ) -> None:
+        if by_stage is None and (forward_end is None or grad_end is None):
+            raise ValueError("NodeTimeArrays needs forward_end and grad_end, or by_stage")
+        self.first, self.starts, self.ends, self.exact = first, starts, ends, exact
+        self._forward, self._grad, self._by_stage, self._n_stages = forward_end, grad_end, by_stage, n_stages
+
+    @property
+    def forward_end(self) -> Any:
+        if self._forward is None:
+            self._forward = _mb_major(self._by_stage[0], self._n_stages)
+        return self._forward
+
+    @property
+    def grad_end(self) -> Any:
+        if self._grad is None:
+            self._grad = _mb_major(self._by_stage[1], self._n_stages)
+        return self._grad
+
+    def by_stage(self, n_stages: int) -> Any:
+        """(forward ends, grad ends) keyed stage * microbatches + microbatch, as one (2, n) array."""
+        if self._by_stage is None:
+            out = np.empty((2, len(self._forward)), dtype=np.float64)
+            for row, col in enumerate((self._forward, self._grad)):
+                out[row] = col.reshape(-1, n_stages).T.reshape(-1)
+            self._by_stage = out
+        return self._by_stage
+
+
+def _mb_major(col: Any, n_stages: int) -> Any:
+    """A stage-major column (stage * microbatches + microbatch) keyed microbatch-major instead."""
+    return col.reshape(n_stages, -1).T.reshape(-1) if n_stages else col.copy()
 
 
 def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
@@ -89,7 +131,7 @@ def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
     the kinds that take no time."""
     table = _cost_table(costs)[0]
     n_stages = table.shape[1]
-    row_d = table.ravel().take(_kind_stage(rows, n_stages))
+    row_d = table.ravel().take(kind_stage(rows, n_stages))
     n = int(first[-1])
     composites = [code for code in kinds_present(rows, "node_kind") if _COMPOSITE[code]]
     if len(row_d) == n and not composites:
@@ -107,7 +149,7 @@ def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
     return d
 
 
-def _kind_stage(rows: dict[str, Any], n_stages: int) -> Any:
+def kind_stage(rows: dict[str, Any], n_stages: int) -> Any:
     """Each row's index into a (kind x stage) table, flattened (kept in the rows' memo up to
     MEMO_MAX_NODES rows)."""
     kind = rows["kind"]
@@ -191,8 +233,9 @@ def solve(
     ends = ext[:n]
     starts = ends - d
     ext[n] = np.nan  # the "never made" slot of the producers below
-    f_end, g_end = (ext.take(prod) for prod in graph.producers)
-    return NodeTimeArrays(graph.first, starts, ends, f_end, g_end)
+    by_stage = ext.take(graph.producers)
+    n_stages = placement.num_stages
+    return NodeTimeArrays(graph.first, starts, ends, by_stage=by_stage, n_stages=n_stages, exact=True)
 
 
 def _whole_quanta(values: Any, block: int = 1 << 20) -> bool:
@@ -268,15 +311,15 @@ class TimingGraph:
     `src.shape[0]` slots (`src[k, i]`: the producer of node i's k-th such input, n where none; each arrives
     `comm` after its producer ends), the number of those inputs (`n_cross`), the first node of each
     nonempty rank (`heads`), which ranks each rank's inputs come from (`feeds[q]`: the ranks q feeds), the
-    producer of each activation / input grad by microbatch-major key (`producers`, n: never made), and
-    whether any node is composite."""
+    producer of each activation (`producers[0]`) and input grad (`producers[1]`) by stage-major key (stage *
+    microbatches + microbatch; n: never made), and whether any node is composite."""
 
     first: Any
     src: Any
     n_cross: int
     heads: Any
     feeds: tuple[tuple[int, ...], ...]
-    producers: tuple[Any, Any]
+    producers: Any
     composite: bool
 
     @property
@@ -331,7 +374,7 @@ def _timing_graph(
 
     # each present kind's rows (ascending) and their stage-major keys (stage * m + microbatch: a rank's
     # nodes, a few stages with the microbatches in turn, read neighbouring entries; mb-major, each would
-    # touch its own page), turned to the TimingGraph's microbatch-major keys at the end
+    # touch its own page)
     sel_of, key_of = {}, {}
     for code in present:
         sel = np.flatnonzero(kind == code) if len(present) > 1 else np.arange(len(kind))
@@ -437,8 +480,8 @@ def _timing_graph(
     for a, b in sorted(pairs):
         feeds[a].append(b)
     heads = np.array([a for a, b in pairwise(first_l) if b > a], dtype=np.intp)
-    act, grad = (producer[what].reshape(n_stages, m).T.reshape(-1) for what in (ACT, GRAD))
-    return TimingGraph(first, src, n_cross, heads, tuple(map(tuple, feeds)), (act, grad), composite)
+    producers = np.stack((producer[ACT], producer[GRAD]))
+    return TimingGraph(first, src, n_cross, heads, tuple(map(tuple, feeds)), producers, composite)
 
 
 def _one_cross_need(present: list[int]) -> bool:

@@ -18,6 +18,7 @@ import numpy as np
 
 from primuspp.schedule.compact import KINDS, kinds_present, one_row_per_node
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
+from primuspp.schedule.timing_arrays import kind_stage
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
 _SNAP_RESTARTS = 32
@@ -54,6 +55,8 @@ def memory_levels(
         plans[code] = plan
     if not any(plans.values()):
         return [(np.zeros(0), np.zeros(0), 0.0) for _ in range(len(node_first) - 1)]
+    if ONE_EFFECT_ROWS and simple and all(len(plan) == 1 for plan in plans.values()):
+        return _one_effect_per_row(rows, node_first, starts, ends, amount_a, bfree_a, freed_b, plans)
     if ONE_EFFECT_ROWS and max(len(plan) for plan in plans.values()) == 1:
         # one effect per row at most (the registry's kinds): the events in row order, which is the loop's
         # order unless a composite node's parts act in the other order (checked below)
@@ -135,6 +138,68 @@ def memory_levels(
     bounds = np.searchsorted(ev_gidx, node_first)
     del ev_gidx, ev_phase
     return _per_rank(times, delta, bounds.tolist(), n_ranks)
+
+
+def _one_effect_per_row(
+    rows: dict[str, Any],
+    node_first: Any,
+    starts: Any,
+    ends: Any,
+    amount_a: Any,
+    bfree_a: Any,
+    freed_b: Any,
+    plans: dict[int, list[tuple[int, int, str]]],
+) -> list[tuple[Any, Any, float]] | None:
+    """`memory_levels` where every row is a node of its own with exactly one effect (the registry's simple
+    kinds): the events are the rows, in row order. Each row's change and whether it acts at its start are
+    read from (kind x stage) tables, the W rows' changes worked out as `order_memory` does."""
+    n_kinds, n_stages = len(KINDS), len(amount_a)
+    change = np.zeros((n_kinds, n_stages), dtype=np.float64)
+    at_start = np.zeros((n_kinds, n_stages), dtype=bool)
+    b_codes, rest_codes = [], []
+    for code, ((phase, _, effect),) in plans.items():
+        if effect == ALLOC:
+            change[code] = amount_a
+        elif effect == FREE_B:
+            change[code] = -freed_b
+            b_codes.append(code)
+        elif effect == FREE_ALL:
+            change[code] = -amount_a
+        else:  # FREE_REST: below
+            rest_codes.append(code)
+        at_start[code] = phase == 0
+    ks = kind_stage(rows, n_stages)
+    delta = change.reshape(-1).take(ks)
+    times = np.where(at_start.reshape(-1).take(ks), starts, ends)
+    if rest_codes:
+        # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default;
+        # keyed stage-major (stage * microbatches + microbatch): a rank's rows, a few stages with the
+        # microbatches in turn, read neighbouring entries of `where_b`
+        kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
+        role = np.zeros(n_kinds, dtype=np.int8)  # 1: frees B's part, 2: frees the rest
+        role[b_codes], role[rest_codes] = 1, 2
+        row_role = role[kind]
+        is_b, is_rest = row_role == 1, row_role == 2
+        del row_role
+        key = stage * (int(mb.max(initial=0)) + 1)
+        key += mb
+        size = int(key.max()) + 1 if len(key) else 0
+        b_keys, rest_keys = key[is_b], key[is_rest]
+        del key
+        if np.bincount(b_keys, minlength=size).max(initial=0) > 1:
+            return None
+        if np.bincount(rest_keys, minlength=size).max(initial=0) > 1:
+            return None
+        rank = rows["rank"]
+        where_b = np.full(size, -1, dtype=np.int64)
+        where_b[b_keys] = np.flatnonzero(is_b)
+        rest_at = np.flatnonzero(is_rest)
+        b_at = where_b[rest_keys]
+        seen = (b_at >= 0) & (b_at < rest_at)
+        seen &= rank[np.maximum(b_at, 0)] == rank[rest_at]
+        rs = stage[rest_at]
+        delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
+    return _per_rank(times, delta, node_first.tolist(), len(node_first) - 1)
 
 
 def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
