@@ -165,13 +165,13 @@ def kind_stage(rows: dict[str, Any], n_stages: int) -> Any:
     return got
 
 
-_COST_TABLES: dict[StageCosts, tuple[Any, bool]] = {}
+_COST_TABLES: dict[StageCosts, tuple[Any, bool, bool]] = {}
 
 
-def _cost_table(costs: StageCosts) -> tuple[Any, bool]:
+def _cost_table(costs: StageCosts) -> tuple[Any, bool, bool]:
     """(the (kind x stage) durations of `kind_durations`, 0.0 for the kinds that take none; whether every
-    duration, `comm` and overlap factor is a multiple of 2^-20), worked out once per cost model (a build
-    times its order under the same costs more than once)."""
+    duration, `comm` and overlap factor is a multiple of 2^-20; whether every duration and `comm` is a whole
+    number), worked out once per cost model (a build times its order under the same costs more than once)."""
     got = _COST_TABLES.get(costs)
     if got is None:
         per_kind = kind_durations(costs)
@@ -180,11 +180,12 @@ def _cost_table(costs: StageCosts) -> tuple[Any, bool]:
             table[KINDS.index(k)] = values
         values = [x for row in per_kind.values() for x in row]
         values.append(float(costs.comm))
+        whole = all(x.is_integer() for x in values)
         values.extend(float(getattr(costs, sem.overlap)) for sem in SEMANTICS.values() if sem.overlap)
         exact = all((x * _QUANTUM).is_integer() for x in values)
         if len(_COST_TABLES) >= 64:
             _COST_TABLES.clear()
-        got = _COST_TABLES[costs] = (table, exact)
+        got = _COST_TABLES[costs] = (table, exact, whole)
     return got
 
 
@@ -216,20 +217,23 @@ def solve(
     positive = n == 0 or float(d.min()) > 0.0
     if not positive and graph.n_cross and (d[graph.consumers] <= 0.0).any():
         return None
-    if not _cost_table(costs)[1] or (graph.composite and not _whole_quanta(d)):
+    table, exact, whole = _cost_table(costs)
+    if not exact or (graph.composite and not _whole_quanta(d)):
         return None
     if float(d.sum()) + comm * graph.n_cross >= _LIMIT:
         return None
     memo = memo_of(rows) if n <= MEMO_MAX_NODES else {}
     key = ("ends", placement, num_microbatches, len(graph.first) - 1)
-    ext = _rescaled(memo.get(key), graph, d, comm)
+    ext = _rescaled(memo.get(key), graph, d, comm, table)
     if ext is None:
         ext = _sweep(graph, d, comm)
         if ext is None:
             return None
-    # a node that takes time, to scale by (a cross-rank consumer takes time: checked above)
+    # a node that takes time, to scale by (a cross-rank consumer takes time: checked above); and, for whole
+    # durations of simple nodes, the cost table they came from (see `_rescaled`)
     j = 0 if positive else int(graph.consumers[0]) if graph.n_cross else int(np.argmax(d))
-    memo[key] = (j, float(d[j]) if n else 0.0, comm, ext)
+    basis = table if whole and not graph.composite else None
+    memo[key] = (j, float(d[j]) if n else 0.0, comm, ext, basis)
     ends = ext[:n]
     starts = ends - d
     ext[n] = np.nan  # the "never made" slot of the producers below
@@ -247,17 +251,24 @@ def _whole_quanta(values: Any, block: int = 1 << 20) -> bool:
     return True
 
 
-def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float) -> Any:
+def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float, table: Any = None) -> Any:
     """The ends of an earlier solve of the same order (`known`: its node j, j's duration, its comm, its
-    ends with one slot more), scaled to these costs, if that is what these costs give: equal costs are the
-    unit costs lowering timed the order by, times a constant. Returned (with the extra slot) only when it
-    is proven: every value a multiple of 2^-20 below 2^32 (so every sum is exact) and every node's end
+    ends (with one slot more or not), and optionally its basis: the cost table of whole numbers its simple
+    nodes' durations came from), scaled to these costs, if that is what these costs give: equal costs are
+    the unit costs lowering timed the order by, times a constant. Returned (with the extra slot) only when
+    it is proven: every value a multiple of 2^-20 below 2^32 (so every sum is exact) and every node's end
     `max(end of the node before it on its rank, arrival of its cross-rank inputs) + duration` (the loop's
     recurrence), whose solution is unique (the order is acyclic: every cross-rank consumer takes time).
-    Else None: the sweeps run."""
+    Else None: the sweeps run.
+
+    The recurrence is checked (`_solves`) unless the scaling proves it: with whole old durations (so whole
+    old ends), a whole scale, these costs' table (`table`) the basis times that scale and no composite
+    node, every new duration, comm and end is the old one times the scale exactly (whole numbers below
+    2^32), and a recurrence of max and + that held for the old values holds for the scaled ones."""
     if known is None:
         return None
-    j, d_j, comm_j, ends = known
+    j, d_j, comm_j, ends, *rest = known
+    basis = rest[0] if rest else None
     n = len(d)
     if not d_j > 0.0 or len(ends) not in (n, n + 1):
         return None
@@ -267,10 +278,20 @@ def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float) -> Any:
     ext = np.empty(n + 1, dtype=np.float64)
     np.multiply(ends[:n], scale, out=ext[:n])
     cand = ext[:n]
-    if not (float(cand.max(initial=0.0)) < _LIMIT and _whole_quanta(cand)):
+    if not float(cand.max(initial=0.0)) < _LIMIT:
         return None
     ext[n] = -comm if comm else 0.0
-    return ext if _solves(graph, d, comm, ext) else None
+    scaled = (
+        basis is not None
+        and table is not None
+        and scale.is_integer()
+        and not graph.composite
+        and basis.shape == table.shape
+        and bool(np.array_equal(basis * scale, table))
+    )
+    if scaled:
+        return ext
+    return ext if _whole_quanta(cand) and _solves(graph, d, comm, ext) else None
 
 
 def _solves(graph: TimingGraph, d: Any, comm: float, ext: Any) -> bool:
