@@ -12,6 +12,7 @@ not pair up (a second B or W of the same microbatch and stage), gets None and th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMA
 from primuspp.schedule.timing_arrays import kind_stage
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
+_QUANTUM, _LIMIT = 2.0**20, 2.0**32
 _SNAP_RESTARTS = 32
 #: take the events in row order when no kind has more than one effect (a test turns it off)
 ONE_EFFECT_ROWS = True  # more snaps than this on one rank: finish that rank with a plain loop
@@ -168,6 +170,12 @@ def _one_effect_per_row(
         else:  # FREE_REST: below
             rest_codes.append(code)
         at_start[code] = phase == 0
+    rest_left = amount_a - freed_b  # what W frees after its B
+    if rest_codes and not freed_b.any() and np.array_equal(rest_left, amount_a * (1 - bfree_a)):
+        # B frees nothing on any stage: W frees the whole activation whether or not its B ran before it (a
+        # B, once or twice, leaves `amount - 0.0`, the default is `amount * 1.0`)
+        change[rest_codes] = -rest_left
+        rest_codes = []
     ks = kind_stage(rows, n_stages)
     delta = change.reshape(-1).take(ks)
     times = np.where(at_start.reshape(-1).take(ks), starts, ends)
@@ -199,7 +207,34 @@ def _one_effect_per_row(
         seen &= rank[np.maximum(b_at, 0)] == rank[rest_at]
         rs = stage[rest_at]
         delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
-    return _per_rank(times, delta, node_first.tolist(), len(node_first) - 1)
+    bounds, n_ranks = node_first.tolist(), len(node_first) - 1
+    # every change a multiple of 2^-20 and their magnitudes adding up to less than 2^32: every running sum
+    # is exact, in any order of adding
+    values = np.concatenate((change.reshape(-1), rest_left, amount_a * (1 - bfree_a)))
+    quanta = values * _QUANTUM
+    if np.array_equal(quanta, np.floor(quanta)) and float(np.abs(values).max()) * len(delta) < _LIMIT:
+        return _per_rank_exact(times, delta, bounds, n_ranks)
+    return _per_rank(times, delta, bounds, n_ranks)
+
+
+def _per_rank_exact(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
+    """`_per_rank` where every running sum is exact (see `_one_effect_per_row`): one cumulative sum over all
+    ranks, each rank's level its part minus the sum before it. Exact levels that are multiples of 2^-20
+    come within 1e-9 of zero only at zero itself, which the loop's level always is as +0.0 (it starts at
+    +0.0, and x - x is +0.0): `+= 0.0` turns a -0.0 the sums may give into that."""
+    level = np.cumsum(delta)
+    starts = np.array(bounds[:-1], dtype=np.intp)
+    if n_ranks > 1:
+        level -= np.repeat(np.where(starts > 0, level[starts - 1], 0.0), np.diff(bounds))
+    level += 0.0
+    nonempty = [r for r in range(n_ranks) if bounds[r + 1] > bounds[r]]
+    peaks = [0.0] * n_ranks
+    if nonempty:
+        tops = np.maximum.reduceat(level, [bounds[r] for r in nonempty]).tolist()
+        for r, top in zip(nonempty, tops, strict=True):
+            peaks[r] = top if top > 0.0 else 0.0
+    cuts = pairwise(bounds)
+    return [(times[lo:hi], level[lo:hi], peak) for (lo, hi), peak in zip(cuts, peaks, strict=True)]
 
 
 def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
