@@ -123,3 +123,29 @@ def test_node_times_takes_the_arrays_above_the_threshold(monkeypatch):
     assert timing_arrays.solve(table.placement, 16, order, sc) is not None
     assert above.starts == below.starts and above.ends == below.ends
     assert above.forward_end == below.forward_end and above.grad_end == below.grad_end
+
+
+def test_a_rescaling_is_taken_unchecked_only_where_the_scaling_proves_it():
+    """With the cost table the earlier ends came from (whole durations) and this one that table times a
+    whole scale, the scaled ends are taken as they are; otherwise they are checked against the recurrence
+    (and wrong ones refused)."""
+    table = build_schedule("1f1b", 4, None, 8, CostModel(1000, 1000, 1000))
+    pl, order, rows = table.placement, table.compute_order(), table.ranks.rows
+    graph = timing_arrays.timing_graph(pl, 8, order, rows)
+    unit = CostModel(1, 1, 1).for_placement(pl)
+    big = CostModel(1000, 1000, 1000).for_placement(pl)
+    basis, tab = timing_arrays._cost_table(unit)[0], timing_arrays._cost_table(big)[0]
+    d = timing_arrays.node_durations(rows, graph.first, big)
+    right = timing_arrays.solve(pl, 8, order, unit, dict(rows))
+    assert right is not None
+    known = (0, 1.0, 0.0, right.ends, basis)
+    got = timing_arrays._rescaled(known, graph, d, 0.0, tab)
+    fresh = timing_arrays.solve(pl, 8, order, big, dict(rows))
+    assert np.array_equal(got[:-1], fresh.ends)
+    wrong = right.ends.copy()
+    wrong[len(wrong) // 2] += 1.0
+    assert timing_arrays._rescaled((0, 1.0, 0.0, wrong, basis), graph, d, 0.0, tab) is not None  # trusted
+    uneven = CostModel((1000.0, 2000.0, 1000.0, 1000.0), 1000, 1000).for_placement(pl)
+    d2 = timing_arrays.node_durations(rows, graph.first, uneven)
+    tab2 = timing_arrays._cost_table(uneven)[0]
+    assert timing_arrays._rescaled((0, 1.0, 0.0, wrong, basis), graph, d2, 0.0, tab2) is None  # checked
