@@ -321,6 +321,25 @@ def _same(a: Any, b: Any) -> bool:
     return bool(np.array_equal(a, b))
 
 
+_PLACEMENTS: dict[Placement, tuple[Any, dict[str, tuple[Any, Any]]]] = {}
+
+
+def _placement_arrays(placement: Placement) -> tuple[Any, dict[str, tuple[Any, Any]]]:
+    """(each stage's rank; per route term (ACT_PREV / GRAD_NEXT): each stage's neighbour on the route (-1:
+    none) and whether that neighbour is on the same rank), once per placement."""
+    got = _PLACEMENTS.get(placement)
+    if got is None:
+        srank = placement.stage_rank
+        steps = {}
+        for need, step in ((ACT_PREV, placement.prev_stage), (GRAD_NEXT, placement.next_stage)):
+            same = [q >= 0 and srank[q] == srank[s] for s, q in enumerate(step)]
+            steps[need] = (np.array(step, dtype=np.int64), np.array(same, dtype=bool) if any(same) else None)
+        if len(_PLACEMENTS) >= 64:
+            _PLACEMENTS.clear()
+        got = _PLACEMENTS[placement] = (np.array(srank, dtype=np.int64), steps)
+    return got
+
+
 #: orders of up to this many nodes keep their timing graph and times in their rows' memo (larger ones
 #: recompute them: the memory of a very large build matters more than its second timing)
 MEMO_MAX_NODES = 1_000_000
@@ -380,7 +399,7 @@ def _timing_graph(
     kind, mb, stage, rank = rows["kind"], rows["mb"], rows["stage"], rows["rank"]
     n_stages, m = placement.num_stages, num_microbatches
     srank_l = placement.stage_rank
-    srank = np.array(srank_l, dtype=np.int64)
+    srank, steps = _placement_arrays(placement)
     if not rows["parts_ok"] or n == 0:
         return None
     if mb.min() < 0 or mb.max() >= m or stage.min() < 0:
@@ -391,7 +410,7 @@ def _timing_graph(
     one_row_each = len(kind) == n  # then row i is node i
     owner = None if one_row_each else first[rank] + rows["index"]
     present = kinds_present(rows, "kind")
-    composite = any(_COMPOSITE[c] for c in kinds_present(rows, "node_kind"))
+    composite = not one_row_each  # a composite node has a row per part (the parts check above)
 
     # each present kind's rows (ascending) and their stage-major keys (stage * m + microbatch: a rank's
     # nodes, a few stages with the microbatches in turn, read neighbouring entries; mb-major, each would
@@ -407,10 +426,11 @@ def _timing_graph(
         return sel if owner is None else owner[sel]
 
     # who produces each datum (one node each; n: never made)
+    producers = np.full((2, m * n_stages), n, dtype=itype)
     producer = {}
-    for what in (ACT, GRAD):
+    for row, what in enumerate((ACT, GRAD)):
         makers = [code for code in present if _MAKES[what][code]]
-        prod = np.full(m * n_stages, n, dtype=itype)
+        prod = producers[row]
         if makers:
             keys = key_of[makers[0]] if len(makers) == 1 else np.concatenate([key_of[c] for c in makers])
             if len(keys) and np.bincount(keys).max() > 1:
@@ -439,10 +459,7 @@ def _timing_graph(
                     return None
                 continue
             # per stage: its neighbour on the route (-1: none), and whether that one is on the same rank
-            step_a = np.array(step, dtype=np.int64)
-            same_stage = np.array(
-                [q >= 0 and srank_l[q] == srank_l[s] for s, q in enumerate(step)], dtype=bool
-            )
+            step_a, same_stage = steps[need]
             s_of = stage[sel]
             q = step_a[s_of]
             has = q >= 0
@@ -460,7 +477,7 @@ def _timing_graph(
                 if inner.any():
                     keep = ~inner
                     c, p, c_rows, s_of = c[keep], p[keep], c_rows[keep], s_of[keep]
-            if same_stage.any():
+            if same_stage is not None:
                 same = same_stage[s_of]
                 # made on this rank: it must come first (the loop would wait for ever) and then never delays
                 if (p[same] >= c[same]).any():
@@ -470,8 +487,8 @@ def _timing_graph(
             cons.append(c)
             prods.append(p)
             # which ranks feed which: from the stages that have such a consumer
-            for s in np.flatnonzero(np.bincount(s_of, minlength=n_stages)).tolist():
-                pairs.add((srank_l[step[s]], srank_l[s]))
+            at = np.flatnonzero(np.bincount(s_of, minlength=n_stages)).tolist()
+            pairs.update((srank_l[step[s]], srank_l[s]) for s in at)
     # each node's cross-rank inputs as up to K slots (slot value n = none: arrives at 0.0). Each group (a
     # kind's rows, one input of it) lists its consumers ascending, each once (a node has one row of each
     # kind): a node's slots are taken in group order. A group naming a node twice is an order the parts
@@ -501,7 +518,6 @@ def _timing_graph(
     for a, b in sorted(pairs):
         feeds[a].append(b)
     heads = np.array([a for a, b in pairwise(first_l) if b > a], dtype=np.intp)
-    producers = np.stack((producer[ACT], producer[GRAD]))
     return TimingGraph(first, src, n_cross, heads, tuple(map(tuple, feeds)), producers, composite)
 
 
@@ -522,21 +538,31 @@ def _sweep(graph: TimingGraph, d: Any, comm: float) -> Any:
     src = graph.src
     n_slots = src.shape[0]
     # running sums restart on each rank: `cum` the rank's sum up to and including each node, `shift` the
-    # arrival delay minus the sum before it (both exact: multiples of 2^-20 below 2^33)
-    cum = np.cumsum(d)
-    if n_ranks > 1:
-        at = first[:-1]
-        cum -= np.repeat(np.where(at > 0, cum[at - 1], 0.0), np.diff(first))
-    shift = d - cum
-    if comm:
-        shift += comm
+    # arrival delay minus the sum before it (both exact: multiples of 2^-20 below 2^33). Small tables take
+    # them in a few whole-table calls; large ones rank by rank (no table-sized temporaries: each fresh one
+    # costs its page faults)
+    small = n <= _BYTES_MAX
+    cuts = [slice(a, b) for a, b in pairwise(bounds)]
+    if small:
+        cum = np.cumsum(d)
+        if n_ranks > 1:
+            at = first[:-1]
+            cum -= np.repeat(np.where(at > 0, cum[at - 1], 0.0), np.diff(first))
+        shift = d - cum
+        if comm:
+            shift += comm
+        cum_r = [cum[c] for c in cuts]
+        shift_r = [shift[c] for c in cuts]
+    else:
+        cum_r = [np.cumsum(d[c]) for c in cuts]
+        shift_r = [np.subtract(d[c], cr) for c, cr in zip(cuts, cum_r, strict=True)]
+        if comm:
+            for sr in shift_r:
+                sr += comm
     ext = np.zeros(n + 1, dtype=np.float64)  # ext[n]: the "no input" slot, which arrives at 0.0
     ext[n] = -comm if comm else 0.0
     # each rank's pieces of the columns, cut once (views)
-    cuts = [slice(a, b) for a, b in pairwise(bounds)]
     src_r = [src[0, c] for c in cuts] if n_slots == 1 else [src[:, c] for c in cuts]
-    cum_r = [cum[c] for c in cuts]
-    shift_r = [shift[c] for c in cuts]
     ends_r = [ext[c] for c in cuts]
     feeds = graph.feeds
     dirty = [True] * n_ranks  # a rank is recomputed when one of its feeders changed since its last pass
@@ -545,8 +571,8 @@ def _sweep(graph: TimingGraph, d: Any, comm: float) -> Any:
     budget = max(8 * n_ranks + 64, n // 250)
     passes = 0
     sweeps = 0
-    small = n <= _BYTES_MAX
-    accumulate_max = np.maximum.accumulate
+    # fmax, not maximum: the same where no value is NaN (none is here), and quicker (no NaN to carry)
+    accumulate_max = np.fmax.accumulate
     order_fwd, order_bwd = range(n_ranks), range(n_ranks - 1, -1, -1)
     while True:
         changed = False

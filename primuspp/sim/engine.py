@@ -187,7 +187,6 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
     """Every cross-rank output of a compute node, once, when it is produced (semantics: what each kind
     produces; an activation goes to the next stage's rank, a grad to the previous), in the order of the
     nodes, their parts, and the data each part produces."""
-    fwd_peer, bwd_peer = stage_peers(placement)
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
     n_stages = placement.num_stages
     # the times by stage-major key (stage * microbatches + microbatch): a rank's rows, a few stages with the
@@ -195,12 +194,11 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
     sent_by = times.by_stage(n_stages)
     present = kinds_present(rows, "kind")
     if any(_TAG_OF[code] is None for code in present):
+        fwd_peer, bwd_peer = stage_peers(placement)
         return _transfers_general(rows, owner, is_compute, sent_by, fwd_peer, bwd_peer, n_stages, comm)
     # each kind produces one datum at most: a row's transfer is its kind's datum sent to that datum's peer,
     # read from a (kind x stage) table of peers (-1: nothing sent), in row order
-    peers = (fwd_peer, bwd_peer, [-1] * n_stages)  # by tag; -1: no datum
-    peer_of = np.array([peers[t] for t in _TAGS_BY_KIND.tolist()], dtype=np.int64).reshape(-1)
-    peer = peer_of.take(kind_stage(rows, n_stages))
+    peer = _peer_table(placement).take(kind_stage(rows, n_stages))
     ok = peer >= 0
     if is_compute is not None:
         ok &= is_compute[owner]
@@ -218,6 +216,23 @@ def _transfers(rows, owner, is_compute, times, placement, comm: float) -> Transf
     sent = sent_by.reshape(-1).take(at)
     del at
     return TransferColumns(_TAGS, tag, mb_r, stage_r, rows["rank"][row], dst, sent, sent + comm)
+
+
+_PEER_TABLES: dict = {}
+
+
+def _peer_table(placement):
+    """Per (kind, stage), flattened: the rank the kind's one datum goes to from that stage, -1 where none
+    (int32: a large table's peer column stays small); once per placement."""
+    got = _PEER_TABLES.get(placement)
+    if got is None:
+        fwd_peer, bwd_peer = stage_peers(placement)
+        peers = (fwd_peer, bwd_peer, [-1] * len(fwd_peer))  # by tag; -1: no datum
+        got = np.array([peers[t] for t in _TAGS_BY_KIND.tolist()], dtype=np.int32).reshape(-1)
+        if len(_PEER_TABLES) >= 64:
+            _PEER_TABLES.clear()
+        _PEER_TABLES[placement] = got
+    return got
 
 
 def _transfers_general(
