@@ -23,6 +23,8 @@ from primuspp.schedule.timing_arrays import kind_stage
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
 _QUANTUM, _LIMIT = 2.0**20, 2.0**32
+#: up to this many events the exact levels take their per-rank offsets in whole-table calls
+_FEW_EVENTS = 1 << 16
 _SNAP_RESTARTS = 32
 #: take the events in row order when no kind has more than one effect (a test turns it off)
 ONE_EFFECT_ROWS = True  # more snaps than this on one rank: finish that rank with a plain loop
@@ -223,9 +225,14 @@ def _per_rank_exact(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> 
     come within 1e-9 of zero only at zero itself, which the loop's level always is as +0.0 (it starts at
     +0.0, and x - x is +0.0): `+= 0.0` turns a -0.0 the sums may give into that."""
     level = np.cumsum(delta)
-    starts = np.array(bounds[:-1], dtype=np.intp)
-    if n_ranks > 1:
+    if n_ranks > 1 and len(level) <= _FEW_EVENTS:
+        starts = np.array(bounds[:-1], dtype=np.intp)
         level -= np.repeat(np.where(starts > 0, level[starts - 1], 0.0), np.diff(bounds))
+    elif n_ranks > 1:  # rank by rank: no table-sized temporary (each fresh one costs its page faults)
+        offsets = [float(level[lo - 1]) if lo > 0 else 0.0 for lo in bounds[:-1]]
+        for (lo, hi), off in zip(pairwise(bounds), offsets, strict=True):
+            if off:
+                level[lo:hi] -= off
     level += 0.0
     nonempty = [r for r in range(n_ranks) if bounds[r + 1] > bounds[r]]
     peaks = [0.0] * n_ranks

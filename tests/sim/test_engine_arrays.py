@@ -109,13 +109,16 @@ def test_memory_events_grouped_by_kind_sort_to_the_same_curve(monkeypatch):
             assert repr(list(a.memory)) == repr(list(b.memory)) and a.peak_memory == b.peak_memory
 
 
-def test_exact_running_levels_are_the_blockwise_ones():
-    """`_per_rank_exact` (one cumulative sum over all ranks, for changes whose sums are exact) gives the
-    levels and peaks of `_per_rank`, -0.0 changes and empty ranks included."""
+@pytest.mark.parametrize("few", [1 << 16, 0])
+def test_exact_running_levels_are_the_blockwise_ones(monkeypatch, few):
+    """`_per_rank_exact` (one cumulative sum over all ranks, for changes whose sums are exact; the ranks'
+    offsets taken in whole-table calls or rank by rank) gives the levels and peaks of `_per_rank`, -0.0
+    changes and empty ranks included."""
     import numpy as np
 
     from primuspp.sim import memory_curve
 
+    monkeypatch.setattr(memory_curve, "_FEW_EVENTS", few)
     rng = random.Random(4)
     for _ in range(40):
         n_ranks = rng.randint(1, 6)
