@@ -220,11 +220,11 @@ def _one_effect_per_row(
 
 
 def _per_rank_exact(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
-    """`_per_rank` where every running sum is exact (see `_one_effect_per_row`): one cumulative sum over all
-    ranks, each rank's level its part minus the sum before it. Exact levels that are multiples of 2^-20
-    come within 1e-9 of zero only at zero itself, which the loop's level always is as +0.0 (it starts at
-    +0.0, and x - x is +0.0): `+= 0.0` turns a -0.0 the sums may give into that."""
-    level = np.cumsum(delta)
+    """`_per_rank` (overwriting `delta`) where every running sum is exact (see `_one_effect_per_row`): one
+    cumulative sum over all ranks, each rank's level its part minus the sum before it. Exact levels that
+    are multiples of 2^-20 come within 1e-9 of zero only at zero itself, which the loop's level always is
+    as +0.0 (it starts at +0.0, and x - x is +0.0): `+= 0.0` turns a -0.0 the sums may give into that."""
+    level = np.cumsum(delta, out=delta)  # the changes are the caller's own: summed where they lie
     if n_ranks > 1 and len(level) <= _FEW_EVENTS:
         starts = np.array(bounds[:-1], dtype=np.intp)
         level -= np.repeat(np.where(starts > 0, level[starts - 1], 0.0), np.diff(bounds))
