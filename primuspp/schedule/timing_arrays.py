@@ -150,11 +150,11 @@ def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
 
 
 def kind_stage(rows: dict[str, Any], n_stages: int) -> Any:
-    """Each row's index into a (kind x stage) table, flattened (kept in the rows' memo up to
-    MEMO_MAX_NODES rows)."""
+    """Each row's index into a (kind x stage) table, flattened (kept in the rows' memo up to _NATIVE_MAX
+    rows: above, three passes make it again rather than hold it)."""
     kind = rows["kind"]
     n = len(kind)
-    memo = memo_of(rows) if n <= MEMO_MAX_NODES else {}
+    memo = memo_of(rows) if n <= _NATIVE_MAX else {}
     key = ("kind_stage", n_stages)
     got = memo.get(key)
     if got is None:
@@ -233,7 +233,10 @@ def solve(
     # durations of simple nodes, the cost table they came from (see `_rescaled`)
     j = 0 if positive else int(graph.consumers[0]) if graph.n_cross else int(np.argmax(d))
     basis = table if whole and not graph.composite else None
-    memo[key] = (j, float(d[j]) if n else 0.0, comm, ext, basis)
+    kept = ext
+    if basis is not None and n > _NATIVE_MAX and float(ext[:n].max(initial=0.0)) < 2.0**31:
+        kept = ext[:n].astype(np.int32)  # whole ends: kept in half the memory (the caller may free ext)
+    memo[key] = (j, float(d[j]) if n else 0.0, comm, kept, basis)
     ends = ext[:n]
     starts = ends - d
     ext[n] = np.nan  # the "never made" slot of the producers below
@@ -341,8 +344,9 @@ def _placement_arrays(placement: Placement) -> tuple[Any, dict[str, tuple[Any, A
 
 
 #: orders of up to this many nodes keep their timing graph and times in their rows' memo (larger ones
-#: recompute them: the memory of a very large build matters more than its second timing)
-MEMO_MAX_NODES = 1_000_000
+#: recompute them: the memory of a very large build matters more than its second timing). Above
+#: _NATIVE_MAX nodes what is kept is compact (int32 indices, whole ends as int32): about 11 bytes a node
+MEMO_MAX_NODES = 8_000_000
 
 
 @dataclass(frozen=True)
