@@ -133,9 +133,11 @@ def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
     n_stages = table.shape[1]
     row_d = table.ravel().take(kind_stage(rows, n_stages))
     n = int(first[-1])
+    if len(row_d) == n and rows["parts_ok"]:
+        return row_d  # one row per node (a composite node has a row per part), each its own duration
     composites = [code for code in kinds_present(rows, "node_kind") if _COMPOSITE[code]]
     if len(row_d) == n and not composites:
-        return row_d  # one row per node, each its own duration
+        return row_d
     part = rows["part"]
     owner = first[rows["rank"]] + rows["index"]
     d = np.zeros(n, dtype=np.float64)
@@ -281,8 +283,6 @@ def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float, table: Any = 
     ext = np.empty(n + 1, dtype=np.float64)
     np.multiply(ends[:n], scale, out=ext[:n])
     cand = ext[:n]
-    if not float(cand.max(initial=0.0)) < _LIMIT:
-        return None
     ext[n] = -comm if comm else 0.0
     scaled = (
         basis is not None
@@ -290,10 +290,14 @@ def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float, table: Any = 
         and scale.is_integer()
         and not graph.composite
         and basis.shape == table.shape
-        and bool(np.array_equal(basis * scale, table))
+        and (basis * scale).tobytes() == table.tobytes()
     )
     if scaled:
+        # every product below 2^32: the scaled ends are the solution, and no end exceeds the total of the
+        # durations and comm delays, which `solve` checked against 2^32
         return ext
+    if not float(cand.max(initial=0.0)) < _LIMIT:
+        return None
     return ext if _whole_quanta(cand) and _solves(graph, d, comm, ext) else None
 
 
