@@ -331,16 +331,23 @@ def _same(a: Any, b: Any) -> bool:
 _PLACEMENTS: dict[Placement, tuple[Any, dict[str, tuple[Any, Any]]]] = {}
 
 
-def _placement_arrays(placement: Placement) -> tuple[Any, dict[str, tuple[Any, Any]]]:
+def _placement_arrays(placement: Placement) -> tuple[Any, dict[str, tuple[Any, Any, int, set]]]:
     """(each stage's rank; per route term (ACT_PREV / GRAD_NEXT): each stage's neighbour on the route (-1:
-    none) and whether that neighbour is on the same rank), once per placement."""
+    none), whether that neighbour is on the same rank (None: on no stage), how many stages have one on
+    another rank, and the (its rank, the stage's rank) pairs of those), once per placement."""
     got = _PLACEMENTS.get(placement)
     if got is None:
         srank = placement.stage_rank
         steps = {}
         for need, step in ((ACT_PREV, placement.prev_stage), (GRAD_NEXT, placement.next_stage)):
             same = [q >= 0 and srank[q] == srank[s] for s, q in enumerate(step)]
-            steps[need] = (np.array(step, dtype=np.int64), np.array(same, dtype=bool) if any(same) else None)
+            cross = [s for s, q in enumerate(step) if q >= 0 and not same[s]]
+            steps[need] = (
+                np.array(step, dtype=np.int64),
+                np.array(same, dtype=bool) if any(same) else None,
+                len(cross),
+                {(srank[step[s]], srank[s]) for s in cross},
+            )
         if len(_PLACEMENTS) >= 64:
             _PLACEMENTS.clear()
         got = _PLACEMENTS[placement] = (np.array(srank, dtype=np.int64), steps)
@@ -467,7 +474,7 @@ def _timing_graph(
                     return None
                 continue
             # per stage: its neighbour on the route (-1: none), and whether that one is on the same rank
-            step_a, same_stage = steps[need]
+            step_a, same_stage, n_cross_stages, all_pairs = steps[need]
             s_of = stage[sel]
             q = step_a[s_of]
             has = q >= 0
@@ -496,7 +503,10 @@ def _timing_graph(
             prods.append(p)
             # which ranks feed which: from the stages that have such a consumer
             at = np.flatnonzero(np.bincount(s_of, minlength=n_stages)).tolist()
-            pairs.update((srank_l[step[s]], srank_l[s]) for s in at)
+            if len(at) == n_cross_stages:  # every stage that can have such an input has one
+                pairs |= all_pairs
+            else:
+                pairs.update((srank_l[step[s]], srank_l[s]) for s in at)
     # each node's cross-rank inputs as up to K slots (slot value n = none: arrives at 0.0). Each group (a
     # kind's rows, one input of it) lists its consumers ascending, each once (a node has one row of each
     # kind): a node's slots are taken in group order. A group naming a node twice is an order the parts
