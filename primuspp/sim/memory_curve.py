@@ -12,14 +12,19 @@ not pair up (a second B or W of the same microbatch and stage), gets None and th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from primuspp.schedule.compact import KINDS, kinds_present, one_row_per_node
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
+from primuspp.schedule.timing_arrays import kind_stage
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
+_QUANTUM, _LIMIT = 2.0**20, 2.0**32
+#: up to this many events the exact levels take their per-rank offsets in whole-table calls
+_FEW_EVENTS = 1 << 16
 _SNAP_RESTARTS = 32
 #: take the events in row order when no kind has more than one effect (a test turns it off)
 ONE_EFFECT_ROWS = True  # more snaps than this on one rank: finish that rank with a plain loop
@@ -54,6 +59,8 @@ def memory_levels(
         plans[code] = plan
     if not any(plans.values()):
         return [(np.zeros(0), np.zeros(0), 0.0) for _ in range(len(node_first) - 1)]
+    if ONE_EFFECT_ROWS and simple and all(len(plan) == 1 for plan in plans.values()):
+        return _one_effect_per_row(rows, node_first, starts, ends, amount_a, bfree_a, freed_b, plans)
     if ONE_EFFECT_ROWS and max(len(plan) for plan in plans.values()) == 1:
         # one effect per row at most (the registry's kinds): the events in row order, which is the loop's
         # order unless a composite node's parts act in the other order (checked below)
@@ -135,6 +142,106 @@ def memory_levels(
     bounds = np.searchsorted(ev_gidx, node_first)
     del ev_gidx, ev_phase
     return _per_rank(times, delta, bounds.tolist(), n_ranks)
+
+
+def _one_effect_per_row(
+    rows: dict[str, Any],
+    node_first: Any,
+    starts: Any,
+    ends: Any,
+    amount_a: Any,
+    bfree_a: Any,
+    freed_b: Any,
+    plans: dict[int, list[tuple[int, int, str]]],
+) -> list[tuple[Any, Any, float]] | None:
+    """`memory_levels` where every row is a node of its own with exactly one effect (the registry's simple
+    kinds): the events are the rows, in row order. Each row's change and whether it acts at its start are
+    read from (kind x stage) tables, the W rows' changes worked out as `order_memory` does."""
+    n_kinds, n_stages = len(KINDS), len(amount_a)
+    change = np.zeros((n_kinds, n_stages), dtype=np.float64)
+    at_start = np.zeros((n_kinds, n_stages), dtype=bool)
+    b_codes, rest_codes = [], []
+    for code, ((phase, _, effect),) in plans.items():
+        if effect == ALLOC:
+            change[code] = amount_a
+        elif effect == FREE_B:
+            change[code] = -freed_b
+            b_codes.append(code)
+        elif effect == FREE_ALL:
+            change[code] = -amount_a
+        else:  # FREE_REST: below
+            rest_codes.append(code)
+        at_start[code] = phase == 0
+    rest_left = amount_a - freed_b  # what W frees after its B
+    if rest_codes and not freed_b.any() and np.array_equal(rest_left, amount_a * (1 - bfree_a)):
+        # B frees nothing on any stage: W frees the whole activation whether or not its B ran before it (a
+        # B, once or twice, leaves `amount - 0.0`, the default is `amount * 1.0`)
+        change[rest_codes] = -rest_left
+        rest_codes = []
+    ks = kind_stage(rows, n_stages)
+    delta = change.reshape(-1).take(ks)
+    times = np.where(at_start.reshape(-1).take(ks), starts, ends)
+    if rest_codes:
+        # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default;
+        # keyed stage-major (stage * microbatches + microbatch): a rank's rows, a few stages with the
+        # microbatches in turn, read neighbouring entries of `where_b`
+        kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
+        role = np.zeros(n_kinds, dtype=np.int8)  # 1: frees B's part, 2: frees the rest
+        role[b_codes], role[rest_codes] = 1, 2
+        row_role = role[kind]
+        is_b, is_rest = row_role == 1, row_role == 2
+        del row_role
+        key = stage * (int(mb.max(initial=0)) + 1)
+        key += mb
+        size = int(key.max()) + 1 if len(key) else 0
+        b_keys, rest_keys = key[is_b], key[is_rest]
+        del key
+        if np.bincount(b_keys, minlength=size).max(initial=0) > 1:
+            return None
+        if np.bincount(rest_keys, minlength=size).max(initial=0) > 1:
+            return None
+        rank = rows["rank"]
+        where_b = np.full(size, -1, dtype=np.int64)
+        where_b[b_keys] = np.flatnonzero(is_b)
+        rest_at = np.flatnonzero(is_rest)
+        b_at = where_b[rest_keys]
+        seen = (b_at >= 0) & (b_at < rest_at)
+        seen &= rank[np.maximum(b_at, 0)] == rank[rest_at]
+        rs = stage[rest_at]
+        delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
+    bounds, n_ranks = node_first.tolist(), len(node_first) - 1
+    # every change a multiple of 2^-20 and their magnitudes adding up to less than 2^32: every running sum
+    # is exact, in any order of adding
+    values = np.concatenate((change.reshape(-1), rest_left, amount_a * (1 - bfree_a)))
+    quanta = values * _QUANTUM
+    if np.array_equal(quanta, np.floor(quanta)) and float(np.abs(values).max()) * len(delta) < _LIMIT:
+        return _per_rank_exact(times, delta, bounds, n_ranks)
+    return _per_rank(times, delta, bounds, n_ranks)
+
+
+def _per_rank_exact(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
+    """`_per_rank` (overwriting `delta`) where every running sum is exact (see `_one_effect_per_row`): one
+    cumulative sum over all ranks, each rank's level its part minus the sum before it. Exact levels that
+    are multiples of 2^-20 come within 1e-9 of zero only at zero itself, which the loop's level always is
+    as +0.0 (it starts at +0.0, and x - x is +0.0): `+= 0.0` turns a -0.0 the sums may give into that."""
+    level = np.cumsum(delta, out=delta)  # the changes are the caller's own: summed where they lie
+    if n_ranks > 1 and len(level) <= _FEW_EVENTS:
+        starts = np.array(bounds[:-1], dtype=np.intp)
+        level -= np.repeat(np.where(starts > 0, level[starts - 1], 0.0), np.diff(bounds))
+    elif n_ranks > 1:  # rank by rank: no table-sized temporary (each fresh one costs its page faults)
+        offsets = [float(level[lo - 1]) if lo > 0 else 0.0 for lo in bounds[:-1]]
+        for (lo, hi), off in zip(pairwise(bounds), offsets, strict=True):
+            if off:
+                level[lo:hi] -= off
+    level += 0.0
+    nonempty = [r for r in range(n_ranks) if bounds[r + 1] > bounds[r]]
+    peaks = [0.0] * n_ranks
+    if nonempty:
+        tops = np.maximum.reduceat(level, [bounds[r] for r in nonempty]).tolist()
+        for r, top in zip(nonempty, tops, strict=True):
+            peaks[r] = top if top > 0.0 else 0.0
+    cuts = pairwise(bounds)
+    return [(times[lo:hi], level[lo:hi], peak) for (lo, hi), peak in zip(cuts, peaks, strict=True)]
 
 
 def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:

@@ -123,3 +123,57 @@ def test_node_times_takes_the_arrays_above_the_threshold(monkeypatch):
     assert timing_arrays.solve(table.placement, 16, order, sc) is not None
     assert above.starts == below.starts and above.ends == below.ends
     assert above.forward_end == below.forward_end and above.grad_end == below.grad_end
+
+
+def test_a_rescaling_is_taken_unchecked_only_where_the_scaling_proves_it():
+    """With the cost table the earlier ends came from (whole durations) and this one that table times a
+    whole scale, the scaled ends are taken as they are; otherwise they are checked against the recurrence
+    (and wrong ones refused)."""
+    table = build_schedule("1f1b", 4, None, 8, CostModel(1000, 1000, 1000))
+    pl, order, rows = table.placement, table.compute_order(), table.ranks.rows
+    graph = timing_arrays.timing_graph(pl, 8, order, rows)
+    unit = CostModel(1, 1, 1).for_placement(pl)
+    big = CostModel(1000, 1000, 1000).for_placement(pl)
+    basis, tab = timing_arrays._cost_table(unit)[0], timing_arrays._cost_table(big)[0]
+    d = timing_arrays.node_durations(rows, graph.first, big)
+    right = timing_arrays.solve(pl, 8, order, unit, dict(rows))
+    assert right is not None
+    known = (0, 1.0, 0.0, right.ends, basis)
+    got = timing_arrays._rescaled(known, graph, d, 0.0, tab)
+    fresh = timing_arrays.solve(pl, 8, order, big, dict(rows))
+    assert np.array_equal(got[:-1], fresh.ends)
+    wrong = right.ends.copy()
+    wrong[len(wrong) // 2] += 1.0
+    assert timing_arrays._rescaled((0, 1.0, 0.0, wrong, basis), graph, d, 0.0, tab) is not None  # trusted
+    uneven = CostModel((1000.0, 2000.0, 1000.0, 1000.0), 1000, 1000).for_placement(pl)
+    d2 = timing_arrays.node_durations(rows, graph.first, uneven)
+    tab2 = timing_arrays._cost_table(uneven)[0]
+    assert timing_arrays._rescaled((0, 1.0, 0.0, wrong, basis), graph, d2, 0.0, tab2) is None  # checked
+
+
+@pytest.mark.parametrize("name", ["1f1b", "zbv", "dualpipe-v"])
+def test_the_compact_forms_of_large_orders_time_the_same(monkeypatch, name):
+    """Above `_NATIVE_MAX` nodes the graph's indices are int32, whole ends are kept as int32 and the
+    kind-stage index is made again: the lowering's and the simulation's times are the plain ones."""
+    from primuspp.schedule.costs import unit_costs
+    from primuspp.schedule.rows import Rows
+
+    costs = CostModel(1000, 1000, 1000)
+    table = build_schedule(name, 4, None, 12, costs)
+    pl, order = table.placement, table.compute_order()
+    sc = costs.for_placement(pl)
+    want_unit = timing_arrays.solve(pl, 12, order, unit_costs(pl), dict(table.ranks.rows))
+    want = timing_arrays.solve(pl, 12, order, sc, dict(table.ranks.rows))
+    monkeypatch.setattr(timing_arrays, "_NATIVE_MAX", 0)
+    rows = Rows(table.ranks.rows)
+    got_unit = timing_arrays.solve(pl, 12, order, unit_costs(pl), rows)
+    kept = [v for k, v in rows.memo.items() if k[0] == "ends"]
+    graphs = [v[1] for k, v in rows.memo.items() if k[0] == "timing"]
+    got = timing_arrays.solve(pl, 12, order, sc, rows)
+    assert graphs and graphs[0].src.dtype == np.int32
+    if kept[0][4] is not None:  # whole ends of simple nodes: kept as int32
+        assert kept[0][3].dtype == np.int32
+    for a, b in ((got_unit, want_unit), (got, want)):
+        assert np.array_equal(a.ends, b.ends) and np.array_equal(a.starts, b.starts)
+        assert np.array_equal(a.forward_end, b.forward_end, equal_nan=True)
+        assert np.array_equal(a.grad_end, b.grad_end, equal_nan=True)
