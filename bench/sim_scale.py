@@ -8,7 +8,10 @@ and `sim cpu s` are the simulation alone (wall, CPU); `total cpu s` is build + s
 this process (less disturbed by other work than wall time).
 `--growth` runs each size in a fresh process (one run each) and prints build + simulate seconds (and the
 simulation's alone), the peak resident memory (RSS) of that process (and after the build, before the
-simulation), and the growth exponents of the times in p*m (least squares on logs).
+simulation), and the growth exponents of the times in p*m (least squares on logs). `--pages` says under
+which numpy huge-page advice those processes run: `cli` as the `primuspp` command runs (advice off unless
+the environment names a choice, see `primuspp/numpy_pages.py`), `numpy` with numpy's own default, or
+`both` (each size twice; the table's `pages` column says which).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params, build_schedule
 from primuspp.errors import ScheduleError
 from primuspp.gcpause import gc_paused
+from primuspp.numpy_pages import HUGEPAGE_ADVICE
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 
@@ -84,12 +88,32 @@ def _slope(points: list[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
 
-def growth(names: list[str], sizes: list[str]) -> None:
+def _child_env(pages: str) -> dict[str, str]:
+    """The environment of a growth run: `cli` as `primuspp` sets it, `numpy` this one as it is."""
+    env = dict(os.environ)
+    if pages == "cli":
+        env.setdefault(*HUGEPAGE_ADVICE)
+    return env
+
+
+def growth(names: list[str], sizes: list[str], pages: str) -> None:
     table = Table(title="growth: build + simulate, one fresh process per size", title_justify="left")
-    cols = ("algorithm", "p", "m", "nodes", "wall s", "cpu s", "sim cpu s", "peak RSS MB", "after build MB")
+    cols = (
+        "algorithm",
+        "pages",
+        "p",
+        "m",
+        "nodes",
+        "wall s",
+        "cpu s",
+        "sim cpu s",
+        "peak RSS MB",
+        "after build MB",
+    )
     for col in (*cols, "exponent"):
-        table.add_column(col, justify="left" if col == "algorithm" else "right")
-    for name in names:
+        table.add_column(col, justify="left" if col in ("algorithm", "pages") else "right")
+    runs = [(name, mode) for name in names for mode in (("cli", "numpy") if pages == "both" else (pages,))]
+    for name, mode in runs:
         points, sim_points = [], []
         for size in sizes:
             pp, mb = (int(x) for x in size.split("x"))
@@ -98,12 +122,14 @@ def growth(names: list[str], sizes: list[str]) -> None:
                 check=True,
                 capture_output=True,
                 text=True,
+                env=_child_env(mode),
             ).stdout
             got = json.loads(out.strip().splitlines()[-1])
             points.append((pp * mb, got["cpu_s"]))
             sim_points.append((pp * mb, got["sim_cpu_s"]))
             table.add_row(
                 name,
+                mode,
                 str(pp),
                 str(mb),
                 f"{got['nodes']:,}",
@@ -114,8 +140,9 @@ def growth(names: list[str], sizes: list[str]) -> None:
                 f"{got['build_rss_mb']:.0f}",
                 "",
             )
-        table.add_row(name, *[""] * (len(cols) - 1), f"{_slope(points):.2f} (cpu s vs p*m)")
-        table.add_row(name, *[""] * (len(cols) - 1), f"{_slope(sim_points):.2f} (sim cpu s vs p*m)")
+        blank = [""] * (len(cols) - 2)
+        table.add_row(name, mode, *blank, f"{_slope(points):.2f} (cpu s vs p*m)")
+        table.add_row(name, mode, *blank, f"{_slope(sim_points):.2f} (sim cpu s vs p*m)")
     Console(width=120).print(table)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
@@ -128,13 +155,16 @@ def main() -> None:
     ap.add_argument("--algo", action="append")
     ap.add_argument("--growth", action="store_true", help="time and peak RSS over --sizes, fresh processes")
     ap.add_argument("--sizes", nargs="+", default=["32x256", "64x512", "128x1024", "256x2048"])
+    ap.add_argument(
+        "--pages", choices=("cli", "numpy", "both"), default="both", help="numpy's huge-page advice"
+    )
     ap.add_argument("--one", nargs=3, metavar=("ALGO", "PP", "MB"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one_run(args.one[0], int(args.one[1]), int(args.one[2]))))
         return
     if args.growth:
-        growth(args.algo or ["zbv"], args.sizes)
+        growth(args.algo or ["zbv"], args.sizes, args.pages)
         return
     costs = CostModel(1000, 1000, 1000)
     table = Table(
