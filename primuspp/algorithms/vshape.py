@@ -627,11 +627,13 @@ def squeezed_orders(
         # the repeated block's memory is an order property: the untightened repetition's is the same
         peak = SlotSchedule(p, m, *offs, tighten=False).peak()
         if peak > cap:
+            _said(report, "full")
             return peak, []
         found = v_period.extended(lambda k: _squeezed(p, k, block.name, offs, cap, variants)[1], m, cap)
-        _said(report, f"period (from m = {found[0]})" if found else "full (period check failed)")
         if found is not None:
+            _said(report, f"period (from m = {found[0]})")
             return peak, found[1]
+        _said(report, "full (period check failed)")
     else:
         _said(report, "full")
     return _squeezed(p, m, block.name, offs, cap, variants)
