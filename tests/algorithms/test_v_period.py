@@ -150,3 +150,36 @@ def test_check_rejects_hand_made_pairs():
     assert v_period.insertion(a, ArrayOrder.from_ranks([tuple(c[:-1] for c in ranks[0]), *ranks[1:]])) is None
     # a different number of ranks
     assert v_period.insertion(a, ArrayOrder.from_ranks(ranks[1:])) is None
+
+
+def test_a_settling_that_looks_done_fails_the_check():
+    # "min-b0" at p = 18, cap 21, explicit squeeze: the one-period check (d = 1) passes at m = 35, yet the
+    # order changes otherwise than by a period between m = 38 and 39, so the extension from 35 with d = 1
+    # is wrong at m = 40; the check with d = gap(35) = 8 fails there, and the extension falls back
+    block = next(b for b in v_family.AUTO_BLOCKS if b.name == "min-b0")
+    p, cap = 18, 21
+    squeeze = _full(p, block, cap, ("explicit",))
+    a, b = squeeze(35)[0][1], squeeze(36)[0][1]
+    at = v_period.insertion(a, b)
+    assert at is not None
+    assert _columns(v_period.extend(a, b, at, 35, 40)) != _columns(squeeze(40)[0][1])
+    assert v_period.gap(35) == 8 and v_period.insertion(a, squeeze(43)[0][1], 8) is None
+    assert v_period.starts(cap)[1] == 35
+    assert v_period.extended(squeeze, 40, cap, ratio=1) is None
+
+
+def test_check_with_several_periods():
+    p, cap = 8, 16
+    squeeze = _full(p, vshape.ZB, cap, ("explicit",))
+    m0 = v_period.starts(cap)[0]
+    d = v_period.gap(m0)
+    a, b = squeeze(m0)[0][1], squeeze(m0 + d)[0][1]
+    at = v_period.insertion(a, b, d)
+    assert d > 1 and at is not None
+    assert _columns(v_period.extend(a, b, at, m0, m0 + d)) == _columns(b)
+    assert v_period.insertion(a, b, d - 1) is None  # the lengths do not match
+    # the inserted periods not one microbatch apart: the second one's microbatches shifted by one more
+    ranks = _ranks(b)
+    kind, mb, stage = (c.copy() for c in ranks[0])
+    mb[at[0] + 6 : at[0] + 12] += 1
+    assert v_period.insertion(a, ArrayOrder.from_ranks([(kind, mb, stage), *ranks[1:]]), d) is None
