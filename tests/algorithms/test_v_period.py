@@ -39,10 +39,11 @@ def _full(p: int, block: vshape.Block, cap: int, variants=BOTH):
 
 
 def _caps(p: int, block: vshape.Block) -> list[int]:
-    """The block's own peak (the tightest cap), one above it (p < 16), and the V family's caps it fits."""
+    """The V family's caps the block fits, and for p < 16 also its own peak (the tightest cap) and one
+    above it."""
     peak = vshape.block_peak(p, 4 * p, block)
-    family = (2 * p, 2 * ((p + 2) // 2), 2 * ((p + 4) // 3))  # zbv, v-half, v-min in live chunks
-    return sorted({peak, *([peak + 1] if p < 16 else []), *(c for c in family if c >= peak)})
+    family = {c for c in (2 * p, 2 * ((p + 2) // 2), 2 * ((p + 4) // 3)) if c >= peak}  # in live chunks
+    return sorted(family | {peak, peak + 1} if p < 16 else family)
 
 
 # p, and how many m past each start to compare (every m for small p, a few for large ones)
@@ -56,9 +57,9 @@ def test_extension_equals_full_squeeze(p, count):
         for cap in _caps(p, block):
             squeeze = _full(p, block, cap)
             first, second = v_period.starts(cap)
-            # past the first start, past the second (where the first fails), and well past both (p <= 12)
+            # past the first start, past the second (where the first fails), and well past both (p <= 8)
             ms = {*range(first + 1, first + 1 + count), *range(second + 1, second + 1 + count)}
-            if p <= 12:
+            if p <= 8:
                 ms.add(2 * second + 5)
             for m in sorted(ms):
                 found = v_period.extended(squeeze, m, cap, ratio=1)
