@@ -5,7 +5,7 @@ result is periodic in m: past a warm-up and before a cool-down whose lengths dep
 the cap but not on m, each rank runs the same six ops (one period: F, B and W of its two chunks) again
 and again, each time one microbatch later. So the order for m + 1 is the order for m with one period
 inserted in that steady state, everything before the insertion unchanged and everything after it one
-microbatch later. Here the orders for a short m0 and for m0 + d (d = `gap(m0)`, a quarter of m0) are
+microbatch later. Here the orders for a short m0 and for m0 + d (d = `gap(m0)`, a prime near m0 / 4) are
 squeezed in full (`squeeze`), the inserted periods are read off their difference, and the order for m is
 the order for m0 with m - m0 periods inserted, each one microbatch later than the one before: numpy
 slices, no per-op loop.
@@ -30,7 +30,10 @@ far the re-walk reads, so this is a measured rule with a check on every run, not
   runs the full squeeze, which stays the reference. d > 1 because a settling can look done and is not:
   "min-b0" at p = 18, cap 21, explicit squeeze, passes the one-period check (d = 1) from m = 34 to 37,
   fails it from 38 to 40 and passes it for good from 41; extended from 35 with d = 1 its orders for
-  m >= 40 would be wrong; with d = 8 the check fails at 35 and the full squeeze runs.
+  m >= 40 would be wrong; with d = 11 the check fails at 35 and the full squeeze runs. d is a prime
+  because an order can repeat every q > 1 microbatches only: "min-b2" at p = 13, cap 16, explicit
+  squeeze, fails the one-period check for every m (its cool-down alternates with the parity of m), yet
+  passes it with d = 4; a prime d passes only if q = d.
 
 tests/algorithms/test_v_period.py holds the extended orders equal to the full squeeze over a sweep of
 blocks, p, m and caps, and the fallback taken where the check fails.
@@ -72,9 +75,14 @@ def _columns(order: ArrayOrder) -> list[tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def gap(m0: int) -> int:
-    """How many microbatches longer the second short order is than the first (`extended`): a quarter of
-    m0, so that a settling that ends within that stretch fails the check (see the module docstring)."""
-    return max(1, m0 // 4)
+    """How many microbatches longer the second short order is than the first (`extended`): the first
+    prime from a quarter of m0 on, so that a settling that ends within that stretch fails the check, and so
+    does an order that repeats only every q > 1 microbatches (q divides d only if q = d; see the module
+    docstring)."""
+    d = max(3, m0 // 4)
+    while any(d % k == 0 for k in range(2, int(d**0.5) + 1)):
+        d += 1
+    return d
 
 
 def insertion(a: ArrayOrder, b: ArrayOrder, d: int = 1) -> list[int] | None:

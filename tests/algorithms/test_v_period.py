@@ -156,7 +156,7 @@ def test_check_rejects_hand_made_pairs():
 def test_a_settling_that_looks_done_fails_the_check():
     # "min-b0" at p = 18, cap 21, explicit squeeze: the one-period check (d = 1) passes at m = 35, yet the
     # order changes otherwise than by a period between m = 38 and 39, so the extension from 35 with d = 1
-    # is wrong at m = 40; the check with d = gap(35) = 8 fails there, and the extension falls back
+    # is wrong at m = 40; the check with d = gap(35) = 11 fails there, and the extension falls back
     block = next(b for b in v_family.AUTO_BLOCKS if b.name == "min-b0")
     p, cap = 18, 21
     squeeze = _full(p, block, cap, ("explicit",))
@@ -164,9 +164,29 @@ def test_a_settling_that_looks_done_fails_the_check():
     at = v_period.insertion(a, b)
     assert at is not None
     assert _columns(v_period.extend(a, b, at, 35, 40)) != _columns(squeeze(40)[0][1])
-    assert v_period.gap(35) == 8 and v_period.insertion(a, squeeze(43)[0][1], 8) is None
+    assert v_period.gap(35) == 11 and v_period.insertion(a, squeeze(46)[0][1], 11) is None
     assert v_period.starts(cap)[1] == 35
     assert v_period.extended(squeeze, 40, cap, ratio=1) is None
+
+
+def test_an_order_that_repeats_every_other_microbatch_fails_the_check():
+    # "min-b2" at p = 13, cap 16, explicit squeeze: the order for m + 1 is never the order for m with one
+    # period inserted (the cool-down alternates with the parity of m), but the order for m + 4 is the order
+    # for m with four: an even d would pass the check, the prime gap does not, and the extension falls back
+    block = next(b for b in vshape.CATALOG if b.name == "min-b2")
+    p, cap = 13, 16
+    squeeze = _full(p, block, cap, ("explicit",))
+    m0 = v_period.starts(cap)[0]
+    a = squeeze(m0)[0][1]
+    assert v_period.insertion(a, squeeze(m0 + 1)[0][1]) is None
+    assert v_period.insertion(a, squeeze(m0 + 4)[0][1], 4) is not None
+    d = v_period.gap(m0)
+    assert d % 2 and v_period.insertion(a, squeeze(m0 + d)[0][1], d) is None
+    assert v_period.extended(squeeze, 60, cap, ratio=1) is None
+
+
+def test_gap_is_a_prime_near_a_quarter():
+    assert [v_period.gap(m0) for m0 in (1, 12, 18, 35, 66, 130, 514)] == [3, 3, 5, 11, 17, 37, 131]
 
 
 def test_check_with_several_periods():
