@@ -615,10 +615,10 @@ def squeezed_orders(
     chunks — the derived-W squeeze alone, and the explicit squeeze followed by the derived one (`both=False`:
     only the block's preferred one). No orders if the block itself needs more than `cap`.
 
-    For long m the orders come from those of a short m0 and m0 + 1, the steady-state period inserted
-    m - m0 times (`v_period`: the same orders, checked on every run; where the check fails, the full
-    squeeze runs; `period=False`: the full squeeze always). `report["squeeze"]`, if a report is given,
-    says which ran."""
+    For long m the orders come from those of a short m0 and a somewhat longer m0 + d, the steady-state
+    period inserted m - m0 times (`v_period`: the same orders, checked on every run; where the check
+    fails, the full squeeze runs; `period=False`: the full squeeze always). `report["squeeze"]`, if a
+    report is given, says which ran."""
     from primuspp.algorithms import v_period
 
     offs = offsets(p, block)
