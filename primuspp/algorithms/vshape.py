@@ -624,8 +624,10 @@ def squeezed_orders(
     offs = offsets(p, block)
     variants = ("derived", "explicit") if both else (block.squeeze,)
     if period and v_period.applies(m, v_period.starts(cap)[0]):
+        from primuspp.algorithms import v_rows
+
         # the repeated block's memory is an order property: the untightened repetition's is the same
-        peak = SlotSchedule(p, m, *offs, tighten=False).peak()
+        peak = v_rows.raw_peak(p, m, *offs)
         if peak > cap:
             _said(report, "full")
             return peak, []

@@ -8,7 +8,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from primuspp.algorithms import v_family, v_period, vshape
+from primuspp.algorithms import v_family, v_period, v_rows, vshape
 from primuspp.schedule.array_order import ArrayOrder
 
 BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
@@ -204,3 +204,13 @@ def test_check_with_several_periods():
     kind, mb, stage = (c.copy() for c in ranks[0])
     mb[at[0] + 6 : at[0] + 12] += 1
     assert v_period.insertion(a, ArrayOrder.from_ranks([(kind, mb, stage), *ranks[1:]]), d) is None
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13])
+def test_raw_peak_is_the_repeated_blocks_peak(p):
+    # the period path's peak (from the F and B slots alone) against the constructed repetition's
+    for block in BLOCKS:
+        fo, bo = vshape.offsets(p, block)
+        for m in (1, 2, 3, 7, 4 * p + 1):
+            raw = vshape.SlotSchedule(p, m, fo, bo, tighten=False)
+            assert v_rows.raw_peak(p, m, fo, bo) == raw.peak() == raw.peak_reference(), (p, m, block.name)
