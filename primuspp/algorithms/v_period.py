@@ -120,14 +120,25 @@ def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> Arra
     m - m0 times, each one microbatch later than the one before, then `a[at[r]:]` m - m0 microbatches
     later (`b`, `at` as `insertion` took them; with m = m0 + d this is `b`)."""
     k = m - m0
-    shift = np.repeat(np.arange(k, dtype=np.int64), PERIOD)
-    kinds, stages, mbs, lengths = [], [], [], []
-    for (ka, sa, ma), (kb, sb, mb), x in zip(_columns(a), _columns(b), at, strict=True):
-        kinds += [ka[:x], np.tile(kb[x : x + PERIOD], k), ka[x:]]
-        stages += [sa[:x], np.tile(sb[x : x + PERIOD], k), sa[x:]]
-        mbs += [ma[:x], np.tile(mb[x : x + PERIOD], k) + shift, ma[x:] + k]
-        lengths.append(len(ka) + PERIOD * k)
-    return ArrayOrder.from_flat(np.concatenate(kinds), np.concatenate(mbs), np.concatenate(stages), lengths)
+    cols_a, cols_b = _columns(a), _columns(b)
+    lengths = [len(ka) + PERIOD * k for ka, _, _ in cols_a]
+    total = sum(lengths)
+    kind = np.empty(total, dtype=np.int8)
+    stage = np.empty(total, dtype=np.int64)
+    mb = np.empty(total, dtype=np.int64)
+    step = np.arange(k, dtype=np.int64)[:, None]  # each inserted period one microbatch later
+    o = 0  # the rank's first row in the output; written in place (no per-rank pieces to concatenate)
+    for (ka, sa, ma), (kb, sb, mbb), x in zip(cols_a, cols_b, at, strict=True):
+        n, y = len(ka), x + PERIOD * k
+        kind[o : o + x], stage[o : o + x], mb[o : o + x] = ka[:x], sa[:x], ma[:x]
+        kind[o + x : o + y].reshape(k, PERIOD)[:] = kb[x : x + PERIOD]
+        stage[o + x : o + y].reshape(k, PERIOD)[:] = sb[x : x + PERIOD]
+        mb[o + x : o + y].reshape(k, PERIOD)[:] = mbb[x : x + PERIOD] + step
+        kind[o + y : o + n + PERIOD * k] = ka[x:]
+        stage[o + y : o + n + PERIOD * k] = sa[x:]
+        np.add(ma[x:], k, out=mb[o + y : o + n + PERIOD * k])
+        o += n + PERIOD * k
+    return ArrayOrder.from_flat(kind, mb, stage, lengths)
 
 
 def extended(
