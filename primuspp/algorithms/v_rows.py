@@ -155,3 +155,24 @@ def tighten(occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray | None:
             u += 1
             ready[r] = u
     return s[:-1]
+
+
+def raw_peak(p: int, m: int, fo: list[int], bo: list[int]) -> int:
+    """`SlotSchedule(p, m, fo, bo, tighten=False).peak()` from the F and B slots alone: the W's that
+    `fill_ws` would place before each slot are counted by the queueing identity (`_run`), so neither op
+    ids nor the W's slots are built (a third of the time at p = 256, m = 2048)."""
+    n = 2 * p
+    base = min(fo)
+    width = max(bo) - base + 6 * m + 3 * m + 2
+    rank = np.minimum(np.arange(n), n - 1 - np.arange(n))
+    shift = 6 * np.arange(m)[:, None] - base
+    is_f = np.zeros((p, width), dtype=bool)
+    is_b = np.zeros((p, width), dtype=bool)
+    rows = np.broadcast_to(rank[None, :], (m, n))
+    is_f[rows, np.asarray(fo)[None, :] + shift] = True
+    is_b[rows, np.asarray(bo)[None, :] + shift] = True
+    placed = _run(_before(is_b), ~(is_f | is_b))  # W's placed before each slot (and after the last)
+    before_f = _before(is_f)
+    level = before_f - placed  # live chunks before each slot; an F counts from its own slot
+    level[:, :-1] += is_f
+    return int(level.max())

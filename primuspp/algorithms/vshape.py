@@ -603,22 +603,62 @@ def block_peak(p: int, m: int, block: Block) -> int:
 
 
 def squeezed_orders(
-    p: int, m: int, block: Block, cap: int, both: bool = True
+    p: int,
+    m: int,
+    block: Block,
+    cap: int,
+    both: bool = True,
+    report: dict | None = None,
+    period: bool = True,
 ) -> tuple[int, list[tuple[str, list[list[Node]]]]]:
     """(peak of the repeated block, orders): the block repeated m times and squeezed under `cap` live
     chunks — the derived-W squeeze alone, and the explicit squeeze followed by the derived one (`both=False`:
-    only the block's preferred one). No orders if the block itself needs more than `cap`."""
+    only the block's preferred one). No orders if the block itself needs more than `cap`.
+
+    For long m the orders come from those of a short m0 and a somewhat longer m0 + d, the steady-state
+    period inserted m - m0 times (`v_period`: the same orders, checked on every run; where the check
+    fails, the full squeeze runs; `period=False`: the full squeeze always). `report["squeeze"]`, if a
+    report is given, says which ran."""
+    from primuspp.algorithms import v_period
+
     offs = offsets(p, block)
+    variants = ("derived", "explicit") if both else (block.squeeze,)
+    if period and v_period.applies(m, v_period.starts(cap)[0]):
+        from primuspp.algorithms import v_rows
+
+        # the repeated block's memory is an order property: the untightened repetition's is the same
+        peak = v_rows.raw_peak(p, m, *offs)
+        if peak > cap:
+            _said(report, "full")
+            return peak, []
+        found = v_period.extended(lambda k: _squeezed(p, k, block.name, offs, cap, variants)[1], m, cap)
+        if found is not None:
+            _said(report, f"period (from m = {found[0]})")
+            return peak, found[1]
+        _said(report, "full (period check failed)")
+    else:
+        _said(report, "full")
+    return _squeezed(p, m, block.name, offs, cap, variants)
+
+
+def _said(report: dict | None, how: str) -> None:
+    if report is not None:
+        report["squeeze"] = how
+
+
+def _squeezed(
+    p: int, m: int, name: str, offs: tuple[list[int], list[int]], cap: int, variants: tuple[str, ...]
+) -> tuple[int, list[tuple[str, ArrayOrder]]]:
+    """`squeezed_orders` by the full squeezes (the reference of the period extension)."""
     base = SlotSchedule(p, m, *offs)
     peak = base.peak()
     if peak > cap:
         return peak, []
     out = []
-    variants = ("derived", "explicit") if both else (block.squeeze,)
     for i, variant in enumerate(variants):
         sched = base.copy() if i < len(variants) - 1 else base
         if variant == "explicit":
             sched.squeeze_explicit(cap)
         sched.squeeze_derived(cap)
-        out.append((f"{block.name}/{variant}", sched.order()))
+        out.append((f"{name}/{variant}", sched.order()))
     return peak, out

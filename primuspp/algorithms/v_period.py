@@ -1,0 +1,171 @@
+"""A squeezed V order for many microbatches from two short ones: the steady state repeats.
+
+`vshape.squeezed_orders` repeats a block m times and squeezes it, op by op: its cost grows with m. The
+result is periodic in m: past a warm-up and before a cool-down whose lengths depend on p, the block and
+the cap but not on m, each rank runs the same six ops (one period: F, B and W of its two chunks) again
+and again, each time one microbatch later. So the order for m + 1 is the order for m with one period
+inserted in that steady state, everything before the insertion unchanged and everything after it one
+microbatch later. Here the orders for a short m0 and for m0 + d (d = `gap(m0)`, a prime near m0 / 4) are
+squeezed in full (`squeeze`), the inserted periods are read off their difference, and the order for m is
+the order for m0 with m - m0 periods inserted, each one microbatch later than the one before: numpy
+slices, no per-op loop.
+
+Soundness. The squeeze visits the ops in slot order and moves each into an earlier free slot; what it
+decides for an op depends on the slots near it (inputs, free slots and memory between its earliest slot
+and its own; the derived squeeze's re-walk reads on until it rejoins the stored walk). Where the state
+around the op is periodic, so are the decisions, which is why the result is. We have no bound on how
+far the re-walk reads, so this is a measured rule with a check on every run, not a proof:
+
+- the rule: m0 = cap + 2 (cap in live chunks), else 3 * cap / 2 + 4 (`starts`; each only where m is
+  long enough for it to pay, `applies`). For the blocks of `vshape.CATALOG` and `v_family.AUTO_BLOCKS`,
+  p up to 48 and the caps the V family passes, the insertion holds from about m = cap on for a block at
+  its own width (zbv's block at 2p, v-half's at p + 2), later for a narrow block under a wide cap (up to
+  about 1.5 cap: "min" with the explicit squeeze at cap 2p) or v-min's block at p = 32 (cap 24, from 36);
+  where the first start fails the check, the second is tried. A few blocks at their own peak never
+  settle (e.g. "min-b2" at p = 6, cap 9, derived: the check always fails, the full squeeze runs);
+- the check (`insertion`): on every rank the order for m0 + d is the order for m0 with 6 d ops inserted,
+  each period of them the one before one microbatch later, and the stretch where the two orders agree
+  around the insertion covers one more whole period (the steady state is visible on both sides, not
+  just one coincidental match). Otherwise (or if the cap is too tight for the block at m0) the caller
+  runs the full squeeze, which stays the reference. d > 1 because a settling can look done and is not:
+  "min-b0" at p = 18, cap 21, explicit squeeze, passes the one-period check (d = 1) from m = 34 to 37,
+  fails it from 38 to 40 and passes it for good from 41; extended from 35 with d = 1 its orders for
+  m >= 40 would be wrong; with d = 11 the check fails at 35 and the full squeeze runs. d is a prime
+  because an order can repeat every q > 1 microbatches only: "min-b2" at p = 13, cap 16, explicit
+  squeeze, fails the one-period check for every m (its cool-down alternates with the parity of m), yet
+  passes it with d = 4; a prime d passes only if q = d.
+
+tests/algorithms/test_v_period.py holds the extended orders equal to the full squeeze over a sweep of
+blocks, p, m and caps, and the fallback taken where the check fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+
+import numpy as np
+
+from primuspp.schedule.array_order import ArrayOrder
+
+PERIOD = 6  # ops per microbatch on a rank: F, B, W of each of its two chunks
+
+#: an extension from m0 runs when m is at least this many times m0 + 1 (it squeezes two short orders)
+MIN_RATIO = 3
+
+Squeeze = Callable[[int], Sequence[tuple[str, ArrayOrder]] | None]
+
+
+def starts(cap: int) -> tuple[int, int]:
+    """The short m0 the extension tries, in turn (the measured rule, see the module docstring)."""
+    return cap + 2, 3 * cap // 2 + 4
+
+
+def applies(m: int, m0: int, ratio: float = MIN_RATIO) -> bool:
+    """Whether m is long enough for an extension from m0 to save time (it squeezes m0 and m0 + `gap(m0)`):
+    at least `ratio` times m0 + 1 (tests pass 1: any m past m0)."""
+    return m >= ratio * (m0 + 1)
+
+
+def _columns(order: ArrayOrder) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each rank's (kind code, stage, microbatch) columns."""
+    rows, first = order.rows, np.asarray(order.first).tolist()
+    kind, stage, mb = (np.asarray(rows[k]) for k in ("kind", "stage", "mb"))
+    return [(kind[a:b], stage[a:b], mb[a:b]) for a, b in pairwise(first)]
+
+
+def gap(m0: int) -> int:
+    """How many microbatches longer the second short order is than the first (`extended`): the first
+    prime from a quarter of m0 on, so that a settling that ends within that stretch fails the check, and so
+    does an order that repeats only every q > 1 microbatches (q divides d only if q = d; see the module
+    docstring)."""
+    d = max(3, m0 // 4)
+    while any(d % k == 0 for k in range(2, int(d**0.5) + 1)):
+        d += 1
+    return d
+
+
+def insertion(a: ArrayOrder, b: ArrayOrder, d: int = 1) -> list[int] | None:
+    """Where, on every rank, order `b` (d microbatches more) is order `a` with d periods inserted:
+    `b[:x] == a[:x]`, then 6 d ops, each period the one before it one microbatch later, then `a[x:]` d
+    microbatches later; x is taken as late as the two agree. None unless, on every rank, the stretch where
+    they agree around the insertion spans one more whole period (the check of the module docstring)."""
+    if len(a.first) != len(b.first):
+        return None
+    out = []
+    for (ka, sa, ma), (kb, sb, mb) in zip(_columns(a), _columns(b), strict=True):
+        n, extra = len(ka), PERIOD * d
+        if len(kb) != n + extra:
+            return None
+        same = (ka == kb[:n]) & (sa == sb[:n]) & (ma == mb[:n])
+        i = n if same.all() else int(np.argmin(same))  # the common prefix
+        later = (ka == kb[extra:]) & (sa == sb[extra:]) & (ma + d == mb[extra:])
+        later = later[::-1]
+        j = n if later.all() else int(np.argmin(later))  # the common suffix, d microbatches later
+        if i + j < n + PERIOD:
+            return None
+        k, s, x = kb[i : i + extra], sb[i : i + extra], mb[i : i + extra]
+        if not (
+            np.array_equal(k[PERIOD:], k[:-PERIOD])
+            and np.array_equal(s[PERIOD:], s[:-PERIOD])
+            and np.array_equal(x[PERIOD:], x[:-PERIOD] + 1)
+        ):
+            return None
+        out.append(i)
+    return out
+
+
+def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> ArrayOrder:
+    """The order for m microbatches (m > m0): on rank r, `a[:at[r]]`, then the period `b[at[r]:at[r]+6]`
+    m - m0 times, each one microbatch later than the one before, then `a[at[r]:]` m - m0 microbatches
+    later (`b`, `at` as `insertion` took them; with m = m0 + d this is `b`)."""
+    k = m - m0
+    cols_a, cols_b = _columns(a), _columns(b)
+    lengths = [len(ka) + PERIOD * k for ka, _, _ in cols_a]
+    total = sum(lengths)
+    kind = np.empty(total, dtype=np.int8)
+    stage = np.empty(total, dtype=np.int64)
+    mb = np.empty(total, dtype=np.int64)
+    step = np.arange(k, dtype=np.int64)[:, None]  # each inserted period one microbatch later
+    o = 0  # the rank's first row in the output; written in place (no per-rank pieces to concatenate)
+    for (ka, sa, ma), (kb, sb, mbb), x in zip(cols_a, cols_b, at, strict=True):
+        n, y = len(ka), x + PERIOD * k
+        kind[o : o + x], stage[o : o + x], mb[o : o + x] = ka[:x], sa[:x], ma[:x]
+        kind[o + x : o + y].reshape(k, PERIOD)[:] = kb[x : x + PERIOD]
+        stage[o + x : o + y].reshape(k, PERIOD)[:] = sb[x : x + PERIOD]
+        mb[o + x : o + y].reshape(k, PERIOD)[:] = mbb[x : x + PERIOD] + step
+        kind[o + y : o + n + PERIOD * k] = ka[x:]
+        stage[o + y : o + n + PERIOD * k] = sa[x:]
+        np.add(ma[x:], k, out=mb[o + y : o + n + PERIOD * k])
+        o += n + PERIOD * k
+    return ArrayOrder.from_flat(kind, mb, stage, lengths)
+
+
+def extended(
+    squeeze: Squeeze, m: int, cap: int, ratio: float = MIN_RATIO
+) -> tuple[int, list[tuple[str, ArrayOrder]]] | None:
+    """(m0, the squeezed orders for m microbatches) from those for m0 and m0 + `gap(m0)` (`squeeze(k)`: the
+    named orders of the full squeeze for k microbatches, None or empty if the block needs more than the
+    cap), m0 the first of `starts(cap)` that passes the check; None where none that `applies` (at
+    `ratio`) does: the caller then squeezes m in full."""
+    for m0 in starts(cap):
+        if not applies(m, m0, ratio):
+            break
+        out = _extended_from(squeeze, m0, m)
+        if out is not None:
+            return m0, out
+    return None
+
+
+def _extended_from(squeeze: Squeeze, m0: int, m: int) -> list[tuple[str, ArrayOrder]] | None:
+    d = gap(m0)
+    short, longer = squeeze(m0), squeeze(m0 + d)
+    if not short or not longer or [n for n, _ in short] != [n for n, _ in longer]:
+        return None
+    out = []
+    for (name, a), (_, b) in zip(short, longer, strict=True):
+        at = insertion(a, b, d)
+        if at is None:
+            return None
+        out.append((name, extend(a, b, at, m0, m)))
+    return out
