@@ -506,30 +506,25 @@ def _one_stage_loop(
             mem[r] += foot[s]
             if mem[r] > peak:
                 peak = mem[r]
-            q = nxt[s]
-            if q >= 0:
-                r2 = srank[q]
-                wake = end + comm
-                # else it would be popped stale (free only grows), or it is in the heap already
-                if wake >= free[r2] - eps and left[r2] and (wake != pushed[r2] or wake <= t):
-                    push(heap, (wake, r2))
-                    pushed[r2] = wake
+            q = nxt[s]  # the stage its activation goes to
         elif kind == _B:
             end = t + dur_b[s]
             nb[s] += 1
             g_end[key] = end
             mem[r] -= b_drop[s]
-            q = prv[s]
-            if q >= 0:
-                r2 = srank[q]
-                wake = end + comm
-                if wake >= free[r2] - eps and left[r2] and (wake != pushed[r2] or wake <= t):
-                    push(heap, (wake, r2))
-                    pushed[r2] = wake
+            q = prv[s]  # the stage its input grad goes to
         else:
             end = t + dur_w[s]
             nw[s] += 1
             mem[r] -= w_drop[s]
+            q = -1
+        if q >= 0:  # wake the receiving rank when what it waits for arrives
+            r2 = srank[q]
+            wake = end + comm
+            # else it would be popped stale (free only grows), or it is in the heap already
+            if wake >= free[r2] - eps and left[r2] and (wake != pushed[r2] or wake <= t):
+                push(heap, (wake, r2))
+                pushed[r2] = wake
         order[r].append(key * 3 + kind)
         if kind != _W:
             last_kind[r] = kind
