@@ -12,6 +12,7 @@ tests/algorithms/test_v_squeeze.py holds each equal to its per-rank reference.
 from __future__ import annotations
 
 import itertools
+from itertools import pairwise
 
 import numpy as np
 
@@ -129,8 +130,183 @@ def inputs(ops: np.ndarray, kind: np.ndarray, stage: np.ndarray, n: int, none: i
     return first, second
 
 
-def tighten(occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray | None:
-    """`SlotSchedule._tighten_reference` on a grid whose row index is the rank: each op, in slot order,
+#: rank sweeps `by_ranks` runs before it checks the ends and goes on a slot at a time from the first
+#: wrong one: "min" settles in 1, zb's block in 2; the others take about p / 2 or more (measured in
+#: tests/algorithms/test_v_tighten.py), cheaper by slots
+SWEEPS = 2
+
+#: `by_ranks` sweeps down from the raw repetition when at most this share of its ops could start earlier
+#: given their inputs' and rank's raw slots ("min": 10 of 12672 at p = 32; zb's block: a third), else up
+#: from 0 (a loose op delays the ops after it, which then all move)
+LOOSE_SHARE = 0.05
+
+
+def tighten(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> np.ndarray | None:
+    """`SlotSchedule._tighten_reference` on a grid whose row index is the rank: each op, ranks keeping
+    their slot order, starts at the first slot after its inputs and its rank's previous op. The new slots;
+    None (nothing done) if some input does not sit in an earlier slot.
+
+    This is a longest path with unit durations. An op's input on its own rank sits in an earlier slot, so
+    the rank order already binds it; of a V op's inputs one at most is on another rank (`_links`).
+    `by_ranks` solves it a rank at a time, then a slot at a time from where `sweeps` sweeps left it
+    wrong. Equal to `tighten_by_slots`, the loop it replaces (which runs where some op is not placed)."""
+    if slot.size % (3 * n) or (slot < 0).any():
+        return tighten_by_slots(occ, slot, n)
+    f, b, w = (slot.reshape(-1, n, 3)[:, :, k] for k in range(3))  # by microbatch and stage
+    # each op's inputs (`inputs`) sit in earlier slots: the previous stage's F, the cell's F or B, the
+    # next stage's B
+    if not ((f[:, 1:] > f[:, :-1]).all() and (b > f).all() and (w > b).all()):
+        return None
+    if not (b[:, :-1] > b[:, 1:]).all():
+        return None
+    return by_ranks(occ, slot, n, sweeps)
+
+
+def _links(ops: np.ndarray, n: int, none: int) -> tuple[np.ndarray, np.ndarray]:
+    """(each op's input on another rank, `none` if it has none; the rank that reads the op's end as
+    such an input, -1 if none). Stage s runs on rank min(s, 2p - 1 - s): an F's input is the previous
+    stage's F (on the same rank at the turn, s = p), a B's the next stage's B (the same rank at s = p - 1);
+    the cell's F or B, a B's and a W's other input, is on the op's own rank."""
+    p = n // 2
+    stage = np.arange(n)
+    rank = np.minimum(stage, n - 1 - stage)
+    delta = np.zeros((n, 3), dtype=INT)  # input's op id - op id, 0: none
+    delta[1:, 0] = -3
+    delta[p, 0] = 0
+    delta[:-1, 1] = 3
+    delta[p - 1, 1] = 0
+    reader = np.full((n, 3), -1, dtype=INT)
+    reader[:-1, 0] = rank[1:]
+    reader[p - 1, 0] = -1
+    reader[1:, 1] = rank[:-1]
+    reader[p, 1] = -1
+    key = ops % (3 * n)  # stage * 3 + kind
+    step = delta.ravel()[key]
+    inp = ops + step
+    inp[step == 0] = none
+    return inp, reader.ravel()[key]
+
+
+def by_ranks(
+    occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS, report: dict | None = None
+) -> np.ndarray:
+    """`tighten`'s new slots (inputs checked there) by at most `sweeps` rank sweeps, then a slot at a
+    time from the first raw slot whose ops the sweeps left wrong, if any. `report`, if given, gets
+    "sweeps" (how many ran), "down" (whether they started from the raw repetition) and "resumed" (the raw
+    slot the slot loop started at; None if it did not run).
+
+    On one rank, its ops in slot order, D = 1..k and ready = the end (new slot + 1) of each op's input on
+    another rank (0 if none), the ends are D + maximum.accumulate(ready - (D - 1)) (the max-plus scan of
+    `schedule/timing_arrays.py`). The ranks are swept 0..p-1, then p-1..0, and so on, each scanned from
+    the ends the others have so far; a rank is scanned again only when an end it reads has changed since
+    its last scan, and the sweeps stop when none is left to scan.
+
+    Why that is the longest path. The solution is its own scan, and a scan is monotone in its inputs.
+    Started from ends at or below the solution (all 0: "up"), each scan leaves a rank's ends at or below
+    the solution and at or above what it had (its inputs only grew); started from ends at or above it
+    (the raw repetition, a valid schedule: "down"), at or above the solution and at or below what it
+    had. Either way the ends move one way and are bounded integers, so the sweeps would stop; when they
+    stop, every op ends at 1 + max(its input's end, its rank's previous op's end). Inputs and rank
+    predecessors sit in earlier raw slots (a DAG), so by induction in raw slot order that system has one
+    solution: the longest path, which the slot loop computes. The same induction gives the resumption:
+    if every op before raw slot t satisfies its equation, the ops before t are right, and the slot loop
+    goes on from t with them.
+
+    Sweeps run down where few raw ops are loose (`LOOSE_SHARE`): "min" then settles in 1 sweep (7 up),
+    zb's block in 2 up (24 to 96 down; p = 8..32, m = 2 p + 2). Blocks whose chains zigzag between
+    neighbouring ranks (half's, spacings of 2) need about p / 2 sweeps and more; the check after
+    `sweeps` finds them wrong from a small share of the raw slots on, and the slot loop runs."""
+    p = occ.shape[0]
+    mask = occ >= 0
+    ops = occ[mask]  # rank-major, each rank's ops in slot order
+    total, none = ops.size, slot.size
+    count = np.count_nonzero(mask, axis=1)
+    edges = np.concatenate(([0], np.cumsum(count))).tolist()  # each rank's first op, then the end
+    inp, reader = _links(ops, n, none)
+    pos = np.empty(none + 1, dtype=INT)  # each op's index in `ops`; a missing input: the 0 at the end
+    pos[ops] = np.arange(total, dtype=INT)
+    pos[none] = total
+    ready = pos[inp]
+    end = np.empty(total + 1, dtype=INT)
+    np.add(slot[ops], 1, out=end[:-1])
+    end[total] = 0
+    after = np.empty(total, dtype=INT)  # each op's rank predecessor's end (0 for a rank's first op)
+    after[1:] = end[:-2]
+    after[edges[:-1]] = 0
+    loose = np.maximum(end[ready], after) + 1 < end[:-1]
+    down = np.count_nonzero(loose) <= LOOSE_SHARE * total
+    if not down:
+        end[:] = 0
+    d = np.arange(1, int(count.max(initial=0)) + 1, dtype=INT)
+    d1 = d - 1
+    rows = [(end[a:b], ready[a:b], reader[a:b], d[: b - a], d1[: b - a]) for a, b in pairwise(edges)]
+    readers = [[q for q in (r - 1, r + 1) if 0 <= q < p] for r in range(p)]  # V inputs: neighbouring stages
+    dirty = [a < b for a, b in pairwise(edges)]
+    forward, backward = range(p), range(p - 1, -1, -1)
+    done = 0
+    while done < sweeps and any(dirty):
+        for r in backward if done % 2 else forward:
+            if dirty[r]:
+                dirty[r] = False
+                mine, src, read, dd, dd1 = rows[r]
+                e = end[src]
+                e -= dd1
+                np.maximum.accumulate(e, out=e)
+                e += dd
+                changed = e != mine
+                if changed.any():
+                    mine[:] = e
+                    by = read[changed]
+                    for q in readers[r]:
+                        if not dirty[q] and (by == q).any():
+                            dirty[q] = True
+        done += 1
+    new = slot.copy()
+    new[ops] = end[:-1] - 1
+    resumed = None
+    if any(dirty):
+        after[1:] = end[:-2]
+        after[edges[:-1]] = 0
+        wrong = np.maximum(end[ready], after) + 1 != end[:-1]
+        if wrong.any():
+            resumed = int(slot[ops[wrong]].min())
+            kept = np.count_nonzero(mask[:, :resumed], axis=1)  # each rank's ops before it
+            ends = np.where(kept > 0, end[np.asarray(edges[:-1]) + kept - 1], 0).astype(INT)
+            new = by_slots(occ, new, n, resumed, ends)
+    if report is not None:
+        report.update(sweeps=done, down=bool(down), resumed=resumed)
+    return new
+
+
+def by_slots(
+    occ: np.ndarray, slot: np.ndarray, n: int, start: int = 0, ready: np.ndarray | None = None
+) -> np.ndarray:
+    """`tighten`'s new slots a slot at a time (inputs checked there): the loop of `tighten_by_slots` with
+    each op's one input on another rank (`_links`). From raw slot `start` on, `slot` then holding the
+    new slots before it and `ready` each rank's first free slot after them."""
+    p, width = occ.shape
+    flat = occ[:, start:].T.ravel()  # slot-major, then rank
+    where = np.flatnonzero(flat >= 0)
+    ops = flat[where]
+    inp = _links(ops, n, slot.size)[0]
+    rows = (where % p).astype(INT)
+    s = np.append(slot, INT(-1))  # the slot of a missing input, at index slot.size
+    bounds = np.searchsorted(where, np.arange(width - start + 1) * p).tolist()
+    ready = np.zeros(p, dtype=INT) if ready is None else ready.copy()
+    for a, b in itertools.pairwise(bounds):
+        if a < b:
+            e = s[inp[a:b]]
+            e += 1
+            r = rows[a:b]
+            np.maximum(e, ready[r], out=e)
+            s[ops[a:b]] = e
+            e += 1
+            ready[r] = e
+    return s[:-1]
+
+
+def tighten_by_slots(occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray | None:
+    """`tighten`'s reference, a slot at a time with both inputs of each op: each op, in slot order,
     starts at the first slot after its inputs and its rank's previous op. An op's inputs sit in earlier
     slots, so the ops of one slot are independent (one per rank) and each slot is one vector step. The
     new slots; None (nothing done) if some input does not sit in an earlier slot."""
