@@ -1,0 +1,79 @@
+"""`v_rows.tighten` by rank sweeps (`by_ranks`) and by slots from where they stop (`by_slots`) gives the
+slots of the per-slot loop (`tighten_by_slots`) and of the readable reference
+(`SlotSchedule._tighten_reference`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primuspp.algorithms import v_family, v_rows, vshape
+
+BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
+
+
+def _raw(p: int, m: int, block: vshape.Block) -> tuple[np.ndarray, np.ndarray]:
+    return vshape.SlotSchedule(p, m, *vshape.offsets(p, block), tighten=False)._arrays()
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8, 13, 16])
+@pytest.mark.parametrize("m", [1, 2, 7, 30])
+def test_tighten_equals_the_slot_loop_and_the_reference(p, m):
+    for block in BLOCKS:
+        slot, occ = _raw(p, m, block)
+        by_slots = v_rows.tighten_by_slots(occ, slot, 2 * p)
+        assert by_slots is not None
+        assert np.array_equal(v_rows.tighten(occ, slot, 2 * p), by_slots), (p, m, block.name)
+        ref = vshape.SlotSchedule(p, m, *vshape.offsets(p, block), tighten=False)
+        ref._tighten_reference()
+        assert by_slots.tolist() == ref.slot, (p, m, block.name)
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 8, 13])
+@pytest.mark.parametrize("sweeps", [0, 1, 3, 1000])
+def test_any_sweep_budget_gives_the_same_slots(p, sweeps):
+    # 0: the slot loop from the first wrong raw slot (all of it where the sweeps start up from 0); 1000:
+    # the sweeps alone, to the end
+    for block in BLOCKS:
+        for m in (2, 2 * p + 2):
+            slot, occ = _raw(p, m, block)
+            report: dict = {}
+            new = v_rows.by_ranks(occ, slot, 2 * p, sweeps, report)
+            assert np.array_equal(new, v_rows.tighten_by_slots(occ, slot, 2 * p)), (p, m, block.name)
+            assert report["sweeps"] <= sweeps
+            if sweeps == 1000:
+                assert report["resumed"] is None  # settled by sweeps
+
+
+@pytest.mark.parametrize("p", [4, 8, 16, 32])
+def test_min_and_zb_settle_within_the_sweeps(p):
+    # the measured counts `v_rows.SWEEPS` is set by: "min" down from the raw repetition in 1 sweep, zb's
+    # block up from 0 in 2; no slot loop
+    m = 2 * p + 2
+    for block, down, sweeps in ((vshape.MIN, True, 1), (vshape.ZB, False, 2)):
+        slot, occ = _raw(p, m, block)
+        report: dict = {}
+        v_rows.by_ranks(occ, slot, 2 * p, report=report)
+        assert report == {"sweeps": sweeps, "down": down, "resumed": None}, (p, block.name)
+
+
+@pytest.mark.parametrize("p", [8, 16])
+def test_a_zigzag_block_goes_on_by_slots(p):
+    # half's block needs about p / 2 sweeps: after `SWEEPS` the check finds ops left wrong and the slot
+    # loop runs from the first of them, with the same result
+    slot, occ = _raw(p, 2 * p + 2, vshape.HALF)
+    report: dict = {}
+    new = v_rows.by_ranks(occ, slot, 2 * p, report=report)
+    assert report["sweeps"] == v_rows.SWEEPS and report["resumed"] is not None
+    assert report["resumed"] > 0  # the ops before it kept the sweeps' slots
+    assert np.array_equal(new, v_rows.tighten_by_slots(occ, slot, 2 * p))
+
+
+def test_an_input_in_a_later_slot_gives_none():
+    p, m = 4, 6
+    slot, occ = _raw(p, m, vshape.ZB)
+    bad = slot.copy()
+    op = (2 * 2 * p + 3) * 3 + 1  # microbatch 2, stage 3: its B before its F
+    bad[op] = bad[op - 1] - 1
+    assert v_rows.tighten(occ, bad, 2 * p) is None
+    assert v_rows.tighten_by_slots(occ, bad, 2 * p) is None
