@@ -631,7 +631,17 @@ def squeezed_orders(
         if peak > cap:
             _said(report, "full")
             return peak, []
-        found = v_period.extended(lambda k: _squeezed(p, k, block.name, offs, cap, variants)[1], m, cap)
+        # the first start skipped where it is known to fail (`v_period.late`, a measured rule)
+        unit = block.f0 == block.f1 == block.b1 == block.b0 == 1
+        skip = int(v_period.late(estimated_peak(p, block), peak, cap, len(variants) > 1, unit))
+        if not v_period.applies(m, v_period.starts(cap)[skip]):
+            _said(report, "full (the first start would fail, m is too short for the second)")
+            return _squeezed(p, m, block.name, offs, cap, variants)
+
+        def squeeze(k: int):
+            return _squeezed(p, k, block.name, offs, cap, variants)[1]
+
+        found = v_period.extended(squeeze, m, cap, skip=skip)
         if found is not None:
             _said(report, f"period (from m = {found[0]})")
             return peak, found[1]

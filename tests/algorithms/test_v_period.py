@@ -214,3 +214,61 @@ def test_raw_peak_is_the_repeated_blocks_peak(p):
         for m in (1, 2, 3, 7, 4 * p + 1):
             raw = vshape.SlotSchedule(p, m, fo, bo, tighten=False)
             assert v_rows.raw_peak(p, m, fo, bo) == raw.peak() == raw.peak_reference(), (p, m, block.name)
+
+
+def _late(p: int, block: vshape.Block, cap: int, both: bool) -> bool:
+    """`v_period.late` as `vshape.squeezed_orders` asks it."""
+    peak = v_rows.raw_peak(p, 3 * (v_period.starts(cap)[0] + 1), *vshape.offsets(p, block))
+    unit = block.f0 == block.f1 == block.b1 == block.b0 == 1
+    return v_period.late(vshape.estimated_peak(p, block), peak, cap, both, unit)
+
+
+@pytest.mark.parametrize("p", [5, 8, 11, 14, 6, 7, 16])
+def test_v_min_skips_the_first_start_exactly_where_it_fails(p):
+    # v-min's block at its cap: the first start fails the check where the raw repetition peaks above the
+    # steady state's estimate (p = 2 mod 3), and only there is it skipped; the orders are the full squeeze's
+    block, cap = vshape.MIN, 2 * ((p + 4) // 3)
+    first, second = v_period.starts(cap)
+    squeeze = _full(p, block, cap, (block.squeeze,))
+    fails = v_period._extended_from(squeeze, first, 3 * (second + 1)) is None
+    assert _late(p, block, cap, both=False) == fails == (p % 3 == 2), p
+    m = 3 * (second + 1)
+    report: dict = {}
+    fast = vshape.squeezed_orders(p, m, block, cap, both=False, report=report)
+    assert report == {"squeeze": f"period (from m = {second if fails else first})"}
+    full = vshape.squeezed_orders(p, m, block, cap, both=False, period=False)
+    assert fast[0] == full[0] and _same(fast[1], full[1])
+
+
+def test_a_late_first_start_with_m_too_short_for_the_second_squeezes_in_full():
+    p, block = 8, vshape.MIN
+    cap = 2 * ((p + 4) // 3)
+    first, second = v_period.starts(cap)
+    m = 3 * (first + 1)  # long enough for the first start, not for the second
+    assert v_period.applies(m, first) and not v_period.applies(m, second)
+    report: dict = {}
+    fast = vshape.squeezed_orders(p, m, block, cap, both=False, report=report)
+    assert report == {"squeeze": "full (the first start would fail, m is too short for the second)"}
+    full = vshape.squeezed_orders(p, m, block, cap, both=False, period=False)
+    assert fast[0] == full[0] and _same(fast[1], full[1])
+
+
+@pytest.mark.parametrize(
+    "name,p,cap,fails",
+    [
+        ("half", 10, 20, True),  # both squeezes, a cap 8 above the estimate: the first start fails
+        ("min-b0", 12, 24, True),
+        ("half-f13", 10, 20, False),  # predicted late, yet passes: skipping it costs time, not the orders
+        ("half", 8, 16, False),
+    ],
+)
+def test_both_squeezes_under_a_wide_cap_skip_the_first_start(name, p, cap, fails):
+    block = next(b for b in BLOCKS if b.name == name)
+    assert _late(p, block, cap, both=True)
+    first, second = v_period.starts(cap)
+    squeeze = _full(p, block, cap)
+    assert (v_period._extended_from(squeeze, first, 3 * (second + 1)) is None) == fails
+    m = 3 * (second + 1)
+    fast = vshape.squeezed_orders(p, m, block, cap, both=True)
+    full = vshape.squeezed_orders(p, m, block, cap, both=True, period=False)
+    assert fast[0] == full[0] and _same(fast[1], full[1])
