@@ -23,17 +23,17 @@ far the re-walk reads, so this is a measured rule with a check on every run, not
   about 1.5 cap: "min" with the explicit squeeze at cap 2p) or v-min's block at p = 32 (cap 24, from 36);
   where the first start fails the check, the second is tried. A few blocks at their own peak never
   settle (e.g. "min-b2" at p = 6, cap 9, derived: the check always fails, the full squeeze runs);
-- where the first start is known to fail (`late`), it is skipped: two short squeezes saved (v-min at
-  p = 32 squeezed 26, 33, 40 and 51 microbatches, now 40 and 51). A measured rule too: over every block
-  of both lists, p = 2..48, caps = the block's own peak, 2p, 2 ((p + 2) // 2), 2 ((p + 4) // 3) and
-  p + 1 where the block fits, each with both squeezes and with the block's own (3018 cases, 1210 of them
-  failing the first start), the first start failed in 101 of the 104 cases where a block of unit
-  spacings ("min") needs more than its steady state's estimate (`vshape.estimated_peak` below the raw
-  peak: v-min's block at p = 5, 8, 11, ..., 47), and in 522 of the 554 where both squeezes run under a
-  cap at least 6 chunks above that estimate (the derived squeeze of a narrow block under a wide cap
-  settles late). The check still runs on every extension, so a wrong prediction costs time only: the
-  second start (or the full squeeze, where m is too short for it) runs where the first would have
-  passed — in those 35 cases, mostly "half-f13" under 2p with both squeezes;
+- where the first start is known to fail (`late`), it is skipped: two short squeezes saved (v-min at p = 32
+  squeezed 26, 33, 40 and 51 microbatches, now 40 and 51). A measured rule too: over every block of both
+  lists, p = 2..48, caps = the block's own peak, 2p, 2 ((p + 2) // 2), 2 ((p + 4) // 3) and p + 1 where the
+  block fits, each with both squeezes and with the block's own (3018 cases, each squeezed at the first start
+  and checked; 1210 failed), the first start failed in 101 of the 104 cases where a block of unit spacings
+  ("min") needs more than its steady state's estimate (`vshape.estimated_peak` below the raw peak: v-min's
+  block at p = 5, 8, 11, ..., 47), and in 522 of the 554 where both squeezes run under a cap at least 6
+  chunks above that estimate (the derived squeeze of a narrow block under a wide cap settles late); 594 of
+  the 629 skipped in all. The check still runs on every extension, so a wrong prediction costs time only:
+  the second start (or the full squeeze, where m is too short for it) runs where the first would have passed
+  — in those 35 cases, mostly "half-f13" under 2p with both squeezes;
 - the check (`insertion`): on every rank the order for m0 + d is the order for m0 with 6 d ops inserted,
   each period of them the one before one microbatch later, and the stretch where the two orders agree
   around the insertion covers one more whole period (the steady state is visible on both sides, not
