@@ -131,14 +131,15 @@ def inputs(ops: np.ndarray, kind: np.ndarray, stage: np.ndarray, n: int, none: i
 
 
 #: rank sweeps `by_ranks` runs before it checks the ends and goes on a slot at a time from the first
-#: wrong one: "min" settles in 1, zb's block in 2; the others take about p / 2 or more (measured in
-#: tests/algorithms/test_v_tighten.py), cheaper by slots
+#: wrong one: "min" settles in 1, zb's block in 2 (tests/algorithms/test_v_tighten.py); most others
+#: would take about p / 2 or more and go by slots at once
 SWEEPS = 2
 
 #: `by_ranks` sweeps down from the raw repetition when at most this share of its ops could start earlier
-#: given their inputs' and rank's raw slots ("min": 10 of 12672 at p = 32; zb's block: a third), else up
-#: from 0 (a loose op delays the ops after it, which then all move)
-LOOSE_SHARE = 0.05
+#: given their inputs' and rank's raw slots ("min": 10 of 12672 at p = 32, under 1 % from p = 2 on;
+#: "min-b0" and "half-f1" about 4 %, zb's block a third), else up from 0 (a loose op delays the ops after
+#: it, which then all move)
+LOOSE_SHARE = 0.01
 
 
 def tighten(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> np.ndarray | None:
@@ -188,10 +189,17 @@ def _links(ops: np.ndarray, n: int, none: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def by_ranks(
-    occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS, report: dict | None = None
+    occ: np.ndarray,
+    slot: np.ndarray,
+    n: int,
+    sweeps: int = SWEEPS,
+    report: dict | None = None,
+    unit_slots: bool = True,
 ) -> np.ndarray:
     """`tighten`'s new slots (inputs checked there) by at most `sweeps` rank sweeps, then a slot at a
-    time from the first raw slot whose ops the sweeps left wrong, if any. `report`, if given, gets
+    time from the first raw slot whose ops the sweeps left wrong, if any; with `unit_slots`, by slots
+    alone where the sweeps would start up from 0 and some input sits one raw slot before its op on
+    another rank (`_unit_step`). `report`, if given, gets
     "sweeps" (how many ran), "down" (whether they started from the raw repetition) and "resumed" (the raw
     slot the slot loop started at; None if it did not run).
 
@@ -213,9 +221,14 @@ def by_ranks(
     goes on from t with them.
 
     Sweeps run down where few raw ops are loose (`LOOSE_SHARE`): "min" then settles in 1 sweep (7 up),
-    zb's block in 2 up (24 to 96 down; p = 8..32, m = 2 p + 2). Blocks whose chains zigzag between
-    neighbouring ranks (half's, spacings of 2) need about p / 2 sweeps and more; the check after
-    `sweeps` finds them wrong from a small share of the raw slots on, and the slot loop runs."""
+    zb's block in 2 up (24 to 96 down; p = 8..32, m = 2 p + 2), "wide-33" in 2 up. Blocks whose chains
+    zigzag between neighbouring ranks (half's, a spacing of 1 beside one of 2 or more) need about p / 2
+    sweeps and more (5 to 163 at p = 8..32); the check after `sweeps` finds them wrong from a small share
+    of the raw slots on. Measured over the blocks of `vshape.CATALOG` and `v_family.AUTO_BLOCKS` (p = 2..32,
+    m = 2 p + 2): every block that needs more than `SWEEPS` up from 0 has a chain of spacing 1, and of those
+    only "min" is nearly tight, so a block that would sweep up with such a chain goes by slots at once
+    (`unit_slots`), saving the sweeps: in effect "min", zb's block and "wide-33" sweep, the rest go by
+    slots ("min-b0" too, which would settle in 2 sweeps down)."""
     p = occ.shape[0]
     mask = occ >= 0
     ops = occ[mask]  # rank-major, each rank's ops in slot order
@@ -235,6 +248,10 @@ def by_ranks(
     after[edges[:-1]] = 0
     loose = np.maximum(end[ready], after) + 1 < end[:-1]
     down = np.count_nonzero(loose) <= LOOSE_SHARE * total
+    if not down and unit_slots and _unit_step(slot, n):
+        if report is not None:
+            report.update(sweeps=0, down=False, resumed=0)
+        return by_slots(occ, slot, n)
     if not down:
         end[:] = 0
     d = np.arange(1, int(count.max(initial=0)) + 1, dtype=INT)
@@ -276,6 +293,15 @@ def by_ranks(
     if report is not None:
         report.update(sweeps=done, down=bool(down), resumed=resumed)
     return new
+
+
+def _unit_step(slot: np.ndarray, n: int) -> bool:
+    """Whether some op's input on another rank sits one raw slot before it (a chain of spacing 1): read
+    off microbatch 0, which the repetition shifts by 6 slots per microbatch."""
+    p = n // 2
+    f, b = slot[0 : 3 * n : 3], slot[1 : 3 * n : 3]
+    gaps = np.concatenate((np.delete(f[1:] - f[:-1], p - 1), np.delete(b[:-1] - b[1:], p - 1)))
+    return bool(gaps.size) and int(gaps.min()) <= 1
 
 
 def by_slots(

@@ -37,12 +37,13 @@ def test_any_sweep_budget_gives_the_same_slots(p, sweeps):
     for block in BLOCKS:
         for m in (2, 2 * p + 2):
             slot, occ = _raw(p, m, block)
-            report: dict = {}
-            new = v_rows.by_ranks(occ, slot, 2 * p, sweeps, report)
-            assert np.array_equal(new, v_rows.tighten_by_slots(occ, slot, 2 * p)), (p, m, block.name)
-            assert report["sweeps"] <= sweeps
-            if sweeps == 1000:
-                assert report["resumed"] is None  # settled by sweeps
+            for unit_slots in (True, False):
+                report: dict = {}
+                new = v_rows.by_ranks(occ, slot, 2 * p, sweeps, report, unit_slots)
+                assert np.array_equal(new, v_rows.tighten_by_slots(occ, slot, 2 * p)), (p, m, block.name)
+                assert report["sweeps"] <= sweeps
+                if sweeps == 1000 and not unit_slots:
+                    assert report["resumed"] is None  # settled by sweeps
 
 
 @pytest.mark.parametrize("p", [4, 8, 16, 32])
@@ -58,15 +59,29 @@ def test_min_and_zb_settle_within_the_sweeps(p):
 
 
 @pytest.mark.parametrize("p", [8, 16])
-def test_a_zigzag_block_goes_on_by_slots(p):
-    # half's block needs about p / 2 sweeps: after `SWEEPS` the check finds ops left wrong and the slot
-    # loop runs from the first of them, with the same result
+def test_a_zigzag_block_goes_by_slots(p):
+    # half's block needs about p / 2 sweeps: it has a chain of spacing 1 and is not nearly tight, so the
+    # slot loop runs at once; made to sweep, after `SWEEPS` the check finds ops left wrong and the slot
+    # loop runs from the first of them; the same result either way
     slot, occ = _raw(p, 2 * p + 2, vshape.HALF)
+    ref = v_rows.tighten_by_slots(occ, slot, 2 * p)
     report: dict = {}
-    new = v_rows.by_ranks(occ, slot, 2 * p, report=report)
-    assert report["sweeps"] == v_rows.SWEEPS and report["resumed"] is not None
-    assert report["resumed"] > 0  # the ops before it kept the sweeps' slots
-    assert np.array_equal(new, v_rows.tighten_by_slots(occ, slot, 2 * p))
+    assert np.array_equal(v_rows.by_ranks(occ, slot, 2 * p, report=report), ref)
+    assert report == {"sweeps": 0, "down": False, "resumed": 0}
+    assert np.array_equal(v_rows.by_ranks(occ, slot, 2 * p, report=report, unit_slots=False), ref)
+    assert report["sweeps"] == v_rows.SWEEPS and report["resumed"] > 0  # the ops before it kept theirs
+
+
+@pytest.mark.parametrize("p", [3, 8, 16, 32])
+def test_the_blocks_that_sweep_settle_within_the_sweeps(p):
+    # the measured rule of `by_ranks`: a block that sweeps (nearly tight, or no chain of spacing 1)
+    # settles within `SWEEPS`; the others go by slots at once
+    for block in BLOCKS:
+        slot, occ = _raw(p, 2 * p + 2, block)
+        report: dict = {}
+        v_rows.by_ranks(occ, slot, 2 * p, report=report)
+        assert report["resumed"] in (None, 0), (p, block.name, report)
+        assert (report["resumed"] == 0) == (report["sweeps"] == 0), (p, block.name, report)
 
 
 def test_an_input_in_a_later_slot_gives_none():
