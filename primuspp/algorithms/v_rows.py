@@ -149,8 +149,9 @@ def tighten(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> 
 
     This is a longest path with unit durations. An op's input on its own rank sits in an earlier slot, so
     the rank order already binds it; of a V op's inputs one at most is on another rank (`_links`).
-    `by_ranks` solves it a rank at a time, then a slot at a time from where `sweeps` sweeps left it
-    wrong. Equal to `tighten_by_slots`, the loop it replaces (which runs where some op is not placed)."""
+    `by_ranks` solves it a rank at a time (then a slot at a time from where `sweeps` sweeps left it
+    wrong), or a slot at a time at once for a block whose sweeps would not settle. Equal to
+    `tighten_by_slots`, the loop it replaces (which runs where some op is not placed)."""
     if slot.size % (3 * n) or (slot < 0).any():
         return tighten_by_slots(occ, slot, n)
     f, b, w = (slot.reshape(-1, n, 3)[:, :, k] for k in range(3))  # by microbatch and stage
