@@ -11,7 +11,6 @@ tests/algorithms/test_v_squeeze.py holds each equal to its per-rank reference.
 
 from __future__ import annotations
 
-import itertools
 from itertools import pairwise
 
 import numpy as np
@@ -320,7 +319,7 @@ def by_slots(
     s = np.append(slot, INT(-1))  # the slot of a missing input, at index slot.size
     bounds = np.searchsorted(where, np.arange(width - start + 1) * p).tolist()
     ready = np.zeros(p, dtype=INT) if ready is None else ready.copy()
-    for a, b in itertools.pairwise(bounds):
+    for a, b in pairwise(bounds):
         if a < b:
             e = s[inp[a:b]]
             e += 1
@@ -348,7 +347,7 @@ def tighten_by_slots(occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray | 
     rows = (where % p).astype(INT)
     bounds = np.searchsorted(where, np.arange(width + 1) * p).tolist()
     ready = np.zeros(p, dtype=INT)
-    for a, b in itertools.pairwise(bounds):
+    for a, b in pairwise(bounds):
         if a < b:
             e = np.maximum(s[first[a:b]], s[second[a:b]])
             e += 1
