@@ -75,18 +75,23 @@ def v_orders(
     )
     candidates: list[tuple[str, ComputeOrder]] = []
     found = 0
+    squeezes: list[str] = []  # how each block built was squeezed: in full, or from its period (`v_period`)
     for estimate, i in ranked:  # the widest blocks that fit: by estimate first, then by building them
         if found == widest:
             break
         if estimate > chunks + 1:
             continue
-        peak, orders = vshape.squeezed_orders(p, m, blocks[i], chunks, both=small)
+        how: dict = {}
+        peak, orders = vshape.squeezed_orders(p, m, blocks[i], chunks, both=small, report=how)
+        squeezes.append(f"{blocks[i].name}: {how['squeeze']}")
         if not orders:
             continue
         found += 1
         candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
             candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
+    if squeezes:
+        report["squeeze"] = "; ".join(squeezes)
     if small:  # more spacings of the block family, for the cost model to choose from
         candidates.extend(v_blocks.candidates(p, m, chunks))
         if space:  # v-auto: the whole two-regime block space, ranked by the cost model

@@ -30,14 +30,14 @@ from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import order_memory
 
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
-FILLS = ("fit", "half", "eager", "need")
+FILLS = ("fit", "half", "eager", "lazy")
 
-#: the variants `variants` tries: (name, fill, keep, look)
+#: the variants `variants` tries: (name, fill, keep)
 VARIANTS = (
-    ("w-fit-keep", "fit", True, 0),
-    ("w-fit", "fit", False, 0),
-    ("w-half", "half", False, 0),
-    ("w-need2", "need", False, 2),
+    ("w-fit-keep", "fit", True),
+    ("w-fit", "fit", False),
+    ("w-half", "half", False),
+    ("w-lazy", "lazy", False),
 )
 
 
@@ -71,10 +71,9 @@ def replace_w(
     fill: str = "fit",
     keep: bool = False,
     caps: Sequence[float] | None = None,
-    look: int = 2,
 ) -> ComputeOrder | None:
     """The order with its W's re-placed (see `replace_w_peaks`), or None."""
-    placed = replace_w_peaks(placement, m, order, costs, fill, keep, caps, look)
+    placed = replace_w_peaks(placement, m, order, costs, fill, keep, caps)
     return None if placed is None else placed[0]
 
 
@@ -86,16 +85,14 @@ def replace_w_peaks(
     fill: str = "fit",
     keep: bool = False,
     caps: Sequence[float] | None = None,
-    look: int = 2,
 ) -> tuple[ComputeOrder, list[float]] | None:
     """(the order with its W's re-placed (see the module docstring), each rank's peak in it), or None when
     the order holds other kinds than F, B and W (BW, FB, OFFLOAD/RELOAD: left alone) or the result would
     exceed a cap.
 
     `fill`: a pending W runs in a wait before the next F/B when it ends by the F/B's input ("fit"), when
-    the wait is at least half the W ("half"), whenever there is a wait ("eager"), or, "need", when it fits
-    or memory will call for a W within the next `look` F/B's anyway (a W due soon costs least in a wait,
-    even one shorter than itself)."""
+    the wait is at least half the W ("half"), whenever there is a wait ("eager"), or never ("lazy": W's run
+    only where memory calls for one, or at the end, which leaves every wait to the F/B's)."""
     if fill not in FILLS:
         raise ValueError(f"fill={fill!r} (allowed: {', '.join(FILLS)})")
     if not only_fbw(order):
@@ -221,15 +218,6 @@ def replace_w_peaks(
     return out, peaks
 
 
-def _due(seq: Sequence[Node], k: int, look: int, level: float, cap: float, grow_f, grow_b) -> bool:
-    """Whether the F/B's seq[k : k + look] take memory above `cap` from `level` with no W run between."""
-    for x in seq[k : k + look]:
-        level += grow_f[x.stage] if x.kind is _F else grow_b[x.stage]
-        if level > cap:
-            return True
-    return False
-
-
 def variants(
     placement: Placement,
     m: int,
@@ -242,10 +230,10 @@ def variants(
     if caps is None:
         caps = rank_peaks(placement, order, costs)
     out = []
-    for name, fill, keep, look in VARIANTS:
+    for name, fill, keep in VARIANTS:
         if names is not None and name not in names:
             continue
-        new = replace_w(placement, m, order, costs, fill, keep, caps, look)
+        new = replace_w(placement, m, order, costs, fill, keep, caps)
         if new is not None:
             out.append((name, new))
     return out

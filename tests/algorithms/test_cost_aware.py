@@ -85,6 +85,26 @@ def test_keep_and_gap_filling_never_delay_a_rank(algo, seed):
             assert got <= cap + 1e-9
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_lazy_fill_runs_ws_only_where_memory_calls_or_at_the_end(algo):
+    """ "lazy" leaves every wait to the F/B's: with no cap binding, each rank runs all its F/B's first and
+    then its W's (in their order); under the rank's own peak it differs from "eager", which fills waits."""
+    p, m = 4, 9
+    costs = _costs(0, p)
+    placement, order, sc = _base(algo, p, m, costs)
+    free = w_pass.replace_w(placement, m, order, sc, "lazy", caps=[1e9] * p)
+    for seq, old in zip(free, order, strict=True):
+        kinds = [n.kind.name for n in seq]
+        n_w = kinds.count("W")
+        assert n_w and kinds[-n_w:] == ["W"] * n_w and "W" not in kinds[:-n_w]
+        assert [n for n in seq if n.kind.name == "W"] == [n for n in old if n.kind.name == "W"]
+    lazy = w_pass.replace_w(placement, m, order, sc, "lazy")
+    eager = w_pass.replace_w(placement, m, order, sc, "eager")
+    assert lazy is not None and eager is not None and lazy != eager
+    with pytest.raises(ValueError, match="fill='need'"):
+        w_pass.replace_w(placement, m, order, sc, "need")
+
+
 def test_other_kinds_are_left_alone():
     table = build_schedule("1f1b", 4, None, 8)  # BW nodes: nothing to re-place
     order = [list(seq) for seq in table.compute_order()]

@@ -63,3 +63,21 @@ def test_unknown_effort_is_refused():
 
     with pytest.raises(ScheduleError, match="effort='max' not allowed"):
         build_schedule("zbv", 4, None, 8, effort="max")
+
+
+@pytest.mark.parametrize("algo", ["zbv", "v-half", "v-min"])
+def test_the_report_says_how_the_v_blocks_were_squeezed(monkeypatch, algo):
+    """The size switch of `vshape.squeezed_orders` (a long m from its steady-state period, `v_period`) is
+    reported too, for each block built; the period's nodes are the full squeeze's."""
+    from primuspp.algorithms import floor, v_period
+
+    p = 4
+    m = 3 * (v_period.starts(2 * p)[0] + 1)  # long enough for every cap the V family passes
+    period = build_schedule(algo, p, None, m, effort="fast")
+    said = period.params["report"]["squeeze"]
+    assert ";" not in said and ": period (from m = " in said
+    monkeypatch.setattr(v_period, "applies", lambda *args, **kw: False)  # the full squeeze, always
+    floor.forget()  # zbv's generator keeps its results: generate again
+    full = build_schedule(algo, p, None, m, effort="fast")
+    assert full.params["report"]["squeeze"].endswith(": full")
+    assert _order(full) == _order(period)
