@@ -35,7 +35,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 
-from primuspp.algorithms import greedy_period
+from primuspp.algorithms import greedy_period, score_memo
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
 from primuspp.schedule.array_order import KINDS, ArrayOrder
@@ -93,6 +93,8 @@ class Plan:
     makespan: float
     max_span: float
     peak: float
+    #: makespan and max_span are exactly the simulator's figures for the order (`asap_exact`)
+    timed: bool = False
 
 
 _SHARED: ContextVar[dict | None] = ContextVar("greedy_shared_plans", default=None)
@@ -126,27 +128,32 @@ def schedule(
     plan = shared.get(key)
     if plan is None:
         plan = shared[key] = _schedule(placement, m, costs, cap, policy)
-    return Plan(plan.policy, plan.order, plan.makespan, plan.max_span, plan.peak)
+    return Plan(plan.policy, plan.order, plan.makespan, plan.max_span, plan.peak, plan.timed)
 
 
 def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
     """One pass, its order as columns: each decision is one int, (mb * stages + stage) * 3 + kind."""
     import numpy as np
 
-    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy)
+    decisions, makespan, max_span, peak, _, timed = _plan(placement, m, costs, cap, policy)
     lengths = [len(seq) for seq in decisions]
     flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
     key, kind = np.divmod(flat, 3)
     mb, stage = np.divmod(key, placement.num_stages)
     codes = np.array(_CODES, dtype=np.int8)[kind]
-    return Plan(policy.name, ArrayOrder.from_flat(codes, mb, stage, lengths), makespan, max_span, peak)
+    order = ArrayOrder.from_flat(codes, mb, stage, lengths)
+    if timed:  # the candidate's timing is known: a search scoring it need not time it (`score_memo`)
+        score_memo.note_timing(placement, m, order, costs, makespan, max_span)
+    return Plan(policy.name, order, makespan, max_span, peak, timed)
 
 
 def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
     """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
     `schedule` runs the one-stage loop), never skipping a steady phase, its order as lists of Nodes decoded
     one by one."""
-    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy, general=True, skip=False)
+    decisions, makespan, max_span, peak, _, timed = _plan(
+        placement, m, costs, cap, policy, general=True, skip=False
+    )
     order = []
     for seq in decisions:
         nodes = []
@@ -155,7 +162,28 @@ def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: flo
             mb, stage = divmod(key, placement.num_stages)
             nodes.append(Node(_KINDS[kind], mb, stage))
         order.append(nodes)
-    return Plan(policy.name, order, makespan, max_span, peak)
+    return Plan(policy.name, order, makespan, max_span, peak, timed)
+
+
+def asap_exact(policy: Policy, quantum: float | None, top: float) -> bool:
+    """Whether a pass's planned times are exactly the simulator's (`node_times`: each node as soon as its
+    rank is free and its inputs have arrived) for the order it emits, so its step time and longest span are
+    the order's own figures without timing it.
+
+    They are when every sum is exact (`greedy_period.quantum`, every time below `LIMIT` quanta: then `eps`
+    changes no comparison and any order of additions gives the same value) and the policy never leaves a
+    rank idle while its next node could run: no patience (it waits for a preferred node on purpose) and the
+    eager fill ("fit" keeps a W back while an input is on its way, and may run it later than it could).
+    Then a rank is popped when it becomes free and whenever an input for it arrives, and at each pop it
+    places a node if any can run (a B or an unblocked F whose inputs are in, else a pending W); an F held
+    back by the cap stays held until the rank itself runs something. So each node starts at the later of
+    its rank's previous end and its inputs' arrival: the simulator's rule, by induction over the order."""
+    return (
+        quantum is not None
+        and top < greedy_period.LIMIT * quantum
+        and policy.fill == "eager"
+        and (policy.patience == 0)
+    )
 
 
 def _plan(
@@ -166,9 +194,10 @@ def _plan(
     policy: Policy,
     general: bool = False,
     skip: bool = True,
-) -> tuple[list[list[int]], float, float, float, int]:
+) -> tuple[list[list[int]], float, float, float, int, bool]:
     """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
-    planned step time, longest span and peak, and how many microbatches of a steady phase it skipped. A
+    planned step time, longest span and peak, how many microbatches of a steady phase it skipped and whether
+    the planned figures are the simulator's (`asap_exact`). A
     placement with one stage per rank (linear) runs `_one_stage_loop`, the same decisions without the loop
     over a rank's stages, unless `general`; on one route it skips the repeats of its steady phase
     (`greedy_period`) unless not `skip`."""
@@ -373,7 +402,8 @@ def _plan(
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    return order, max(free) - min(first), max(spans), peak, 0 if period is None else period.jumped
+    jumped = 0 if period is None else period.jumped
+    return order, max(free) - min(first), max(spans), peak, jumped, asap_exact(policy, quantum, top)
 
 
 def _one_stage_loop(
