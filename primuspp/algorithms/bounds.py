@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 from primuspp.algorithms.portfolio import Score, memory_units
 from primuspp.schedule.array_order import KINDS, ArrayOrder
@@ -113,13 +114,16 @@ def rank_bounds_reference(placement: Placement, m: int, costs: StageCosts) -> Ra
         for k, s in enumerate(route):
             first.setdefault(srank[s], k)
             last[srank[s]] = k
+        # the route's forward and backward times and its rank crossings (step j to j + 1), as lists: each
+        # sum below adds a slice of them left to right, as a sum over the stages does
+        f_route, b_route = [fwd[q] for q in route], [bwd[q] for q in route]
+        crosses = [srank[a] != srank[b] for a, b in pairwise(route)]
         for r, k in first.items():
             # the first B of this route on r is at its deepest stage there, after every forward from the
             # route's first stage on r to its end and the B's back
             d = last[r]
-            t = sum(fwd[q] for q in route[k:]) + sum(bwd[q] for q in route[d + 1 :])
-            hops = sum(srank[route[j]] != srank[route[j + 1]] for j in range(k, len(route) - 1))
-            hops += sum(srank[route[j]] != srank[route[j + 1]] for j in range(d, len(route) - 1))
+            t = sum(f_route[k:]) + sum(b_route[d + 1 :])
+            hops = sum(crosses[k:]) + sum(crosses[d:])
             path[r] = min(path[r], t + hops * comm)
     return RankBounds(
         tuple(busy),
@@ -161,11 +165,11 @@ def all_simple(order: Sequence[Sequence]) -> bool:
 
 
 def kinds_within(order: ArrayOrder, kinds: Sequence[NodeKind]) -> bool:
-    """Whether every node of the ArrayOrder is of one of `kinds` (its node-kind column alone)."""
-    import numpy as np
+    """Whether every node of the ArrayOrder is of one of `kinds` (the kinds its node-kind column holds,
+    counted once per order: `compact.kinds_present`)."""
+    from primuspp.schedule.compact import kinds_present
 
-    allowed = np.array([k in kinds for k in KINDS], dtype=bool)
-    return bool(allowed[order.rows["node_kind"]].all())
+    return all(KINDS[code] in kinds for code in kinds_present(order.rows, "node_kind"))
 
 
 class Proof:
