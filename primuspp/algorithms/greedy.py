@@ -29,6 +29,7 @@ a power of two), a pass appends the repeats of its steady phase at once instead 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -143,7 +144,8 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
     codes = np.array(_CODES, dtype=np.int8)[kind]
     order = ArrayOrder.from_flat(codes, mb, stage, lengths)
     if timed:  # the candidate's timing is known: a search scoring it need not time it (`score_memo`)
-        score_memo.note_timing(placement, m, order, costs, makespan, max_span)
+        known_peak = peak if peak_exact(placement, costs, peak) else None
+        score_memo.note_timing(placement, m, order, costs, makespan, max_span, known_peak)
     return Plan(policy.name, order, makespan, max_span, peak, timed)
 
 
@@ -184,6 +186,24 @@ def asap_exact(policy: Policy, quantum: float | None, top: float) -> bool:
         and policy.fill == "eager"
         and (policy.patience == 0)
     )
+
+
+def peak_exact(placement: Placement, costs: StageCosts, peak: float) -> bool:
+    """Whether a pass's planned peak is exactly the simulator's peak of its order (`portfolio.order_peak`).
+
+    The pass counts what the simulator counts (an F allocates its stage's share at its start, B frees its
+    fraction, W the rest, in the rank's order) where every B frees a part within [0, 1] of its activation
+    (else the pass counts a microbatch at the most it will hold). The two add the changes in the same order
+    but write W's as `unit * (1 - b_free)` and `unit - unit * b_free`: equal when every share and part is a
+    multiple of 2^-20 and the levels stay below 2^32 (every sum exact; an exact level never comes within
+    1e-9 of zero, which the simulator would snap, unless it is zero)."""
+    bfree = costs.fractions()
+    if not all(0.0 <= b <= 1.0 for b in bfree) or not 0.0 <= peak < 2.0**32:
+        return False
+    values = []
+    for u, b in zip(memory_units(placement, costs.activation), bfree, strict=True):
+        values += (u, u * b, u * (1.0 - b), u - u * b)
+    return all(math.isfinite(v) and (v * 2.0**20).is_integer() and abs(v) < 2.0**32 for v in values)
 
 
 def _plan(

@@ -65,13 +65,23 @@ def peaked(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts,
 
 
 def note_timing(
-    placement: Placement, m: int, order: ArrayOrder, costs: StageCosts, makespan: float, max_span: float
+    placement: Placement,
+    m: int,
+    order: ArrayOrder,
+    costs: StageCosts,
+    makespan: float,
+    max_span: float,
+    peak: float | None = None,
 ) -> None:
-    """Keep an order's step time and longest span known without timing it: a greedy pass whose planned
-    times are exactly the simulator's (`greedy.asap_exact`). A later `score` then counts its peak only."""
+    """Keep an order's step time and longest span (and its peak, unless None) known without timing it: a
+    greedy pass whose planned times are exactly the simulator's (`greedy.asap_exact`, `greedy.peak_exact`).
+    A later `score` then counts its peak only where it is None."""
     key, keep = _key(placement, m, order, costs)
     if key not in _kept:
         _keep(key, keep, order, makespan, max_span)
+        entry = _kept.get(key)
+        if entry is not None:
+            entry[4] = peak
 
 
 def _key(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[tuple, object]:

@@ -1,5 +1,6 @@
-"""`greedy.asap_exact`: where a pass says its planned figures are the simulator's, they are, bit for bit
-(step time and longest span equal `portfolio.timed_score`'s of the order it emits), on linear placements
+"""`greedy.asap_exact` and `greedy.peak_exact`: where a pass says its planned figures are the simulator's,
+they are, bit for bit (step time and longest span equal `portfolio.timed_score`'s of the order it emits,
+the peak `portfolio.order_peak`'s), on linear placements
 (the one-stage loop) and on a V (the general loop), over dyadic costs (comm, per-stage times, a B that frees
 half or keeps more than F saved, a W of no time) and random ones; and a search's `score` of such an order
 is what a fresh timing gives."""
@@ -59,6 +60,7 @@ def _cases():
 def test_timed_plans_are_the_timing(kind, pp, m, costs):
     placement = _placement(kind, pp)
     least = greedy.least_cap(placement, costs)
+    units = portfolio.memory_units(placement, costs.activation)
     for cap, policy in itertools.product(sorted({float(pp), 2.0 * pp - 1, 2.5, 1.0}), greedy.POLICIES):
         if cap + 1e-9 < least:
             continue
@@ -66,14 +68,30 @@ def test_timed_plans_are_the_timing(kind, pp, m, costs):
         eager = policy.fill == "eager" and policy.patience == 0
         assert plan.timed == eager  # dyadic costs: every sum exact
         sc = portfolio.timed_score(placement, m, plan.order, costs, 0.0)
+        peak = portfolio.order_peak(plan.order, units, costs.fractions())
+        exact_peak = greedy.peak_exact(placement, costs, plan.peak)
+        assert exact_peak == (min(costs.fractions()) >= 0)  # dyadic shares and parts
+        if exact_peak:
+            assert plan.peak == peak, (policy.name, cap)
         if plan.timed:
             assert (plan.makespan, plan.max_span) == (sc.makespan, sc.max_span), (policy.name, cap)
             score_memo.forget()
             greedy.schedule(placement, m, costs, cap, policy)  # notes the figures
             noted = score_memo.score(placement, m, plan.order, costs)
-            assert (noted.makespan, noted.max_span) == (sc.makespan, sc.max_span)
+            assert noted == portfolio.Score(sc.makespan, sc.max_span, peak)
         else:  # the planned times are a feasible timing: never before the simulator's
             assert plan.makespan >= sc.makespan
+
+
+def test_peak_not_taken_where_b_keeps_more():
+    """B keeping more than F saved (b_free < 0): the pass counts a microbatch at the most it will hold from
+    its F on, never less than the simulator (which adds B's part when B runs), so its peak is not taken."""
+    placement = _placement("linear", 4)
+    costs = CostModel(forward=1.0, backward=1.0, wgrad=1.0, b_free_fraction=-0.5).for_placement(placement)
+    plan = greedy.schedule(placement, 16, costs, 6.0, greedy.POLICIES[0])
+    units = portfolio.memory_units(placement, costs.activation)
+    assert not greedy.peak_exact(placement, costs, plan.peak)
+    assert plan.peak >= portfolio.order_peak(plan.order, units, costs.fractions())
 
 
 def test_not_timed_without_exact_sums():
