@@ -86,6 +86,12 @@ def rank_bounds(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
     return found
 
 
+def kept(placement: Placement, m: int, costs: StageCosts) -> bool:
+    """Whether `rank_bounds` of these arguments is at hand (kept from an earlier call): asking a `Proof`
+    costs only its comparisons then."""
+    return (placement, m, costs) in _KEPT
+
+
 def rank_bounds_reference(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
     """`rank_bounds` computed anew."""
     p, routes = placement.pp, placement.routes
