@@ -167,25 +167,22 @@ def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: flo
     return Plan(policy.name, order, makespan, max_span, peak, timed)
 
 
-def asap_exact(policy: Policy, quantum: float | None, top: float) -> bool:
+def asap_exact(quantum: float | None, top: float, late: bool) -> bool:
     """Whether a pass's planned times are exactly the simulator's (`node_times`: each node as soon as its
     rank is free and its inputs have arrived) for the order it emits, so its step time and longest span are
     the order's own figures without timing it.
 
     They are when every sum is exact (`greedy_period.quantum`, every time below `LIMIT` quanta: then `eps`
-    changes no comparison and any order of additions gives the same value) and the policy never leaves a
-    rank idle while its next node could run: no patience (it waits for a preferred node on purpose) and the
-    eager fill ("fit" keeps a W back while an input is on its way, and may run it later than it could).
-    Then a rank is popped when it becomes free and whenever an input for it arrives, and at each pop it
-    places a node if any can run (a B or an unblocked F whose inputs are in, else a pending W); an F held
-    back by the cap stays held until the rank itself runs something. So each node starts at the later of
-    its rank's previous end and its inputs' arrival: the simulator's rule, by induction over the order."""
-    return (
-        quantum is not None
-        and top < greedy_period.LIMIT * quantum
-        and policy.fill == "eager"
-        and (policy.patience == 0)
-    )
+    changes no comparison and any order of additions gives the same value) and no W started `late` (after
+    its rank had stood idle: the "fit" rule keeps a W back while an input is on its way, and a cap-blocked F
+    can then make it run later than it could). Every other node starts at the later of its rank's previous
+    end and its inputs' arrival, whatever the policy: a rank is popped when it becomes free and whenever an
+    input for it arrives, and at each pop it places a B or an unblocked F whose inputs are in (or waits for
+    a preferred one arriving within its patience, which it then places on arrival); an F held back by the
+    cap stays held until the rank itself runs something, and a W's input is made on its own rank before it.
+    That is the simulator's rule, so by induction over the order the planned times are its times. The eager
+    fill never starts a W late (an idle rank with a W pending runs it)."""
+    return quantum is not None and top < greedy_period.LIMIT * quantum and not late
 
 
 def peak_exact(placement: Placement, costs: StageCosts, peak: float) -> bool:
@@ -275,6 +272,7 @@ def _plan(
     n_of = [len(stage_mbs[s]) for s in range(n_stages)]
     mem = [0.0] * p
     peak = 0.0
+    late = False  # a W started after its rank stood idle (`asap_exact`)
     free = [0.0] * p
     first = [-1.0] * p
     left = [sum(3 * n_of[s] for s in rank_stages[r]) for r in range(p)]
@@ -296,7 +294,7 @@ def _plan(
         period = greedy_period.Period(m, nxt, prv, eps, state)
     if not general and all(len(stages) == 1 for stages in rank_stages):
         need = [foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages)]
-        peak = _one_stage_loop(
+        peak, late = _one_stage_loop(
             placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state, period
         )
         heap = []  # the loop above emptied it: the general loop below has nothing to do
@@ -403,6 +401,8 @@ def _plan(
                 r2 = srank[q]
                 heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
         else:
+            if t > free[r]:  # the rank stood idle before it: not as soon as it could (`asap_exact`)
+                late = True
             nw[s] += 1
             mem[r] -= w_drop[s]
         order[r].append(key * 3 + kind)
@@ -423,7 +423,7 @@ def _plan(
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
     jumped = 0 if period is None else period.jumped
-    return order, max(free) - min(first), max(spans), peak, jumped, asap_exact(policy, quantum, top)
+    return order, max(free) - min(first), max(spans), peak, jumped, asap_exact(quantum, top, late)
 
 
 def _one_stage_loop(
@@ -448,7 +448,7 @@ def _one_stage_loop(
     or that is in the heap already (the rank's entry pushed last, at a time still to come: two equal
     entries pop one after the other, and the second finds the rank busy, or decides as the first did).
     `watch`: skips the steady phase's repeats (`greedy_period`), checking at each forward of the route's
-    first stage. Updates `state` in place; returns the peak."""
+    first stage. Updates `state` in place; returns the peak and whether a W started late (`asap_exact`)."""
     f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind = state
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     n_stages = placement.num_stages
@@ -466,8 +466,9 @@ def _one_stage_loop(
     pop, push, pushpop = heapq.heappop, heapq.heappush, heapq.heappushpop
     s0 = placement.routes[0][0]
     pushed = [-1.0] * placement.pp  # per rank, the time of its entry pushed last
+    late = False  # a W started after its rank stood idle (`asap_exact`)
     if not heap:
-        return peak
+        return peak, late
     # an entry pushed and the next popped at once (heappushpop: the least of the heap and the entry, as a
     # push then a pop would give)
     t, r = pop(heap)
@@ -564,6 +565,8 @@ def _one_stage_loop(
             mem[r] -= b_drop[s]
             q = prv[s]  # the stage its input grad goes to
         else:
+            if t > free[r]:  # the rank stood idle before it (`asap_exact`)
+                late = True
             end = t + dur_w[s]
             nw[s] += 1
             mem[r] -= w_drop[s]
@@ -593,7 +596,7 @@ def _one_stage_loop(
         if not heap:
             break
         t, r = pop(heap)
-    return peak
+    return peak, late
 
 
 def least_cap(placement: Placement, costs: StageCosts) -> float:

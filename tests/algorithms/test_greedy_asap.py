@@ -1,9 +1,9 @@
-"""`greedy.asap_exact` and `greedy.peak_exact`: where a pass says its planned figures are the simulator's,
-they are, bit for bit (step time and longest span equal `portfolio.timed_score`'s of the order it emits,
-the peak `portfolio.order_peak`'s), on linear placements
-(the one-stage loop) and on a V (the general loop), over dyadic costs (comm, per-stage times, a B that frees
-half or keeps more than F saved, a W of no time) and random ones; and a search's `score` of such an order
-is what a fresh timing gives."""
+"""`greedy.asap_exact` and `greedy.peak_exact`: where a pass says its planned figures are the simulator's
+(every policy unless a W started late; an eager pass always), they are, bit for bit (step time and longest
+span equal `portfolio.timed_score`'s of the order it emits, the peak `portfolio.order_peak`'s), on linear
+placements (the one-stage loop) and on a V (the general loop), over dyadic costs (comm, per-stage times, a B
+that frees half or keeps more than F saved, a W of no time) and random ones; and a search's `score` of such
+an order is what a fresh timing gives."""
 
 import itertools
 import random
@@ -61,12 +61,14 @@ def test_timed_plans_are_the_timing(kind, pp, m, costs):
     placement = _placement(kind, pp)
     least = greedy.least_cap(placement, costs)
     units = portfolio.memory_units(placement, costs.activation)
+    timed = 0
     for cap, policy in itertools.product(sorted({float(pp), 2.0 * pp - 1, 2.5, 1.0}), greedy.POLICIES):
         if cap + 1e-9 < least:
             continue
         plan = greedy.schedule(placement, m, costs, cap, policy)
-        eager = policy.fill == "eager" and policy.patience == 0
-        assert plan.timed == eager  # dyadic costs: every sum exact
+        if policy.fill == "eager":
+            assert plan.timed  # dyadic costs: every sum exact, and an eager pass never starts a W late
+        timed += plan.timed
         sc = portfolio.timed_score(placement, m, plan.order, costs, 0.0)
         peak = portfolio.order_peak(plan.order, units, costs.fractions())
         exact_peak = greedy.peak_exact(placement, costs, plan.peak)
@@ -81,6 +83,7 @@ def test_timed_plans_are_the_timing(kind, pp, m, costs):
             assert noted == portfolio.Score(sc.makespan, sc.max_span, peak)
         else:  # the planned times are a feasible timing: never before the simulator's
             assert plan.makespan >= sc.makespan
+    assert timed  # the eager passes at least
 
 
 def test_peak_not_taken_where_b_keeps_more():
@@ -101,7 +104,15 @@ def test_not_timed_without_exact_sums():
     assert not greedy.schedule(placement, 16, costs, 4.0, greedy.POLICIES[0]).timed
 
 
-def test_a_fit_pass_is_not_the_timing():
+def test_fit_passes_are_timed_unless_a_w_starts_late():
+    """The "fit" and patient passes' figures are taken too where no W started late: at F = B = W every
+    policy's are."""
+    placement = _placement("linear", 8)
+    costs = CostModel(1000.0, 1000.0, 1000.0).for_placement(placement)
+    assert all(greedy.schedule(placement, 64, costs, 8.0, pol).timed for pol in greedy.POLICIES)
+
+
+def test_a_late_w_is_not_the_timing():
     """What the condition excludes happens: an "alt-fit" pass keeps a W back for an input on its way, runs
     it later than it could, and plans a later step time than the simulator's timing of its order (so its
     figures are timed, not taken)."""
