@@ -17,7 +17,10 @@ activations and deadlocking.
 
 The engine plans with the simulator's model (asynchronous sends, `comm` latency across ranks). Its times
 are one feasible timing of the order it emits; the simulator's as-soon-as-possible timing of that order is
-the same, or earlier where a policy chose to wait. Generators time candidates with `node_times` anyway.
+the same unless a W started after its rank stood idle (the "fit" rule can do that), then earlier. Where the
+sums are exact and no W started late, the planned step time and longest span are the order's own
+(`asap_exact`; the peak too, `peak_exact`): `schedule` notes them in `score_memo`, so a generator scoring
+the order does not time it again.
 
 The order comes out as an `ArrayOrder` (integer columns: one int per decision while planning, the columns
 built once at the end), so a pass builds no Node; `schedule_reference` emits the same decisions as Node
