@@ -139,9 +139,23 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
     """One pass, its order as columns: each decision is one int, (mb * stages + stage) * 3 + kind."""
     import numpy as np
 
-    decisions, makespan, max_span, peak, _, timed = _plan(placement, m, costs, cap, policy)
+    decisions, makespan, max_span, peak, _, timed, blocks = _plan(
+        placement, m, costs, cap, policy, blocks=True
+    )
     lengths = [len(seq) for seq in decisions]
     flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
+    if blocks:  # a skipped steady phase: its decisions as they came, each rank's between its lists' parts
+        at = {r: (where, codes) for r, where, codes in blocks}
+        pieces, lo = [], 0
+        for r, n_r in enumerate(lengths):
+            if r in at:
+                where, codes = at[r]
+                pieces += (flat[lo : lo + where], codes, flat[lo + where : lo + n_r])
+                lengths[r] += len(codes)
+            else:
+                pieces.append(flat[lo : lo + n_r])
+            lo += n_r
+        flat = np.concatenate(pieces)
     key, kind = np.divmod(flat, 3)
     mb, stage = np.divmod(key, placement.num_stages)
     codes = np.array(_CODES, dtype=np.int8)[kind]
@@ -156,7 +170,7 @@ def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: flo
     """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
     `schedule` runs the one-stage loop), never skipping a steady phase, its order as lists of Nodes decoded
     one by one."""
-    decisions, makespan, max_span, peak, _, timed = _plan(
+    decisions, makespan, max_span, peak, _, timed, _ = _plan(
         placement, m, costs, cap, policy, general=True, skip=False
     )
     order = []
@@ -214,10 +228,12 @@ def _plan(
     policy: Policy,
     general: bool = False,
     skip: bool = True,
-) -> tuple[list[list[int]], float, float, float, int, bool]:
+    blocks: bool = False,
+) -> tuple[list[list[int]], float, float, float, int, bool, list]:
     """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
-    planned step time, longest span and peak, how many microbatches of a steady phase it skipped and whether
-    the planned figures are the simulator's (`asap_exact`). A
+    planned step time, longest span and peak, how many microbatches of a steady phase it skipped, whether
+    the planned figures are the simulator's (`asap_exact`) and, with `blocks`, the skipped decisions apart
+    (`greedy_period.Period.blocks`: the lists then lack them; without `blocks` they are in the lists). A
     placement with one stage per rank (linear) runs `_one_stage_loop`, the same decisions without the loop
     over a rank's stages, unless `general`; on one route it skips the repeats of its steady phase
     (`greedy_period`) unless not `skip`."""
@@ -420,13 +436,17 @@ def _plan(
     top = max(free) + comm + max(waits, default=0.0) + eps  # above every time the loops formed
     if period is not None and period.jumped and top >= greedy_period.LIMIT * quantum:
         # too large for every sum to be exact, which takes millions of nodes: the pass again, unskipped
-        return _plan(placement, m, costs, cap, policy, general, skip=False)
+        return _plan(placement, m, costs, cap, policy, general, skip=False, blocks=blocks)
     stuck = [r for r in range(p) if left[r]]
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
     jumped = 0 if period is None else period.jumped
-    return order, max(free) - min(first), max(spans), peak, jumped, asap_exact(quantum, top, late)
+    skipped = [] if period is None else period.blocks
+    if skipped and not blocks:
+        greedy_period.insert_blocks(order, skipped)
+        skipped = []
+    return order, max(free) - min(first), max(spans), peak, jumped, asap_exact(quantum, top, late), skipped
 
 
 def _one_stage_loop(
