@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 
 from primuspp.algorithms.portfolio import Score, memory_units
@@ -46,10 +46,18 @@ class RankBounds:
     longest_f: tuple[float, ...]
     unit: tuple[float, ...]  # smallest activation one F on the rank keeps (0: memory does not limit)
     forwards: tuple[int, ...]
+    #: figures already worked out, by (peak, below): a search and its floor ask for the same ones
+    _figures: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def figures(self, peak: float, below: bool = False) -> tuple[float, float]:
         """(longest span, step time) no order whose peak is at most `peak` (`below`: under `peak`) goes
         below."""
+        got = self._figures.get((peak, below))
+        if got is None:
+            got = self._figures[peak, below] = self._work_out(peak, below)
+        return got
+
+    def _work_out(self, peak: float, below: bool) -> tuple[float, float]:
         span = step = 0.0
         for r, busy in enumerate(self.busy):
             if busy <= 0.0:
