@@ -75,7 +75,10 @@ def note_timing(
 ) -> None:
     """Keep an order's step time and longest span (and its peak, unless None) known without timing it: a
     greedy pass whose planned times are exactly the simulator's (`greedy.asap_exact`, `greedy.peak_exact`).
-    A later `score` then counts its peak only where it is None."""
+    A later `score` then counts its peak only where it is None. An order too large to keep is let be (its
+    key alone would cost as much as a timing's share)."""
+    if order.num_nodes() > MAX_NODES:
+        return
     key, keep = _key(placement, m, order, costs)
     if key not in _kept:
         _keep(key, keep, order, makespan, max_span)
