@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from itertools import pairwise
 
 from primuspp.algorithms.portfolio import Score, memory_units
 from primuspp.schedule.array_order import KINDS, ArrayOrder
@@ -45,10 +46,18 @@ class RankBounds:
     longest_f: tuple[float, ...]
     unit: tuple[float, ...]  # smallest activation one F on the rank keeps (0: memory does not limit)
     forwards: tuple[int, ...]
+    #: figures already worked out, by (peak, below): a search and its floor ask for the same ones
+    _figures: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     def figures(self, peak: float, below: bool = False) -> tuple[float, float]:
         """(longest span, step time) no order whose peak is at most `peak` (`below`: under `peak`) goes
         below."""
+        got = self._figures.get((peak, below))
+        if got is None:
+            got = self._figures[peak, below] = self._work_out(peak, below)
+        return got
+
+    def _work_out(self, peak: float, below: bool) -> tuple[float, float]:
         span = step = 0.0
         for r, busy in enumerate(self.busy):
             if busy <= 0.0:
@@ -85,6 +94,12 @@ def rank_bounds(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
     return found
 
 
+def kept(placement: Placement, m: int, costs: StageCosts) -> bool:
+    """Whether `rank_bounds` of these arguments is at hand (kept from an earlier call): asking a `Proof`
+    costs only its comparisons then."""
+    return (placement, m, costs) in _KEPT
+
+
 def rank_bounds_reference(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
     """`rank_bounds` computed anew."""
     p, routes = placement.pp, placement.routes
@@ -113,13 +128,16 @@ def rank_bounds_reference(placement: Placement, m: int, costs: StageCosts) -> Ra
         for k, s in enumerate(route):
             first.setdefault(srank[s], k)
             last[srank[s]] = k
+        # the route's forward and backward times and its rank crossings (step j to j + 1), as lists: each
+        # sum below adds a slice of them left to right, as a sum over the stages does
+        f_route, b_route = [fwd[q] for q in route], [bwd[q] for q in route]
+        crosses = [srank[a] != srank[b] for a, b in pairwise(route)]
         for r, k in first.items():
             # the first B of this route on r is at its deepest stage there, after every forward from the
             # route's first stage on r to its end and the B's back
             d = last[r]
-            t = sum(fwd[q] for q in route[k:]) + sum(bwd[q] for q in route[d + 1 :])
-            hops = sum(srank[route[j]] != srank[route[j + 1]] for j in range(k, len(route) - 1))
-            hops += sum(srank[route[j]] != srank[route[j + 1]] for j in range(d, len(route) - 1))
+            t = sum(f_route[k:]) + sum(b_route[d + 1 :])
+            hops = sum(crosses[k:]) + sum(crosses[d:])
             path[r] = min(path[r], t + hops * comm)
     return RankBounds(
         tuple(busy),
@@ -161,11 +179,11 @@ def all_simple(order: Sequence[Sequence]) -> bool:
 
 
 def kinds_within(order: ArrayOrder, kinds: Sequence[NodeKind]) -> bool:
-    """Whether every node of the ArrayOrder is of one of `kinds` (its node-kind column alone)."""
-    import numpy as np
+    """Whether every node of the ArrayOrder is of one of `kinds` (the kinds its node-kind column holds,
+    counted once per order: `compact.kinds_present`)."""
+    from primuspp.schedule.compact import kinds_present
 
-    allowed = np.array([k in kinds for k in KINDS], dtype=bool)
-    return bool(allowed[order.rows["node_kind"]].all())
+    return all(KINDS[code] in kinds for code in kinds_present(order.rows, "node_kind"))
 
 
 class Proof:

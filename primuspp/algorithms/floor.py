@@ -18,6 +18,7 @@ from collections.abc import Callable
 from primuspp.algorithms import local_search, score_memo
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.bounds import Proof
+from primuspp.algorithms.bounds import kept as bounds_at_hand
 from primuspp.algorithms.portfolio import Score, lower_bounds, pick
 from primuspp.algorithms.refine import refined_pool
 from primuspp.errors import ValidationError
@@ -93,11 +94,17 @@ def with_floor(
         place = placement(p)
         costs = planning(req).for_placement(place)
         mine = score_memo.score(place, m, order, costs)
+        cap = max(budget(p, req.params), mine.peak)
+        if (
+            "candidate" in req.report
+            and bounds_at_hand(place, m, costs)
+            and Proof(place, m, costs, cap).unbeatable(order, mine)
+        ):
+            return order  # the Proof below, asked first where its bounds are at hand: the same result
         span_lb, step_lb = lower_bounds(place, order, costs)
         tol = 1e-9 * max(1.0, step_lb)
         if mine.max_span <= span_lb + tol and mine.makespan <= step_lb + tol:
             return order  # no order beats it on either figure (F = B = W zbv, for one)
-        cap = max(budget(p, req.params), mine.peak)
         if Proof(place, m, costs, cap).unbeatable(order, mine):
             # no order within the cap has a smaller key (F = B = W ZB-H1, for one): the search below would
             # keep the generator's own order, first among equals

@@ -17,7 +17,10 @@ activations and deadlocking.
 
 The engine plans with the simulator's model (asynchronous sends, `comm` latency across ranks). Its times
 are one feasible timing of the order it emits; the simulator's as-soon-as-possible timing of that order is
-the same, or earlier where a policy chose to wait. Generators time candidates with `node_times` anyway.
+the same unless a W started after its rank stood idle (the "fit" rule can do that), then earlier. Where the
+sums are exact and no W started late, the planned step time and longest span are the order's own
+(`asap_exact`; the peak too, `peak_exact`): `schedule` notes them in `score_memo`, so a generator scoring
+the order does not time it again.
 
 The order comes out as an `ArrayOrder` (integer columns: one int per decision while planning, the columns
 built once at the end), so a pass builds no Node; `schedule_reference` emits the same decisions as Node
@@ -29,13 +32,14 @@ a power of two), a pass appends the repeats of its steady phase at once instead 
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 
-from primuspp.algorithms import greedy_period
+from primuspp.algorithms import greedy_period, score_memo
 from primuspp.algorithms.portfolio import memory_units
 from primuspp.errors import ScheduleError
 from primuspp.schedule.array_order import KINDS, ArrayOrder
@@ -93,6 +97,8 @@ class Plan:
     makespan: float
     max_span: float
     peak: float
+    #: makespan and max_span are exactly the simulator's figures for the order (`asap_exact`)
+    timed: bool = False
 
 
 _SHARED: ContextVar[dict | None] = ContextVar("greedy_shared_plans", default=None)
@@ -126,27 +132,47 @@ def schedule(
     plan = shared.get(key)
     if plan is None:
         plan = shared[key] = _schedule(placement, m, costs, cap, policy)
-    return Plan(plan.policy, plan.order, plan.makespan, plan.max_span, plan.peak)
+    return Plan(plan.policy, plan.order, plan.makespan, plan.max_span, plan.peak, plan.timed)
 
 
 def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
     """One pass, its order as columns: each decision is one int, (mb * stages + stage) * 3 + kind."""
     import numpy as np
 
-    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy)
+    decisions, makespan, max_span, peak, _, timed, blocks = _plan(
+        placement, m, costs, cap, policy, blocks=True
+    )
     lengths = [len(seq) for seq in decisions]
     flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
+    if blocks:  # a skipped steady phase: its decisions as they came, each rank's between its lists' parts
+        at = {r: (where, codes) for r, where, codes in blocks}
+        pieces, lo = [], 0
+        for r, n_r in enumerate(lengths):
+            if r in at:
+                where, codes = at[r]
+                pieces += (flat[lo : lo + where], codes, flat[lo + where : lo + n_r])
+                lengths[r] += len(codes)
+            else:
+                pieces.append(flat[lo : lo + n_r])
+            lo += n_r
+        flat = np.concatenate(pieces)
     key, kind = np.divmod(flat, 3)
     mb, stage = np.divmod(key, placement.num_stages)
     codes = np.array(_CODES, dtype=np.int8)[kind]
-    return Plan(policy.name, ArrayOrder.from_flat(codes, mb, stage, lengths), makespan, max_span, peak)
+    order = ArrayOrder.from_flat(codes, mb, stage, lengths)
+    if timed:  # the candidate's timing is known: a search scoring it need not time it (`score_memo`)
+        known_peak = peak if peak_exact(placement, costs, peak) else None
+        score_memo.note_timing(placement, m, order, costs, makespan, max_span, known_peak)
+    return Plan(policy.name, order, makespan, max_span, peak, timed)
 
 
 def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
     """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
     `schedule` runs the one-stage loop), never skipping a steady phase, its order as lists of Nodes decoded
     one by one."""
-    decisions, makespan, max_span, peak, _ = _plan(placement, m, costs, cap, policy, general=True, skip=False)
+    decisions, makespan, max_span, peak, _, timed, _ = _plan(
+        placement, m, costs, cap, policy, general=True, skip=False
+    )
     order = []
     for seq in decisions:
         nodes = []
@@ -155,7 +181,43 @@ def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: flo
             mb, stage = divmod(key, placement.num_stages)
             nodes.append(Node(_KINDS[kind], mb, stage))
         order.append(nodes)
-    return Plan(policy.name, order, makespan, max_span, peak)
+    return Plan(policy.name, order, makespan, max_span, peak, timed)
+
+
+def asap_exact(quantum: float | None, top: float, late: bool) -> bool:
+    """Whether a pass's planned times are exactly the simulator's (`node_times`: each node as soon as its
+    rank is free and its inputs have arrived) for the order it emits, so its step time and longest span are
+    the order's own figures without timing it.
+
+    They are when every sum is exact (`greedy_period.quantum`, every time below `LIMIT` quanta: then `eps`
+    changes no comparison and any order of additions gives the same value) and no W started `late` (after
+    its rank had stood idle: the "fit" rule keeps a W back while an input is on its way, and a cap-blocked F
+    can then make it run later than it could). Every other node starts at the later of its rank's previous
+    end and its inputs' arrival, whatever the policy: a rank is popped when it becomes free and whenever an
+    input for it arrives, and at each pop it places a B or an unblocked F whose inputs are in (or waits for
+    a preferred one arriving within its patience, which it then places on arrival); an F held back by the
+    cap stays held until the rank itself runs something, and a W's input is made on its own rank before it.
+    That is the simulator's rule, so by induction over the order the planned times are its times. The eager
+    fill never starts a W late (an idle rank with a W pending runs it)."""
+    return quantum is not None and top < greedy_period.LIMIT * quantum and not late
+
+
+def peak_exact(placement: Placement, costs: StageCosts, peak: float) -> bool:
+    """Whether a pass's planned peak is exactly the simulator's peak of its order (`portfolio.order_peak`).
+
+    The pass counts what the simulator counts (an F allocates its stage's share at its start, B frees its
+    fraction, W the rest, in the rank's order) where every B frees a part within [0, 1] of its activation
+    (else the pass counts a microbatch at the most it will hold). The two add the changes in the same order
+    but write W's as `unit * (1 - b_free)` and `unit - unit * b_free`: equal when every share and part is a
+    multiple of 2^-20 and the levels stay below 2^32 (every sum exact; an exact level never comes within
+    1e-9 of zero, which the simulator would snap, unless it is zero)."""
+    bfree = costs.fractions()
+    if not all(0.0 <= b <= 1.0 for b in bfree) or not 0.0 <= peak < 2.0**32:
+        return False
+    values = []
+    for u, b in zip(memory_units(placement, costs.activation), bfree, strict=True):
+        values += (u, u * b, u * (1.0 - b), u - u * b)
+    return all(math.isfinite(v) and (v * 2.0**20).is_integer() and abs(v) < 2.0**32 for v in values)
 
 
 def _plan(
@@ -166,9 +228,12 @@ def _plan(
     policy: Policy,
     general: bool = False,
     skip: bool = True,
-) -> tuple[list[list[int]], float, float, float, int]:
+    blocks: bool = False,
+) -> tuple[list[list[int]], float, float, float, int, bool, list]:
     """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
-    planned step time, longest span and peak, and how many microbatches of a steady phase it skipped. A
+    planned step time, longest span and peak, how many microbatches of a steady phase it skipped, whether
+    the planned figures are the simulator's (`asap_exact`) and, with `blocks`, the skipped decisions apart
+    (`greedy_period.Period.blocks`: the lists then lack them; without `blocks` they are in the lists). A
     placement with one stage per rank (linear) runs `_one_stage_loop`, the same decisions without the loop
     over a rank's stages, unless `general`; on one route it skips the repeats of its steady phase
     (`greedy_period`) unless not `skip`."""
@@ -226,6 +291,7 @@ def _plan(
     n_of = [len(stage_mbs[s]) for s in range(n_stages)]
     mem = [0.0] * p
     peak = 0.0
+    late = False  # a W started after its rank stood idle (`asap_exact`)
     free = [0.0] * p
     first = [-1.0] * p
     left = [sum(3 * n_of[s] for s in rank_stages[r]) for r in range(p)]
@@ -247,7 +313,7 @@ def _plan(
         period = greedy_period.Period(m, nxt, prv, eps, state)
     if not general and all(len(stages) == 1 for stages in rank_stages):
         need = [foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages)]
-        peak = _one_stage_loop(
+        peak, late = _one_stage_loop(
             placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state, period
         )
         heap = []  # the loop above emptied it: the general loop below has nothing to do
@@ -354,6 +420,8 @@ def _plan(
                 r2 = srank[q]
                 heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
         else:
+            if t > free[r]:  # the rank stood idle before it: not as soon as it could (`asap_exact`)
+                late = True
             nw[s] += 1
             mem[r] -= w_drop[s]
         order[r].append(key * 3 + kind)
@@ -368,12 +436,17 @@ def _plan(
     top = max(free) + comm + max(waits, default=0.0) + eps  # above every time the loops formed
     if period is not None and period.jumped and top >= greedy_period.LIMIT * quantum:
         # too large for every sum to be exact, which takes millions of nodes: the pass again, unskipped
-        return _plan(placement, m, costs, cap, policy, general, skip=False)
+        return _plan(placement, m, costs, cap, policy, general, skip=False, blocks=blocks)
     stuck = [r for r in range(p) if left[r]]
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
     spans = [free[r] - first[r] for r in range(p)]
-    return order, max(free) - min(first), max(spans), peak, 0 if period is None else period.jumped
+    jumped = 0 if period is None else period.jumped
+    skipped = [] if period is None else period.blocks
+    if skipped and not blocks:
+        greedy_period.insert_blocks(order, skipped)
+        skipped = []
+    return order, max(free) - min(first), max(spans), peak, jumped, asap_exact(quantum, top, late), skipped
 
 
 def _one_stage_loop(
@@ -398,7 +471,7 @@ def _one_stage_loop(
     or that is in the heap already (the rank's entry pushed last, at a time still to come: two equal
     entries pop one after the other, and the second finds the rank busy, or decides as the first did).
     `watch`: skips the steady phase's repeats (`greedy_period`), checking at each forward of the route's
-    first stage. Updates `state` in place; returns the peak."""
+    first stage. Updates `state` in place; returns the peak and whether a W started late (`asap_exact`)."""
     f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind = state
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     n_stages = placement.num_stages
@@ -416,8 +489,9 @@ def _one_stage_loop(
     pop, push, pushpop = heapq.heappop, heapq.heappush, heapq.heappushpop
     s0 = placement.routes[0][0]
     pushed = [-1.0] * placement.pp  # per rank, the time of its entry pushed last
+    late = False  # a W started after its rank stood idle (`asap_exact`)
     if not heap:
-        return peak
+        return peak, late
     # an entry pushed and the next popped at once (heappushpop: the least of the heap and the entry, as a
     # push then a pop would give)
     t, r = pop(heap)
@@ -514,6 +588,8 @@ def _one_stage_loop(
             mem[r] -= b_drop[s]
             q = prv[s]  # the stage its input grad goes to
         else:
+            if t > free[r]:  # the rank stood idle before it (`asap_exact`)
+                late = True
             end = t + dur_w[s]
             nw[s] += 1
             mem[r] -= w_drop[s]
@@ -543,7 +619,7 @@ def _one_stage_loop(
         if not heap:
             break
         t, r = pop(heap)
-    return peak
+    return peak, late
 
 
 def least_cap(placement: Placement, costs: StageCosts) -> float:

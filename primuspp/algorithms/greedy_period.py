@@ -33,12 +33,20 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
+from itertools import accumulate, chain
+from typing import Any
 
 #: times must stay below this many quanta for the sums to be exact (ulp <= q/4)
 LIMIT = 2.0**50
 
 #: checkpoints a state is remembered for: a period up to WINDOW / 2 microbatches is found (seen: 1 and 2)
 WINDOW = 16
+
+
+def insert_blocks(order: list[list[int]], blocks: list[tuple[int, int, Any]]) -> None:
+    """Put a skip's decisions (`Period.blocks`) into the per-rank decision lists, in place."""
+    for r, at, codes in blocks:
+        order[r][at:at] = codes.tolist()
 
 
 def quantum(values: Iterable[float], eps: float) -> float | None:
@@ -71,6 +79,9 @@ class Period:
         self.recent: deque[tuple[int, tuple]] = deque()
         self.count = 0
         self.jumped = 0  # microbatches skipped (tests read it)
+        # the skipped decisions: (rank, where in its order they go, their codes), not yet in `order`
+        # (`insert_blocks` puts them there; `greedy._schedule` reads them as they are)
+        self.blocks: list[tuple[int, int, Any]] = []
 
     def check(self, s0: int, now: float) -> bool:
         """At a checkpoint (a forward of the first stage s0 just placed, ending at `now`): when this state
@@ -133,11 +144,16 @@ class Period:
         eps, nxt, prv = self.eps, self.nxt, self.prv
         NP, NT = N * P, N * T
         steps = np.arange(1, N + 1, dtype=np.int64)[:, None] * (3 * n * P)  # decision code of mb + P
+        # every rank's segment in one row, its N shifted copies below (one array pass); rank r's repeats
+        # are its columns, read row by row, kept as an array: the loop appends after them (`blocks`)
+        segs = [seq[lens0[r] :] for r, seq in enumerate(self.order)]
+        cuts = [0, *accumulate(map(len, segs))]
+        flat = np.fromiter(chain.from_iterable(segs), dtype=np.int64, count=cuts[-1])
+        repeats = flat[None, :] + steps
         for r, seq in enumerate(self.order):
-            seg = seq[lens0[r] :]
-            if seg:
-                seq.extend((np.asarray(seg, dtype=np.int64)[None, :] + steps).ravel().tolist())
-                self.left[r] -= N * len(seg)
+            if segs[r]:
+                self.blocks.append((r, len(seq), repeats[:, cuts[r] : cuts[r + 1]].ravel()))
+                self.left[r] -= N * len(segs[r])
         for s in range(n):
             lo = nf[nxt[s]] if nxt[s] >= 0 else nb[s]
             moved = [f_end[mb * n + s] + NT for mb in range(lo, nf[s])]

@@ -8,7 +8,8 @@ order is keyed by its nodes' identities (hashing a node hashes its kind, an Enum
 searches build variants from the same node objects, and the kept orders hold their nodes, so an identity
 cannot be reused while its key is kept. Equal orders of other node objects are timed again, never confused.
 An `ArrayOrder` is keyed by its columns' bytes instead (reading its nodes would build them). The figures are
-the timing's own, so a hit returns exactly what a new timing would; `score` keeps the order's peak as well
+the timing's own (or, `note_timing`, a greedy pass's planned figures where they are proven to be exactly
+those), so a hit returns exactly what a new timing would; `score` keeps the order's peak as well
 (a generator's own order is counted for its cap, scored, then scored again by the floor).
 """
 
@@ -63,6 +64,29 @@ def peaked(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts,
     return _timed(key, keep, placement, m, order, costs, peak)
 
 
+def note_timing(
+    placement: Placement,
+    m: int,
+    order: ArrayOrder,
+    costs: StageCosts,
+    makespan: float,
+    max_span: float,
+    peak: float | None = None,
+) -> None:
+    """Keep an order's step time and longest span (and its peak, unless None) known without timing it: a
+    greedy pass whose planned times are exactly the simulator's (`greedy.asap_exact`, `greedy.peak_exact`).
+    A later `score` then counts its peak only where it is None. An order too large to keep is let be (its
+    key alone would cost as much as a timing's share)."""
+    if order.num_nodes() > MAX_NODES:
+        return
+    key, keep = _key(placement, m, order, costs)
+    if key not in _kept:
+        _keep(key, keep, order, makespan, max_span)
+        entry = _kept.get(key)
+        if entry is not None:
+            entry[4] = peak
+
+
 def _key(placement: Placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[tuple, object]:
     """The memo key of an order (see the module docstring) and what keeps its node identities unused."""
     if isinstance(order, ArrayOrder):  # by content: equal columns, equal timing
@@ -91,11 +115,15 @@ def _timed(
     if hit is not None:
         return Score(hit[0], hit[1], peak)
     sc = timed_score(placement, m, order, costs, peak)
+    _keep(key, keep, order, sc.makespan, sc.max_span)
+    return sc
+
+
+def _keep(key: tuple, keep: object, order: ComputeOrder, makespan: float, max_span: float) -> None:
     size = order.num_nodes() if isinstance(order, ArrayOrder) else sum(map(len, order))
     while _kept and _nodes[0] + size > MAX_NODES:
         old = next(iter(_kept))
         _nodes[0] -= _kept.pop(old)[3]
     if size <= MAX_NODES:
-        _kept[key] = [sc.makespan, sc.max_span, keep, size, None]
+        _kept[key] = [makespan, max_span, keep, size, None]
         _nodes[0] += size
-    return sc

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from primuspp.schedule.compact import KINDS, kinds_present, one_row_per_node
+from primuspp.schedule.rows import memo_of
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 from primuspp.schedule.timing_arrays import kind_stage
 
@@ -179,8 +180,43 @@ def _one_effect_per_row(
         change[rest_codes] = -rest_left
         rest_codes = []
     ks = kind_stage(rows, n_stages)
-    delta = change.reshape(-1).take(ks)
     times = np.where(at_start.reshape(-1).take(ks), starts, ends)
+    # the levels depend on the order and the memory figures alone, not on the times: kept in the rows' memo
+    # (a generator counts its order's peak, then the simulator draws the same order's curves)
+    memo = memo_of(rows) if len(ks) <= LEVELS_MEMO_MAX else {}
+    key = ("levels", amount_a.tobytes(), bfree_a.tobytes(), node_first.tobytes())
+    known = memo.get(key)
+    if known is not None:
+        cuts = pairwise(node_first.tolist())
+        return [(times[lo:hi], level, peak) for (lo, hi), (level, peak) in zip(cuts, known, strict=True)]
+    got = _levels(rows, node_first, times, ks, change, rest_codes, b_codes, amount_a, bfree_a, freed_b)
+    if got is not None:
+        for _, level, _ in got:
+            level.setflags(write=False)  # shared by every later call: read-only, as the order's columns
+        memo[key] = [(level, peak) for _, level, peak in got]
+    return got
+
+
+#: orders of up to this many rows keep their levels in the rows' memo (8 bytes a row)
+LEVELS_MEMO_MAX = 1 << 18
+
+
+def _levels(
+    rows: dict[str, Any],
+    node_first: Any,
+    times: Any,
+    ks: Any,
+    change: Any,
+    rest_codes: list[int],
+    b_codes: list[int],
+    amount_a: Any,
+    bfree_a: Any,
+    freed_b: Any,
+) -> list[tuple[Any, Any, float]] | None:
+    """`_one_effect_per_row`'s levels from its (kind x stage) table of changes, W's worked out here."""
+    n_kinds = len(KINDS)
+    rest_left = amount_a - freed_b  # what W frees after its B
+    delta = change.reshape(-1).take(ks)
     if rest_codes:
         # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default;
         # keyed stage-major (stage * microbatches + microbatch): a rank's rows, a few stages with the
