@@ -24,16 +24,17 @@ far the re-walk reads, so this is a measured rule with a check on every run, not
   where the first start fails the check, the second is tried. A few blocks at their own peak never
   settle (e.g. "min-b2" at p = 6, cap 9, derived: the check always fails, the full squeeze runs);
 - where the first start is known to fail (`late`), it is skipped: two short squeezes saved (v-min at p = 32
-  squeezed 26, 33, 40 and 51 microbatches, now 40 and 51). A measured rule too: over every block of both
-  lists, p = 2..48, caps = the block's own peak, 2p, 2 ((p + 2) // 2), 2 ((p + 4) // 3) and p + 1 where the
-  block fits, each with both squeezes and with the block's own (3018 cases, each squeezed at the first start
-  and checked; 1210 failed), the first start failed in 101 of the 104 cases where a block of unit spacings
-  ("min") needs more than its steady state's estimate (`vshape.estimated_peak` below the raw peak: v-min's
-  block at p = 5, 8, 11, ..., 47), and in 522 of the 554 where both squeezes run under a cap at least 6
-  chunks above that estimate (the derived squeeze of a narrow block under a wide cap settles late); 594 of
-  the 629 skipped in all. The check still runs on every extension, so a wrong prediction costs time only:
-  the second start (or the full squeeze, where m is too short for it) runs where the first would have passed
-  — in those 35 cases, mostly "half-f13" under 2p with both squeezes;
+  squeezed 26, 33, 40 and 51 microbatches, now 40 and 51). A measured rule too: a block of unit spacings
+  ("min") whose raw repetition needs more than its steady state's estimate (`vshape.estimated_peak` below
+  the raw peak: v-min's block at p = 5, 8, 11, ..., 47) fails the first start. Over every block of both
+  lists, p = 2..48 and the caps the V family passes (the block's own peak, 2p, 2 ((p + 2) // 2),
+  2 ((p + 4) // 3), p + 1), each with both squeezes and with the block's own (3018 cases), it failed in 101
+  of the 104 cases so predicted; under other caps (the raw peak + 0..12, p = 2..26, both squeeze settings)
+  in 89 of 108, every miss at p = 2. A second clause once skipped the first start wherever both squeezes run
+  under a cap 6 or more chunks above the estimate (right in 522 of 554 cases at those caps), but under the
+  caps a user's budget gives (the estimate + 6, + 9, + 12) the first start passed in 401 of 453 such cases,
+  so it was dropped. The check still runs on every extension, so a wrong prediction costs time only: the
+  second start (or the full squeeze, where m is too short for it) runs where the first would have passed;
 - the check (`insertion`): on every rank the order for m0 + d is the order for m0 with 6 d ops inserted,
   each period of them the one before one microbatch later, and the stretch where the two orders agree
   around the insertion covers one more whole period (the steady state is visible on both sides, not
@@ -72,16 +73,11 @@ def starts(cap: int) -> tuple[int, int]:
     return cap + 2, 3 * cap // 2 + 4
 
 
-#: `late`: how far above the block's estimated steady state a cap must be for the derived squeeze (run
-#: with both squeezes) to settle after the first start
-LATE_SLACK = 6
-
-
-def late(estimate: int, peak: int, cap: int, both: bool, unit: bool) -> bool:
+def late(estimate: int, peak: int, unit: bool) -> bool:
     """Whether the first of `starts(cap)` is predicted to fail the check (the measured rule of the module
     docstring): a block of unit spacings (`unit`) whose raw repetition peaks above its steady state's
-    `estimate`, or both squeezes (`both`) under a cap at least `LATE_SLACK` above the estimate."""
-    return (unit and estimate < peak) or (both and cap >= estimate + LATE_SLACK)
+    `estimate`."""
+    return unit and estimate < peak
 
 
 def applies(m: int, m0: int, ratio: float = MIN_RATIO) -> bool:

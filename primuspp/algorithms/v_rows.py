@@ -147,6 +147,8 @@ def tighten(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> 
     `by_ranks` solves it a rank at a time (then a slot at a time from where `sweeps` sweeps left it
     wrong), or a slot at a time at once for a block whose sweeps would not settle. Equal to
     `tighten_by_slots`, the loop it replaces (which runs where some op is not placed)."""
+    if not slot.size:  # no microbatch: nothing to move
+        return slot.copy()
     if slot.size % (3 * n) or (slot < 0).any():
         return tighten_by_slots(occ, slot, n)
     f, b, w = (slot.reshape(-1, n, 3)[:, :, k] for k in range(3))  # by microbatch and stage

@@ -633,7 +633,7 @@ def squeezed_orders(
             return peak, []
         # the first start skipped where it is known to fail (`v_period.late`, a measured rule)
         unit = block.f0 == block.f1 == block.b1 == block.b0 == 1
-        skip = int(v_period.late(estimated_peak(p, block), peak, cap, len(variants) > 1, unit))
+        skip = int(v_period.late(estimated_peak(p, block), peak, unit))
         if not v_period.applies(m, v_period.starts(cap)[skip]):
             _said(report, "full (the first start would fail, m is too short for the second)")
             return _squeezed(p, m, block.name, offs, cap, variants)
