@@ -65,7 +65,10 @@ PERIOD = 6  # ops per microbatch on a rank: F, B, W of each of its two chunks
 #: an extension from m0 runs when m is at least this many times m0 + 1 (it squeezes two short orders)
 MIN_RATIO = 3
 
-Squeeze = Callable[[int], Sequence[tuple[str, ArrayOrder]] | None]
+Named = Sequence[tuple[str, ArrayOrder]] | None
+Squeeze = Callable[[int], Named]
+#: the named orders of the full squeeze for two m at once (`v_pair.squeezed`: their common prefix once)
+Pair = Callable[[int, int], tuple[Named, Named]]
 
 
 def starts(cap: int) -> tuple[int, int]:
@@ -161,24 +164,27 @@ def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> Arra
 
 
 def extended(
-    squeeze: Squeeze, m: int, cap: int, ratio: float = MIN_RATIO, skip: int = 0
+    squeeze: Squeeze, m: int, cap: int, ratio: float = MIN_RATIO, skip: int = 0, pair: Pair | None = None
 ) -> tuple[int, list[tuple[str, ArrayOrder]]] | None:
     """(m0, the squeezed orders for m microbatches) from those for m0 and m0 + `gap(m0)` (`squeeze(k)`: the
     named orders of the full squeeze for k microbatches, None or empty if the block needs more than the
-    cap), m0 the first of `starts(cap)[skip:]` that passes the check (skip 1 where the first is `late`);
-    None where none that `applies` (at `ratio`) does: the caller then squeezes m in full."""
+    cap; `pair(m0, m1)`, if given, both at once), m0 the first of `starts(cap)[skip:]` that passes the check
+    (skip 1 where the first is `late`); None where none that `applies` (at `ratio`) does: the caller then
+    squeezes m in full."""
     for m0 in starts(cap)[skip:]:
         if not applies(m, m0, ratio):
             break
-        out = _extended_from(squeeze, m0, m)
+        out = _extended_from(squeeze, m0, m, pair)
         if out is not None:
             return m0, out
     return None
 
 
-def _extended_from(squeeze: Squeeze, m0: int, m: int) -> list[tuple[str, ArrayOrder]] | None:
+def _extended_from(
+    squeeze: Squeeze, m0: int, m: int, pair: Pair | None
+) -> list[tuple[str, ArrayOrder]] | None:
     d = gap(m0)
-    short, longer = squeeze(m0), squeeze(m0 + d)
+    short, longer = pair(m0, m0 + d) if pair is not None else (squeeze(m0), squeeze(m0 + d))
     if not short or not longer or [n for n, _ in short] != [n for n, _ in longer]:
         return None
     out = []

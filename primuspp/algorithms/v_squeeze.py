@@ -121,37 +121,78 @@ def squeeze_explicit(sched, cap: int, arrays=None) -> bool:
     The moves edit arrays only (each op's slot in an int32 array, each rank's free slots as byte flags:
     a free slot is one `find`, no exception when there is none); `sched` gets the new arrays
     (`SlotSchedule._set_arrays`), its lists are built only if someone reads them."""
-    if arrays is None:
-        arr = np.array(sched.slot, dtype=v_rows.INT)
-        occ = v_rows.grid(arr, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
-    else:
-        arr, occ = arrays
-    room = cap - v_rows.profiles(occ)
-    if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
+    run = ExplicitRun.start(sched, cap, arrays)
+    if run is None:
         return False
-    # the loops move ops in an int32 array (as `derived_bytes`), its last entry the slot of a missing input
-    ext = np.append(arr, v_rows.INT(-1))
-    ranks = np.asarray(sched.rank, dtype=np.int64)
-    n = sched.n
-    ops, kind, stage, rank = v_rows.columns(occ, ranks, n, (_F, _B, _W))
-    first, second = v_rows.inputs(ops, kind, stage, n, len(arr))
-    frees = [bytearray(row.tobytes()) for row in (occ < 0).view(np.uint8)]
-    chunks = v_rows.chunked(ops, kind, first, second, rank)
-    del ops, kind, stage, rank, first, second
-    if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
-        _explicit_one_digit(chunks, memoryview(ext), frees, room)
-    else:
-        _explicit_two_digits(chunks, memoryview(ext), frees, room)
-    slot = ext[:-1]
-    sched._set_arrays(slot, v_rows.grid(slot, ranks, n, sched.p, sched.width))
+    run.run(0, run.size)
+    run.finish(sched)
     return True
 
 
-def _explicit_one_digit(chunks, slot: memoryview, frees: list[bytearray], room: np.ndarray) -> None:
-    """The moves of `squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253).
-    An F goes past the last slot with no headroom, so the range whose headroom drops holds no 0; a W's
-    range ends at most at the cap, below 254."""
-    lows = [bytearray(row.tobytes()) for row in room.astype(np.uint8)]
+class ExplicitRun:
+    """The explicit squeeze's state (each op's slot, each rank's free-slot flags and headroom digits) and
+    its visit list, run a stretch of the list at a time: `squeeze_explicit` runs it whole, `pair` runs the
+    common prefix of two schedules once (`adopt`)."""
+
+    __slots__ = ("columns", "ext", "frees", "grid", "highs", "lows", "ranks", "size")
+
+    @classmethod
+    def start(cls, sched, cap: int, arrays=None) -> ExplicitRun | None:
+        """The state before the first move, or None where a slot is already over the cap (or the
+        headroom exceeds what two digits hold)."""
+        if arrays is None:
+            arr = np.array(sched.slot, dtype=v_rows.INT)
+            occ = v_rows.grid(arr, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
+        else:
+            arr, occ = arrays
+        room = cap - v_rows.profiles(occ)
+        if room.size and (room.min() < 0 or room.max() > WIDE_MAX):
+            return None
+        self = object.__new__(cls)
+        # the loops move ops in an int32 array (as `derived_bytes`), its last entry the slot of a missing
+        # input
+        self.ext = np.append(arr, v_rows.INT(-1))
+        self.ranks = np.asarray(sched.rank, dtype=np.int64)
+        self.grid = occ
+        n = sched.n
+        ops, kind, stage, rank = v_rows.columns(occ, self.ranks, n, (_F, _B, _W))
+        first, second = v_rows.inputs(ops, kind, stage, n, len(arr))
+        self.columns = (ops, kind, first, second, rank)
+        self.size = len(ops)
+        self.frees = [bytearray(row.tobytes()) for row in (occ < 0).view(np.uint8)]
+        if cap <= 253:  # one digit: headroom never reaches 254, and the F's range holds no 0 (see below)
+            self.lows = [bytearray(row.tobytes()) for row in room.astype(np.uint8)]
+            self.highs = None
+        else:
+            self.lows = [bytearray(row.tobytes()) for row in (room % 255).astype(np.uint8)]
+            self.highs = [bytearray(row.tobytes()) for row in (room // 255).astype(np.uint8)]
+        return self
+
+    def run(self, lo: int, hi: int) -> None:
+        """Move the ops of visit positions [lo, hi)."""
+        chunks = v_rows.chunked(*(a[lo:hi] for a in self.columns))
+        if self.highs is None:
+            _explicit_one_digit(chunks, memoryview(self.ext), self.frees, self.lows)
+        else:
+            _explicit_two_digits(chunks, memoryview(self.ext), self.frees, self.lows, self.highs)
+
+    def adopt(self, other: ExplicitRun, upto: int, ops: np.ndarray) -> None:
+        """Take `other`'s state of slots before `upto` and the slots of `ops` (the ops it moved)."""
+        self.ext[ops] = other.ext[ops]
+        for mine, theirs in ((self.frees, other.frees), (self.lows, other.lows), (self.highs, other.highs)):
+            for row, src in zip(mine or (), theirs or (), strict=True):
+                row[:upto] = src[:upto]
+
+    def finish(self, sched) -> None:
+        """Hand `sched` the new slots and grid."""
+        slot = self.ext[:-1]
+        sched._set_arrays(slot, v_rows.grid(slot, self.ranks, sched.n, sched.p, sched.width))
+
+
+def _explicit_one_digit(chunks, slot: memoryview, frees: list[bytearray], lows: list[bytearray]) -> None:
+    """The moves of `squeeze_explicit` where every headroom fits one byte with 254 to spare (cap <= 253),
+    `lows` each rank's headroom per slot. An F goes past the last slot with no headroom, so the range whose
+    headroom drops holds no 0; a W's range ends at most at the cap, below 254."""
     dec, inc = _DEC, _INC
     for chunk in chunks:
         for op, k, a, b, r in zip(*chunk, strict=True):
@@ -185,16 +226,13 @@ def _explicit_one_digit(chunks, slot: memoryview, frees: list[bytearray], room: 
             slot[op] = t
 
 
-def _explicit_two_digits(chunks, slot: memoryview, frees: list[bytearray], room: np.ndarray) -> None:
+def _explicit_two_digits(
+    chunks, slot: memoryview, frees: list[bytearray], lows: list[bytearray], highs: list[bytearray]
+) -> None:
     """The moves of `squeeze_explicit` for caps over 253: each headroom as two base-255 digits (`_Wide`'s,
     without marks), the low ones in `lows`, the high ones in `highs`. A no-headroom slot is a low 0 whose
     high digit is 0 (one `rfind`, rarely more); a +-1 over a range is one `translate` of the low digits
     unless one of them wraps (a 0 under -1, a 254 under +1: one `find` says), when numpy views carry."""
-    lo_all = (room % 255).astype(np.uint8)
-    hi_all = (room // 255).astype(np.uint8)
-    lows = [bytearray(row.tobytes()) for row in lo_all]
-    highs = [bytearray(row.tobytes()) for row in hi_all]
-    del lo_all, hi_all
     lo_ns = [np.frombuffer(x, dtype=np.uint8) for x in lows]
     hi_ns = [np.frombuffer(x, dtype=np.uint8) for x in highs]
     dec, inc = _DEC, _INC
@@ -283,6 +321,12 @@ class _ByteCounts:
         pend = self.pends[r]
         pend[a:b] = pend[a:b].translate(_SHIFT[d])
 
+    def adopt(self, other: _ByteCounts, upto: int) -> None:
+        """Take `other`'s counts before slot `upto`."""
+        for mine, theirs in ((self.pends, other.pends), (self.lives, other.lives)):
+            for row, src in zip(mine, theirs, strict=True):
+                row[:upto] = src[:upto]
+
 
 class _IntCounts:
     """The same counts as int32 in bytearrays (any cap; p >= 128 brings caps over 253), read and written
@@ -320,6 +364,12 @@ class _IntCounts:
     def shift_pend(self, r: int, a: int, b: int, d: int) -> None:
         self.pns[r][a:b] += d
 
+    def adopt(self, other: _IntCounts, upto: int) -> None:
+        """Take `other`'s counts before slot `upto`."""
+        for mine, theirs in ((self.pns, other.pns), (self.lns, other.lns)):
+            for row, src in zip(mine, theirs, strict=True):
+                row[:upto] = src[:upto]
+
 
 def derived_bytes(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
     """`derived_walk` with the walk's counts in bytearrays (`_ByteCounts`, caps <= 253). False (nothing
@@ -335,153 +385,195 @@ def derived_wide(slot: memoryview, cap: int, columns, occ: np.ndarray) -> bool:
 
 
 def _derived(slot: memoryview, cap: int, columns, occ: np.ndarray, storage: type) -> bool:
+    """`DerivedRun` over the whole visit list (`columns`: ops, first inputs, second inputs, ranks) on `slot`
+    (each op's slot, then -1), the counts kept in `storage` (`_ByteCounts` or `_IntCounts`). False
+    (nothing changed) where the stored walk already breaks the cap."""
+    run = DerivedRun.start(slot, cap, columns, occ, storage)
+    if run is None:
+        return False
+    run.run(0, run.size)
+    return True
+
+
+class DerivedRun:
     """The derived squeeze's moves with the tried move's walk (`SlotSchedule._rewalk` from t) inlined and
-    shortened, the counts kept in `storage` (`_ByteCounts` or `_IntCounts`). False (nothing changed) where
-    the stored walk already breaks the cap.
+    shortened, the counts kept in `storage` (`_ByteCounts` or `_IntCounts`), run a stretch of the visit
+    list at a time: `derived_bytes` and `derived_wide` run it whole, `pair` runs the common prefix of two
+    schedules once (`adopt`; `run` returns the furthest slot its walks read, which says whether the other
+    schedule would have read the same).
 
     The stored walk keeps live <= cap at every slot (checked once; a move is kept only if its walk does),
-    so no F starts with live == cap (the next slot would hold cap + 1). Hence a tried F at t (past the last
-    slot with live == cap in [e, cur]) never breaks the cap itself, and no F in [t, cur) starts at
+    so no F starts with live == cap (the next slot would hold cap + 1). Hence a tried F at t (past the
+    last slot with live == cap in [e, cur]) never breaks the cap itself, and no F in [t, cur) starts at
     cap - 1 either (the slot after it would be full); a tried B at t with live == cap before it fails at
     once if an F follows at t + 1 (no W runs at t any more, so that F starts at cap): the move is skipped
     without walking, as the reference's walk and repair leave the walk as it was.
 
     On (t, cur] the old and new rows agree, so the new walk is the stored one plus (dq, dl), dq >= 0 and
-    dl - dq = 1 for an F, -1 for a B: a free slot runs a W in both walks or, where the stored walk is idle
-    (no W pending), only in the new one, which lowers dq and dl by one. Between such idle slots (found
-    with `find` in `idle`, a byte flag per slot, set where the walk is written) the new walk is a shift of the
-    stored one: runs of `_SEG` or more slots are shifted with `translate` (an F there breaks the cap iff
-    one starts at cap - dl, the first to reach it), shorter ones walked. Where dq is 0 (dl 1 for an F,
-    -1 for a B: by the above, no F reaches the cap) the rest up to cur is one shift; past cur, where the
-    new walk holds no more live chunks than the stored one, it is walked until the walks rejoin.
+    dl - dq = 1 for an F, -1 for a B: a free slot runs a W in both walks or, where the stored walk is
+    idle (no W pending), only in the new one, which lowers dq and dl by one. Between such idle slots
+    (found with `find` in `idle`, a byte flag per slot, set where the walk is written) the new walk is a
+    shift of the stored one: runs of `_SEG` or more slots are shifted with `translate` (an F there breaks
+    the cap iff one starts at cap - dl, the first to reach it), shorter ones walked. Where dq is 0 (dl 1
+    for an F, -1 for a B: by the above, no F reaches the cap) the rest up to cur is one shift; past cur,
+    where the new walk holds no more live chunks than the stored one, it is walked until the walks rejoin.
 
-    `slot` holds every op's slot (a memoryview of int32: no list of Python ints to chase, which at p = 256
-    is 3 M objects; one more entry, -1, the slot of a missing input); the rows are bytearrays of kinds
-    (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception when there is none). The caller
-    rebuilds the grid from `slot`."""
-    pend_all, live_all = v_rows.walks(occ)
-    if live_all.max(initial=0) > cap:
-        return False
-    code = (occ % 3 + 1).astype(np.uint8)
-    code[occ < 0] = _FREE
-    rows = [bytearray(row.tobytes()) for row in code]
-    kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
-    kinds[:, :-1] = code
-    del code
-    counts = storage(pend_all, live_all, cap)
-    idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
-    del kinds, pend_all, live_all
-    pends, lives = counts.pends, counts.lives
-    seg, lead = _SEG, _LEAD
-    end = occ.shape[1]  # every row's length
-    for chunk in v_rows.chunked(*columns):
-        for op, a, b, r in zip(*chunk, strict=True):
-            e = slot[a]
-            x = slot[b]
-            if x > e:
-                e = x
-            e += 1
-            cur = slot[op]
-            if e >= cur:
-                continue
-            row = rows[r]
-            lo = row.find(_FREE, e, cur)  # the first free slot the op may take, if any
-            if lo < 0:
-                continue
-            live = lives[r]
-            k = op % 3 + 1
-            is_f = k == _FK
-            if is_f:  # one more live chunk on [t, cur]: past the last full slot there
-                j = counts.last_full(r, lo, cur + 1)
-                if j >= 0:
-                    lo = j + 1
-            pend = pends[r]
-            idle = idles[r]
-            while lo < cur:
-                t = row.find(_FREE, lo, cur)
-                if t < 0:
-                    break
-                # the walk from t with the op at t and cur free
-                if is_f:
-                    lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
-                    q = pend[t]
-                else:
-                    lv = live[t]
-                    if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
-                        lo = t + 1
-                        continue
-                    q = pend[t] + 1
-                row[cur] = _FREE
-                row[t] = k
-                failed = -1
-                u = t + 1
-                stop = u + lead
-                while u <= cur:
-                    if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
-                        dl = lv - live[u]  # no F there reaches the cap (see above)
-                        if dl:
-                            counts.shift_live(r, u, cur + 1, dl)
-                        lv = live[cur]  # slot cur, now free
-                        q = pend[cur]
-                        idle[cur] = q == 0
-                        if q:
-                            q -= 1
-                            lv -= 1
-                        u = cur + 1
+    `slot` holds every op's slot (a memoryview of int32: no list of Python ints to chase, which at
+    p = 256 is 3 M objects; one more entry, -1, the slot of a missing input); the rows are bytearrays of
+    kinds (`_FREE`, `_FK`, `_BK`): a free slot is one `find` (no exception when there is none). The
+    caller rebuilds the grid from `slot`."""
+
+    __slots__ = ("cap", "columns", "counts", "end", "ext", "idles", "rows", "size")
+
+    @classmethod
+    def start(cls, slot: memoryview, cap: int, columns, occ: np.ndarray, storage: type) -> DerivedRun | None:
+        """The state before the first move, or None where the stored walk already breaks the cap."""
+        pend_all, live_all = v_rows.walks(occ)
+        if live_all.max(initial=0) > cap:
+            return None
+        self = object.__new__(cls)
+        code = (occ % 3 + 1).astype(np.uint8)
+        code[occ < 0] = _FREE
+        self.rows = [bytearray(row.tobytes()) for row in code]
+        kinds = np.full(live_all.shape, _FREE, dtype=np.uint8)
+        kinds[:, :-1] = code
+        del code
+        self.counts = storage(pend_all, live_all, cap)
+        self.idles = [bytearray(row.tobytes()) for row in ((kinds == _FREE) & (pend_all == 0)).view(np.uint8)]
+        self.cap, self.ext, self.columns = cap, slot, columns
+        self.size = len(columns[0])
+        self.end = occ.shape[1]  # every row's length
+        return self
+
+    def adopt(self, other: DerivedRun, upto: int, ops: np.ndarray) -> None:
+        """Take `other`'s state of slots before `upto` (rows, walks, idle flags) and the slots of `ops`."""
+        mine, theirs = np.asarray(self.ext), np.asarray(other.ext)
+        mine[ops] = theirs[ops]
+        for rows, src in ((self.rows, other.rows), (self.idles, other.idles)):
+            for row, row_src in zip(rows, src, strict=True):
+                row[:upto] = row_src[:upto]
+        self.counts.adopt(other.counts, upto)
+
+    def run(self, lo: int, hi: int) -> int:
+        """Move the ops of visit positions [lo, hi); returns the furthest slot a walk read (-1: none)."""
+        slot, cap, counts, rows, idles, end = self.ext, self.cap, self.counts, self.rows, self.idles, self.end
+        columns = [c[lo:hi] for c in self.columns]
+        pends, lives = counts.pends, counts.lives
+        seg, lead = _SEG, _LEAD
+        reach = -1
+        for chunk in v_rows.chunked(*columns):
+            for op, a, b, r in zip(*chunk, strict=True):
+                e = slot[a]
+                x = slot[b]
+                if x > e:
+                    e = x
+                e += 1
+                cur = slot[op]
+                if e >= cur:
+                    continue
+                row = rows[r]
+                lo = row.find(_FREE, e, cur)  # the first free slot the op may take, if any
+                if lo < 0:
+                    continue
+                live = lives[r]
+                k = op % 3 + 1
+                is_f = k == _FK
+                if is_f:  # one more live chunk on [t, cur]: past the last full slot there
+                    j = counts.last_full(r, lo, cur + 1)
+                    if j >= 0:
+                        lo = j + 1
+                pend = pends[r]
+                idle = idles[r]
+                while lo < cur:
+                    t = row.find(_FREE, lo, cur)
+                    if t < 0:
                         break
-                    if u >= stop:  # past the walked lead: look for a long run
-                        i = idle.find(1, u, cur)  # the next slot where the stored walk is idle
-                        if i < 0:
-                            i = cur
-                        if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
-                            dl = lv - live[u]
-                            # an F in [u, i) with live == cap - dl, the first to reach the cap
-                            if dl > 0 and counts.f_at(r, row, cap - dl, u, i):
-                                failed = u - 1  # nothing written from u on
-                                break
-                            counts.shift_pend(r, u, i + 1, q - pend[u])
-                            if dl:
-                                counts.shift_live(r, u, i + 1, dl)
-                            q = pend[i] - 1  # slot i is free; the new walk runs a W there
-                            lv = live[i] - 1
-                            idle[i] = 0
-                            u = stop = i + 1
-                            continue
-                        stop = i + 1  # a short run: walked
-                    pend[u] = q
-                    live[u] = lv
-                    x = row[u]
-                    if x:
-                        if x == _FK:
-                            lv += 1
-                            if lv > cap:
-                                failed = u
-                                break
-                        else:
-                            q += 1
+                    # the walk from t with the op at t and cur free
+                    if is_f:
+                        lv = live[t] + 1  # <= cap: t is past the last slot with live == cap
+                        q = pend[t]
                     else:
-                        idle[u] = q == 0
-                        if q:
-                            q -= 1
-                            lv -= 1
-                    u += 1
-                if failed < 0:  # past cur: until the walks rejoin
-                    failed = _walk_to_rejoin(row, pend, live, idle, u, q, lv, cap, end)
-                    if failed < 0:
-                        slot[op] = t
-                        idle[t] = 0  # slot t is taken
-                        break
-                row[cur] = k
-                row[t] = _FREE
-                _rewalk_marked(row, pend, live, idle, t, failed, end)  # repair up to there
-                idle[cur] = 0  # the op's slot again
-                lo = t + 1
-    return True
+                        lv = live[t]
+                        if lv == cap and t + 1 < cur and row[t + 1] == _FK:  # that F would start at cap
+                            lo = t + 1
+                            continue
+                        q = pend[t] + 1
+                    row[cur] = _FREE
+                    row[t] = k
+                    failed = -1
+                    u = t + 1
+                    stop = u + lead
+                    while u <= cur:
+                        if q == pend[u]:  # dq is 0 from here to cur: the stored walk + dl live chunks
+                            dl = lv - live[u]  # no F there reaches the cap (see above)
+                            if dl:
+                                counts.shift_live(r, u, cur + 1, dl)
+                            lv = live[cur]  # slot cur, now free
+                            q = pend[cur]
+                            idle[cur] = q == 0
+                            if q:
+                                q -= 1
+                                lv -= 1
+                            u = cur + 1
+                            break
+                        if u >= stop:  # past the walked lead: look for a long run
+                            i = idle.find(1, u, cur)  # the next slot where the stored walk is idle
+                            if i < 0:
+                                i = cur
+                            if i - u >= seg:  # the stored walk + (dq, dl) on [u, i]
+                                dl = lv - live[u]
+                                # an F in [u, i) with live == cap - dl, the first to reach the cap
+                                if dl > 0 and counts.f_at(r, row, cap - dl, u, i):
+                                    failed = u - 1  # nothing written from u on
+                                    break
+                                counts.shift_pend(r, u, i + 1, q - pend[u])
+                                if dl:
+                                    counts.shift_live(r, u, i + 1, dl)
+                                q = pend[i] - 1  # slot i is free; the new walk runs a W there
+                                lv = live[i] - 1
+                                idle[i] = 0
+                                u = stop = i + 1
+                                continue
+                            stop = i + 1  # a short run: walked
+                        pend[u] = q
+                        live[u] = lv
+                        x = row[u]
+                        if x:
+                            if x == _FK:
+                                lv += 1
+                                if lv > cap:
+                                    failed = u
+                                    break
+                            else:
+                                q += 1
+                        else:
+                            idle[u] = q == 0
+                            if q:
+                                q -= 1
+                                lv -= 1
+                        u += 1
+                    if failed < 0:  # past cur: until the walks rejoin
+                        failed = _walk_to_rejoin(row, pend, live, idle, u, q, lv, cap, end)
+                        if failed < 0:
+                            if ~failed > reach:
+                                reach = ~failed
+                            slot[op] = t
+                            idle[t] = 0  # slot t is taken
+                            break
+                    row[cur] = k
+                    row[t] = _FREE
+                    u = _rewalk_marked(row, pend, live, idle, t, failed, end)  # repair up to there
+                    if u > reach:
+                        reach = u
+                    idle[cur] = 0  # the op's slot again
+                    lo = t + 1
+        return reach
 
 
-def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int) -> None:
+def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int) -> int:
     """`_rewalk` without a cap (the repair after a failed move) that also writes `idle` (1 at a free slot
-    with no W pending) of `derived_bytes` and `derived_wide` (`row` their kinds)."""
+    with no W pending) of `derived_bytes` and `derived_wide` (`row` their kinds); returns the slot where
+    the walk rejoined the stored one (or `end`)."""
     q, lv = pend[t], live[t]
     u = t
     while u <= cur:
@@ -499,7 +591,7 @@ def _rewalk_marked(row, pend, live, idle: bytearray, t: int, cur: int, end: int)
                 q -= 1
                 lv -= 1
         u += 1
-    _walk_to_rejoin(row, pend, live, idle, u, q, lv, _NO_CAP, end)
+    return ~_walk_to_rejoin(row, pend, live, idle, u, q, lv, _NO_CAP, end)
 
 
 #: a cap no count reaches (`_rewalk_marked`'s walk is not capped)
@@ -508,11 +600,12 @@ _NO_CAP = 1 << 62
 
 def _walk_to_rejoin(row, pend, live, idle: bytearray, u: int, q: int, lv: int, cap: int, end: int) -> int:
     """Write the walk from slot u (q W's pending, lv live chunks before it) over the stored one until the
-    two agree again or the row ends (then its final counts at `end`); -1, or the slot where an F takes the
-    live count over `cap` (written up to there)."""
+    two agree again or the row ends (then its final counts at `end`): ~u (negative) for the slot u where they
+    agree (or `end`), the last it read; or the slot where an F takes the live count over `cap` (written up
+    to there)."""
     while u < end:
         if q == pend[u] and lv == live[u]:
-            return -1
+            return ~u
         pend[u] = q
         live[u] = lv
         x = row[u]
@@ -531,7 +624,7 @@ def _walk_to_rejoin(row, pend, live, idle: bytearray, u: int, q: int, lv: int, c
         u += 1
     pend[end] = q
     live[end] = lv
-    return -1
+    return ~end
 
 
 def derived_walk(sched, cap: int, columns, pend_rows: list[list[int]], live_rows: list[list[int]]) -> None:

@@ -624,7 +624,7 @@ def squeezed_orders(
     offs = offsets(p, block)
     variants = ("derived", "explicit") if both else (block.squeeze,)
     if period and v_period.applies(m, v_period.starts(cap)[0]):
-        from primuspp.algorithms import v_rows
+        from primuspp.algorithms import v_pair, v_rows
 
         # the repeated block's memory is an order property: the untightened repetition's is the same
         peak = v_rows.raw_peak(p, m, *offs)
@@ -641,7 +641,10 @@ def squeezed_orders(
         def squeeze(k: int):
             return _squeezed(p, k, block.name, offs, cap, variants)[1]
 
-        found = v_period.extended(squeeze, m, cap, skip=skip)
+        def pair(k: int, k1: int):  # both at once, their common prefix squeezed once
+            return v_pair.squeezed(p, k, k1, block.name, offs, cap, variants)
+
+        found = v_period.extended(squeeze, m, cap, skip=skip, pair=pair)
         if found is not None:
             _said(report, f"period (from m = {found[0]})")
             return peak, found[1]
