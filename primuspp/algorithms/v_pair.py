@@ -30,6 +30,10 @@ _F, _B, _W = 0, 1, 2
 
 Named = list[tuple[str, object]]
 
+#: the derived squeeze shares the ops up to this many slots before the first slot where the two differ
+#: (half's and min's blocks: the last ops' walks read 2 to 5 slots past it; zb's none)
+MARGIN = 12
+
 
 def first_difference(a: np.ndarray, b: np.ndarray) -> int:
     """The first column where two grids (ranks x slots) differ, or the narrower width."""
@@ -99,7 +103,8 @@ def derived(short: SlotSchedule, long: SlotSchedule, cap: int) -> None:
     (a, ext_a, occ_a), (b, ext_b, occ_b) = sa, sb
     upto = first_difference(occ_a, occ_b)
     ops = b.columns[0]
-    i = _prefix(a.columns[0], ops, ext_b[ops], upto)
+    # the ops up to a little before that slot: the walks of the last ones may read a few slots on
+    i = _prefix(a.columns[0], ops, ext_b[ops], upto - MARGIN)
     if b.run(0, i) < upto:
         a.adopt(b, upto, ops[:i])
         a.run(i, a.size)

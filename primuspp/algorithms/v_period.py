@@ -181,7 +181,7 @@ def extended(
 
 
 def _extended_from(
-    squeeze: Squeeze, m0: int, m: int, pair: Pair | None
+    squeeze: Squeeze, m0: int, m: int, pair: Pair | None = None
 ) -> list[tuple[str, ArrayOrder]] | None:
     d = gap(m0)
     short, longer = pair(m0, m0 + d) if pair is not None else (squeeze(m0), squeeze(m0 + d))
