@@ -67,7 +67,7 @@ MIN_RATIO = 3
 
 Named = Sequence[tuple[str, ArrayOrder]] | None
 Squeeze = Callable[[int], Named]
-#: the named orders of the full squeeze for two m at once (`v_pair.squeezed`: their common prefix once)
+#: the named orders of the full squeeze for two m at once (`v_proof.squeezed`: the longer one copied)
 Pair = Callable[[int, int], tuple[Named, Named]]
 
 
@@ -164,14 +164,21 @@ def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> Arra
 
 
 def extended(
-    squeeze: Squeeze, m: int, cap: int, ratio: float = MIN_RATIO, skip: int = 0, pair: Pair | None = None
+    squeeze: Squeeze,
+    m: int,
+    cap: int,
+    ratio: float = MIN_RATIO,
+    skip: int = 0,
+    pair: Pair | None = None,
+    lead: int = 0,
 ) -> tuple[int, list[tuple[str, ArrayOrder]]] | None:
     """(m0, the squeezed orders for m microbatches) from those for m0 and m0 + `gap(m0)` (`squeeze(k)`: the
     named orders of the full squeeze for k microbatches, None or empty if the block needs more than the
-    cap; `pair(m0, m1)`, if given, both at once), m0 the first of `starts(cap)[skip:]` that passes the check
-    (skip 1 where the first is `late`); None where none that `applies` (at `ratio`) does: the caller then
-    squeezes m in full."""
+    cap; `pair(m0, m1)`, if given, both at once), m0 the first of `starts(cap)[skip:]`, each plus `lead`,
+    that passes the check (skip 1 where the first is `late`); None where none that `applies` (at `ratio`)
+    does: the caller then squeezes m in full."""
     for m0 in starts(cap)[skip:]:
+        m0 += lead
         if not applies(m, m0, ratio):
             break
         out = _extended_from(squeeze, m0, m, pair)

@@ -617,14 +617,16 @@ def squeezed_orders(
 
     For long m the orders come from those of a short m0 and a somewhat longer m0 + d, the steady-state
     period inserted m - m0 times (`v_period`: the same orders, checked on every run; where the check
-    fails, the full squeeze runs; `period=False`: the full squeeze always). `report["squeeze"]`, if a
+    fails, the full squeeze runs; `period=False`: the full squeeze always). Only m0 is squeezed: m0 + d's
+    moves are copied from it where `v_proof` proves them (else squeezed too). `report["squeeze"]`, if a
     report is given, says which ran."""
-    from primuspp.algorithms import v_period
+    from primuspp.algorithms import v_period, v_proof
 
     offs = offsets(p, block)
     variants = ("derived", "explicit") if both else (block.squeeze,)
-    if period and v_period.applies(m, v_period.starts(cap)[0]):
-        from primuspp.algorithms import v_pair, v_rows
+    lead, ratio = v_proof.lead(p), v_proof.RATIO
+    if period and v_period.applies(m, v_period.starts(cap)[0] + lead, ratio):
+        from primuspp.algorithms import v_rows
 
         # the repeated block's memory is an order property: the untightened repetition's is the same
         peak = v_rows.raw_peak(p, m, *offs)
@@ -634,17 +636,17 @@ def squeezed_orders(
         # the first start skipped where it is known to fail (`v_period.late`, a measured rule)
         unit = block.f0 == block.f1 == block.b1 == block.b0 == 1
         skip = int(v_period.late(estimated_peak(p, block), peak, unit))
-        if not v_period.applies(m, v_period.starts(cap)[skip]):
+        if not v_period.applies(m, v_period.starts(cap)[skip] + lead, ratio):
             _said(report, "full (the first start would fail, m is too short for the second)")
             return _squeezed(p, m, block.name, offs, cap, variants)
 
         def squeeze(k: int):
             return _squeezed(p, k, block.name, offs, cap, variants)[1]
 
-        def pair(k: int, k1: int):  # both at once, their common prefix squeezed once
-            return v_pair.squeezed(p, k, k1, block.name, offs, cap, variants)
+        def pair(k: int, k1: int):  # the longer one's moves copied from the shorter one's where proven
+            return v_proof.squeezed(p, k, k1, block.name, offs, cap, variants)
 
-        found = v_period.extended(squeeze, m, cap, skip=skip, pair=pair)
+        found = v_period.extended(squeeze, m, cap, ratio, skip=skip, pair=pair, lead=lead)
         if found is not None:
             _said(report, f"period (from m = {found[0]})")
             return peak, found[1]

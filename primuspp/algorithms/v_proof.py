@@ -1,0 +1,350 @@
+"""The longer of the period extension's two short squeezes copied from the shorter one, with a proof.
+
+`v_period.extended` needs the squeezed orders for m0 and m1 = m0 + d microbatches. Squeezing both costs
+two runs of the move loops; here only the shorter one runs, and the longer one's moves are read off it
+where a check proves them.
+
+A squeeze (`v_squeeze.ExplicitRun`, `v_squeeze.DerivedRun`) visits the ops in their starting slot order
+and moves each by what it reads: its inputs' slots, and on its rank the free slots and the headroom or
+the walk of pending W's and live chunks over a stretch of slots (before the op for the explicit squeeze;
+for the derived one from its earliest slot up to where its walk rejoins the stored walk). Every part of
+that state is a function of the current slots: the free slots and the grid, the headroom and the walk
+counts as the count at the stretch's start plus what the grid holds from there.
+
+Write sigma for "one microbatch later": op o -> o + 3n (n stages), slot t -> t + 6. The starting grid of
+m1 is that of m0 with d periods inserted at the first column T where the two differ (checked: before T
+they agree, [T, T + 6d) repeats the columns before it, and from T + 6d on it is m0's grid under sigma^d),
+and m0's grid repeats under sigma over [low, T). Take a pointer s (all ops starting before s visited) and
+a window of L slots, L at least 6 more than the longest gap between an op's and its inputs' starting
+slots, with [s - 6 - L, s + 6) inside [low, T). The check, on m0's run:
+
+1. the slots of the ops starting in [s - L, s + 6) are those of the ops starting in [s - 6 - L, s) when
+   the pointer stood at s - 6, plus 6; each rank's count at s - L is the one it had at s - 6 - L then;
+2. the period's ops (starting in [s - 6, s)) read nothing before s - 6 - L nor from s - 6 on past the
+   repeating stretch, and every op before s read nothing from T on (so m0's and m1's runs agree up to s);
+3. no op from s on reads before s - L.
+
+An op without inputs (a first-stage F) reads back from its slot to a stop: the last slot without headroom
+(explicit), or the last full slot past the first free one (derived). Where its rank holds such a stop in
+the window before the earliest slot any other op of the stretch reads, no op writes there (each writes
+from its earliest slot on, an F without inputs past its stop), so every such op stops at or after it.
+
+By 1. and 2., in m1's run the state the period after s reads is the one the checked period read, under
+sigma, so it makes the same moves 6 slots later, and so on for d periods (by induction: what each reads
+lies where m1's grid repeats). Then m1's state at s + 6d is m0's at s under sigma^d, from s - L on (the
+window by the induction, the rest is the unvisited grid, equal by the insertion), and by 3. each later op
+of m1 reads what its counterpart in m0 read: m1's moves are m0's before s, the checked period's moves d
+times, then m0's moves from s on, d microbatches later. Where the check fails at every pointer tried, the
+caller runs the longer squeeze. tests/algorithms/test_v_proof.py holds the result equal to the squeeze.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from primuspp.algorithms import v_rows, v_squeeze
+
+if TYPE_CHECKING:
+    from primuspp.algorithms.vshape import SlotSchedule
+
+_F, _B, _W = 0, 1, 2
+
+#: periods between two pointers the check tries (the latest that fit first)
+STEP = 2
+#: pointers tried before giving up
+TRIES = 4
+#: an extension runs where m is at least this many times m0 + 1: it squeezes one short order (m0), the
+#: longer one is copied where proven
+RATIO = 2
+
+
+def lead(p: int) -> int:
+    """Microbatches added to `v_period.starts` so that the shorter order's grid repeats over the check's
+    window before it ends (measured: zbv's block needs p / 2 at p = 2..32, half's about p / 3 + 1, min's
+    p / 2 or less except at p = 2 mod 3, where `v_period.late` moves it to the second start)."""
+    return p // 2 + 2
+
+
+def _repeats(grid: np.ndarray, shift: int) -> np.ndarray:
+    """Per column t (all but the last 6): whether column t + 6 is column t one microbatch later."""
+    a, b = grid[:, :-6], grid[:, 6:]
+    return np.where(a >= 0, b == a + shift, b < 0).all(axis=0)
+
+
+def inserted(short: np.ndarray, long: np.ndarray, n: int, d: int) -> int | None:
+    """T where grid `long` is grid `short` with d periods inserted (see the module docstring), else None."""
+    shift = 3 * n
+    ws, wl = short.shape[1], long.shape[1]
+    width = min(ws, wl)
+    differ = np.flatnonzero((short[:, :width] != long[:, :width]).any(axis=0))
+    if differ.size == 0 or differ[0] < 6:
+        return None
+    t = int(differ[0])
+    if t + 6 * d + (ws - t) > wl:
+        return None
+    middle = long[:, t - 6 : t + 6 * d]
+    if not _repeats(middle, shift).all():
+        return None
+    tail = short[:, t:]
+    later = long[:, t + 6 * d : t + 6 * d + ws - t]
+    if not np.array_equal(later, np.where(tail >= 0, tail + shift * d, -1)):
+        return None
+    if (long[:, t + 6 * d + ws - t :] >= 0).any():
+        return None
+    return t
+
+
+def longer(
+    run,
+    grid: np.ndarray,
+    long_grid: np.ndarray,
+    n: int,
+    d: int,
+    inputs: tuple[np.ndarray, np.ndarray],
+    counts_at: Callable,
+    stop_at: Callable,
+    long_ops: np.ndarray,
+    size: int,
+) -> np.ndarray | None:
+    """Run `run` (the shorter squeeze) whole; the longer one's slot array (`long_ops`: its visit list)
+    where the check of the module docstring passes, else None. `counts_at(x)`: each rank's counts at slot
+    x; `stop_at(r, a, b)`: a function of c saying whether rank r holds a stop in [a, c) now; `size`: the
+    longer slot array's length (its ops, then the trailing -1)."""
+    ext = np.asarray(run.ext)
+    ops = run.columns[0]
+    start = ext[ops].copy()  # each visit position's starting slot: non-decreasing
+    first, second = inputs
+    earliest_start = np.maximum(ext[first], ext[second])
+    has_input = earliest_start >= 0
+    upto = inserted(grid, long_grid, n, d)
+    if upto is None or not has_input.any():
+        run.run(0, run.size)
+        return None
+    gap = int((start - earliest_start)[has_input].max())
+    window = 6 * (-(-(gap + 6) // 6))
+    breaks = np.flatnonzero(~_repeats(grid[:, :upto], 3 * n))
+    low = int(breaks[-1]) + 1 if breaks.size else 0  # columns [low, upto) repeat
+    ranks = run.columns[-1]
+
+    def at(x: int) -> int:
+        return int(np.searchsorted(start, x))
+
+    done, reach = 0, -1
+    latest = upto - 6
+    candidates = [x for x in range(latest, latest - 6 * STEP * TRIES, -6 * STEP) if x - 6 - window >= low]
+    for s in sorted(candidates):
+        before, now = at(s - 6), at(s)
+        if now == before:
+            continue
+        reach = max(reach, _read(run.run(done, before)))
+        done = before
+        w0 = at(s - 6 - window)
+        then = ext[ops[w0:now]].copy()
+        counts_then = counts_at(s - 6 - window)
+        free = ~has_input[before:now]
+        stops = {r: stop_at(r, s - 6 - window, s) for r in set(ranks[before:now][free].tolist())}
+        period_reach = _read(run.run(before, now))
+        reach = max(reach, period_reach)
+        done = now
+        if reach >= upto or period_reach + 6 >= upto:
+            break  # a walk read where the two grids differ: later pointers read further
+        w1, nxt = at(s - window), at(s + 6)
+        earliest = np.maximum(ext[first[before:now]], ext[second[before:now]])[~free]
+        reads_from = int(earliest.min()) + 1 if earliest.size else s
+        if not (
+            nxt - w1 == now - w0
+            and np.array_equal(ops[w1:nxt], ops[w0:now] + 3 * n)
+            and np.array_equal(ext[ops[w1:nxt]], then + 6)
+            and counts_at(s - window) == counts_then
+            and reads_from >= s - 6 - window
+            and all(stop(reads_from) for stop in stops.values())
+        ):
+            continue
+        # the check holds at s: the rest of the shorter run, then whether it read before s - L
+        rest_free = ~has_input[now:]
+        rest_stops = {r: stop_at(r, s - window, s) for r in set(ranks[now:][rest_free].tolist())}
+        run.run(now, run.size)
+        rest = np.maximum(ext[first[now:]], ext[second[now:]])[~rest_free]
+        rest_from = int(rest.min()) + 1 if rest.size else run.size
+        if rest_from < s - window or not all(stop(rest_from) for stop in rest_stops.values()):
+            return None
+        return _slots(ext, ops, start, before, now, d, n, long_ops, size)
+    run.run(done, run.size)
+    return None
+
+
+def _read(reach) -> int:
+    return -1 if reach is None else reach
+
+
+def _slots(
+    ext: np.ndarray,
+    ops: np.ndarray,
+    start: np.ndarray,
+    before: int,
+    now: int,
+    d: int,
+    n: int,
+    long_ops: np.ndarray,
+    size: int,
+) -> np.ndarray | None:
+    """The longer squeeze's slot array (with its trailing -1): the shorter one's moves before visit
+    position `now`, the checked period's [before, now) d more times, then the shorter one's moves from
+    `now` on, d microbatches later. None where the visit lists do not line up so (they do where the grids
+    do: a guard)."""
+    shift = 3 * n
+    head, rest = ops[:now], ops[now:]
+    copies = ops[before:now][None, :] + shift * np.arange(1, d + 1)[:, None]
+    expected = np.concatenate((head, copies.ravel(), rest + shift * d))
+    if not np.array_equal(long_ops, expected):
+        return None
+    out = np.full(size, -1, dtype=v_rows.INT)
+    out[head] = ext[head]
+    moved = ext[ops[before:now]] - start[before:now]
+    out[copies.ravel()] = (start[before:now][None, :] + 6 * np.arange(1, d + 1)[:, None] + moved).ravel()
+    out[rest + shift * d] = ext[rest] + 6 * d
+    return out
+
+
+def explicit_counts(run) -> tuple[Callable, Callable]:
+    """`counts_at` and `stop_at` of an `ExplicitRun` (headroom; a stop: a slot without headroom)."""
+
+    def counts_at(x: int) -> tuple:
+        return tuple(row[x] for row in run.lows) + tuple(row[x] for row in run.highs or ())
+
+    def stop_at(r: int, a: int, b: int) -> Callable[[int], bool]:
+        low = np.frombuffer(bytes(run.lows[r][a:b]), dtype=np.uint8).astype(np.int64)
+        if run.highs is not None:
+            low += 255 * np.frombuffer(bytes(run.highs[r][a:b]), dtype=np.uint8)
+        zeros = np.flatnonzero(low == 0)
+        return lambda c: bool(zeros.size) and a + int(zeros[0]) < c
+
+    return counts_at, stop_at
+
+
+def derived_counts(run, cap: int) -> tuple[Callable, Callable]:
+    """`counts_at` and `stop_at` of a `DerivedRun` (pending W's and live chunks; a stop: a full slot past
+    a free one)."""
+
+    def counts_at(x: int) -> tuple:
+        counts = run.counts
+        return tuple((q[x], v[x]) for q, v in zip(counts.pends, counts.lives, strict=True))
+
+    def stop_at(r: int, a: int, b: int) -> Callable[[int], bool]:
+        free = np.flatnonzero(np.frombuffer(bytes(run.rows[r][a:b]), dtype=np.uint8) == v_squeeze._FREE)
+        if free.size == 0:
+            return lambda c: False
+        live = np.asarray(run.counts.lives[r][a:b])
+        full = np.flatnonzero(live[free[0] :] == cap) + free[0]
+        return lambda c: bool(full.size) and a + int(full[0]) < c
+
+    return counts_at, stop_at
+
+
+def _derived_start(sched: SlotSchedule, cap: int):
+    """(the derived squeeze's run, its slot array, the stripped grid) as `SlotSchedule.squeeze_derived`
+    sets them up (W's stripped; counts in bytes up to cap 253, int32 above), or None where the stored walk
+    already breaks the cap."""
+    ranks = np.asarray(sched.rank, dtype=np.int64)
+    slot = sched._arrays()[0].copy()
+    slot[_W::3] = -1
+    occ = v_rows.grid(slot, ranks, sched.n, sched.p, sched.width)
+    ops, kind, stage, rank = v_rows.columns(occ, ranks, sched.n, (_F, _B))
+    first, second = v_rows.inputs(ops, kind, stage, sched.n, len(slot))
+    ext = np.append(slot, v_rows.INT(-1))
+    storage = v_squeeze._ByteCounts if cap <= 253 else v_squeeze._IntCounts
+    run = v_squeeze.DerivedRun.start(memoryview(ext), cap, (ops, first, second, rank), occ, storage)
+    return None if run is None else (run, ext, occ)
+
+
+def _derived_finish(sched: SlotSchedule, ext: np.ndarray) -> None:
+    """The moved F's and B's, W's re-placed (`SlotSchedule.squeeze_derived`'s end)."""
+    slot = ext[:-1]
+    occ = v_rows.grid(slot, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
+    v_rows.fill_ws(occ, slot)
+    sched._set_arrays(slot, occ)
+
+
+def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
+    """`squeeze_explicit(cap)` on both schedules (`long` d microbatches longer), the longer one's moves
+    copied where the check proves them; whether they were."""
+    run = v_squeeze.ExplicitRun.start(short, cap, short._arrays())
+    if run is None:
+        short.squeeze_explicit(cap)
+        long.squeeze_explicit(cap)
+        return False
+    ranks = run.ranks
+    long_grid = long._arrays()[1]
+    long_ops = v_rows.columns(long_grid, ranks, long.n, (_F, _B, _W))[0]
+    counts_at, stop_at = explicit_counts(run)
+    columns = run.columns
+    size = len(long._arrays()[0]) + 1
+    slots = longer(
+        run, run.grid, long_grid, short.n, d, (columns[2], columns[3]), counts_at, stop_at, long_ops, size
+    )
+    run.finish(short)
+    if slots is None:
+        long.squeeze_explicit(cap)
+        return False
+    slot = slots[:-1]
+    long._set_arrays(slot, v_rows.grid(slot, ranks, long.n, long.p, long.width))
+    return True
+
+
+def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
+    """`squeeze_derived(cap)` on both schedules, the longer one's moves copied where the check proves
+    them; whether they were."""
+    started = _derived_start(short, cap)
+    if started is None:
+        short.squeeze_derived(cap)
+        long.squeeze_derived(cap)
+        return False
+    run, ext, occ = started
+    ranks = np.asarray(long.rank, dtype=np.int64)
+    stripped = long._arrays()[0].copy()
+    stripped[_W::3] = -1
+    long_grid = v_rows.grid(stripped, ranks, long.n, long.p, long.width)
+    long_ops = v_rows.columns(long_grid, ranks, long.n, (_F, _B))[0]
+    counts_at, stop_at = derived_counts(run, cap)
+    columns = run.columns
+    slots = longer(
+        run,
+        occ,
+        long_grid,
+        short.n,
+        d,
+        (columns[1], columns[2]),
+        counts_at,
+        stop_at,
+        long_ops,
+        len(stripped) + 1,
+    )
+    _derived_finish(short, ext)
+    if slots is None:
+        long.squeeze_derived(cap)
+        return False
+    _derived_finish(long, slots)
+    return True
+
+
+def squeezed(p: int, m0: int, m1: int, name: str, offs, cap: int, variants: tuple[str, ...]):
+    """`vshape._squeezed(p, m, ...)[1]` for m = m0 and m1 (m0 < m1): the named squeezed orders, empty where
+    the block needs more than `cap`; the longer one's moves copied from the shorter one's where proven."""
+    from primuspp.algorithms.vshape import SlotSchedule, _squeezed
+
+    bases = SlotSchedule(p, m0, *offs), SlotSchedule(p, m1, *offs)
+    if any(base.peak() > cap for base in bases):
+        return _squeezed(p, m0, name, offs, cap, variants)[1], _squeezed(p, m1, name, offs, cap, variants)[1]
+    out: tuple[list, list] = ([], [])
+    for i, variant in enumerate(variants):
+        last = i == len(variants) - 1
+        short, long = (base if last else base.copy() for base in bases)
+        if variant == "explicit":
+            explicit(short, long, cap, m1 - m0)
+        derived(short, long, cap, m1 - m0)
+        out[0].append((f"{name}/{variant}", short.order()))
+        out[1].append((f"{name}/{variant}", long.order()))
+    return out

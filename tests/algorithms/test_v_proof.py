@@ -1,0 +1,126 @@
+"""The longer short squeeze copied from the shorter one where the check proves it (`v_proof`) equals the
+squeeze itself; where the check fails (the window does not fit, a state differs, a stop is missing) the
+longer one is squeezed and the result is the same."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from primuspp.algorithms import v_family, v_period, v_proof, vshape
+from primuspp.schedule.array_order import ArrayOrder
+
+BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
+
+
+def _columns(order: ArrayOrder) -> tuple[list[int], ...]:
+    rows = order.rows
+    return (list(order.first), *(np.asarray(rows[k]).tolist() for k in ("kind", "stage", "mb")))
+
+
+def _same(x, y) -> bool:
+    return [n for n, _ in x] == [n for n, _ in y] and all(
+        _columns(a) == _columns(b) for (_, a), (_, b) in zip(x, y, strict=True)
+    )
+
+
+def _separate(p, m0, m1, block, cap, variants):
+    offs = vshape.offsets(p, block)
+    return tuple(vshape._squeezed(p, m, block.name, offs, cap, variants)[1] for m in (m0, m1))
+
+
+@pytest.fixture
+def proofs(monkeypatch) -> list[bool]:
+    """Whether each `v_proof.explicit` / `v_proof.derived` call copied the longer squeeze."""
+    said: list[bool] = []
+    for name in ("explicit", "derived"):
+        real = getattr(v_proof, name)
+        monkeypatch.setattr(v_proof, name, lambda *a, real=real: said.append(real(*a)) or said[-1])
+    return said
+
+
+def _check(p, block, cap, m0, variants) -> None:
+    m1 = m0 + v_period.gap(m0)
+    got = v_proof.squeezed(p, m0, m1, block.name, vshape.offsets(p, block), cap, variants)
+    want = _separate(p, m0, m1, block, cap, variants)
+    assert _same(got[0], want[0]) and _same(got[1], want[1]), (block.name, p, cap, m0, variants)
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=lambda b: b.name)
+@pytest.mark.parametrize("p", [2, 3, 5, 8, 11])
+def test_copied_equals_squeezed(block, p, proofs):
+    own = vshape.estimated_peak(p, block)
+    for cap in sorted({2 * p, 2 * ((p + 2) // 2), 2 * ((p + 4) // 3), own, own + 3}):
+        for variants in (("derived", "explicit"), (block.squeeze,)):
+            for m0 in {v_period.starts(cap)[0], v_period.starts(cap)[0] + v_proof.lead(p)}:
+                _check(p, block, cap, m0, variants)
+
+
+def test_both_sides_of_the_proof(proofs):
+    # zbv's block at p = 12, cap 24: from the first start the repeating stretch is too short for the window
+    # (the longer one is squeezed), from the first start plus the lead it is not (copied)
+    p, block, cap = 12, vshape.ZB, 24
+    start = v_period.starts(cap)[0]
+    _check(p, block, cap, start, ("explicit",))
+    assert proofs == [False, False]
+    proofs.clear()
+    _check(p, block, cap, start + v_proof.lead(p), ("explicit",))
+    assert proofs == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("block", "p", "cap"), [(vshape.ZB, 24, 48), (vshape.HALF, 20, 22), (vshape.MIN, 19, 14)]
+)
+def test_the_v_familys_blocks_are_copied(block, p, cap, proofs):
+    # zbv, v-half and v-min at their caps (2p, 2 ((p + 2) // 2), 2 ((p + 4) // 3) live chunks)
+    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p), (block.squeeze,))
+    assert proofs and all(proofs)
+
+
+@pytest.mark.parametrize("part", ["counts", "stops"])
+def test_a_failed_check_squeezes_the_longer_one(part, proofs, monkeypatch):
+    # a state or a stop that does not match: nothing is copied, and the orders are still the squeezes'
+    if part == "counts":
+        for name in ("explicit_counts", "derived_counts"):
+            real = getattr(v_proof, name)
+
+            def counts(*a, real=real):
+                counts_at, stop_at = real(*a)
+                calls = iter(range(10**9))
+                return (lambda x: (counts_at(x), next(calls))), stop_at
+
+            monkeypatch.setattr(v_proof, name, counts)
+    else:
+        for name in ("explicit_counts", "derived_counts"):
+            real = getattr(v_proof, name)
+            monkeypatch.setattr(
+                v_proof, name, lambda *a, real=real: (real(*a)[0], lambda r, x, y: lambda c: False)
+            )
+    p, block, cap = 10, vshape.ZB, 20
+    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p), ("explicit",))
+    assert proofs == [False, False]
+
+
+def test_inserted_grids():
+    p, block = 6, vshape.ZB
+    offs = vshape.offsets(p, block)
+    short = vshape.SlotSchedule(p, 20, *offs)._arrays()[1]
+    long = vshape.SlotSchedule(p, 25, *offs)._arrays()[1]
+    t = v_proof.inserted(short, long, 2 * p, 5)
+    assert t is not None and (short[:, :t] == long[:, :t]).all()
+    assert v_proof.inserted(short, long, 2 * p, 4) is None  # the wrong number of periods
+    tampered = long.copy()
+    j = t + 6 * 5 + int(np.flatnonzero(long[0, t + 6 * 5 :] >= 0)[0])  # an op of rank 0 in the tail
+    tampered[0, j] = -1
+    assert v_proof.inserted(short, tampered, 2 * p, 5) is None
+    assert v_proof.inserted(short, short, 2 * p, 1) is None  # nothing inserted
+
+
+def test_squeezed_orders_copies_for_the_v_family(proofs):
+    # the whole entry point at m = 8p: the orders are the full squeeze's, the longer short one copied
+    for p, block, cap in ((16, vshape.ZB, 32), (12, vshape.HALF, 14)):
+        report: dict = {}
+        fast = vshape.squeezed_orders(p, 8 * p, block, cap, both=False, report=report)
+        full = vshape.squeezed_orders(p, 8 * p, block, cap, both=False, period=False)
+        assert report["squeeze"].startswith("period") and fast[0] == full[0] and _same(fast[1], full[1])
+    assert proofs and all(proofs)
