@@ -26,8 +26,9 @@ slots, with [s - 6 - L, s + 6) inside [low, T). The check, on m0's run:
 
 An op without inputs (a first-stage F) reads back from its slot to a stop: the last slot without headroom
 (explicit), or the last full slot past the first free one (derived). Where its rank holds such a stop in
-the window before the earliest slot any other op of the stretch reads, no op writes there (each writes
-from its earliest slot on, an F without inputs past its stop), so every such op stops at or after it.
+the window before the earliest slot any other op of the stretch reads and before the stretch's own slots,
+no op writes there (each writes from its earliest slot on, an F without inputs past its stop), so every
+such op stops at or after it.
 
 By 1. and 2., in m1's run the state the period after s reads is the one the checked period read, under
 sigma, so it makes the same moves 6 slots later, and so on for d periods (by induction: what each reads
@@ -160,7 +161,7 @@ def longer(
             and np.array_equal(ext[ops[w1:nxt]], then + 6)
             and counts_at(s - window) == counts_then
             and reads_from >= s - 6 - window
-            and all(stop(reads_from) for stop in stops.values())
+            and all(stop(min(reads_from, s - 6)) for stop in stops.values())
         ):
             continue
         # the check holds at s: the rest of the shorter run, then whether it read before s - L
@@ -169,7 +170,7 @@ def longer(
         run.run(now, run.size)
         rest = np.maximum(ext[first[now:]], ext[second[now:]])[~rest_free]
         rest_from = int(rest.min()) + 1 if rest.size else run.size
-        if rest_from < s - window or not all(stop(rest_from) for stop in rest_stops.values()):
+        if rest_from < s - window or not all(stop(min(rest_from, s)) for stop in rest_stops.values()):
             return None
         return _slots(ext, ops, start, before, now, d, n, long_ops, size)
     run.run(done, run.size)

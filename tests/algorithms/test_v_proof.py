@@ -4,6 +4,8 @@ longer one is squeezed and the result is the same."""
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
@@ -124,3 +126,36 @@ def test_squeezed_orders_copies_for_the_v_family(proofs):
         full = vshape.squeezed_orders(p, 8 * p, block, cap, both=False, period=False)
         assert report["squeeze"].startswith("period") and fast[0] == full[0] and _same(fast[1], full[1])
     assert proofs and all(proofs)
+
+
+def _cuts(size: int) -> list[int]:
+    return sorted({0, size // 7, size // 3, size // 2, 2 * size // 3, size})
+
+
+@pytest.mark.parametrize(("block", "p", "m", "cap"), [(vshape.ZB, 7, 30, 14), (vshape.HALF, 9, 33, 12)])
+def test_the_runs_state_is_a_function_of_the_slots(block, p, m, cap):
+    # the proof's premise: at any point of a run, the free slots and headroom (explicit) and the rows, walk
+    # counts and idle flags (derived) are those of the grid of the current slots
+    from primuspp.algorithms import v_rows, v_squeeze
+
+    sched = vshape.SlotSchedule(p, m, *vshape.offsets(p, block))
+    run = v_squeeze.ExplicitRun.start(sched, cap, sched._arrays())
+    ranks = run.ranks
+    for lo, hi in pairwise(_cuts(run.size)):
+        run.run(lo, hi)
+        grid = v_rows.grid(run.ext[:-1], ranks, sched.n, p, sched.width)
+        assert [bytes(x) for x in run.frees] == [row.tobytes() for row in (grid < 0).view(np.uint8)]
+        room = cap - v_rows.profiles(grid)
+        assert [bytes(x) for x in run.lows] == [row.tobytes() for row in room.astype(np.uint8)]
+    run.finish(sched)
+    derived, ext, _ = v_proof._derived_start(sched, cap)
+    for lo, hi in pairwise(_cuts(derived.size)):
+        derived.run(lo, hi)
+        grid = v_rows.grid(ext[:-1], ranks, sched.n, p, sched.width)
+        pend, live = v_rows.walks(grid)
+        assert [list(x) for x in derived.counts.pends] == pend.tolist()
+        assert [list(x) for x in derived.counts.lives] == live.tolist()
+        code = np.where(grid < 0, v_squeeze._FREE, grid % 3 + 1)
+        assert [list(x) for x in derived.rows] == code.tolist()
+        free = np.concatenate((grid < 0, np.ones((p, 1), dtype=bool)), axis=1)
+        assert [list(x) for x in derived.idles] == (free & (pend == 0)).astype(int).tolist()
