@@ -41,6 +41,7 @@ caller runs the longer squeeze. tests/algorithms/test_v_proof.py holds the resul
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -57,16 +58,24 @@ _F, _B, _W = 0, 1, 2
 STEP = 2
 #: pointers tried before giving up
 TRIES = 4
+#: `longer`'s bound where no op of a stretch has inputs
+UNBOUNDED = 1 << 62
 #: an extension runs where m is at least this many times m0 + 1: it squeezes one short order (m0), the
 #: longer one is copied where proven
 RATIO = 2
 
 
-def lead(p: int) -> int:
-    """Microbatches added to `v_period.starts` so that the shorter order's grid repeats over the check's
-    window before it ends (measured: zbv's block needs p / 2 at p = 2..32, half's about p / 3 + 1, min's
-    p / 2 or less except at p = 2 mod 3, where `v_period.late` moves it to the second start)."""
-    return p // 2 + 2
+#: microbatches per p past `v_period.starts` the check needs to fit its window before the shorter order's
+#: grid stops repeating (measured at the V family's caps, p = 4..32: zb's block from about p / 8 on,
+#: half's about p / 3, min's and the others' about p / 2); a block not listed gets p / 2
+LEADS = {"zb": 1 / 8, "half": 1 / 3}
+
+
+def lead(p: int, block: str) -> int:
+    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`, two more for margin):
+    too few and the check finds no window (the longer order is then squeezed too), each one more costs
+    about 1 / m0 of the shorter squeeze."""
+    return math.ceil(p * LEADS.get(block, 1 / 2)) + 2
 
 
 def _repeats(grid: np.ndarray, shift: int) -> np.ndarray:
@@ -109,23 +118,26 @@ def longer(
     stop_at: Callable,
     long_ops: np.ndarray,
     size: int,
+    raw: np.ndarray,
 ) -> np.ndarray | None:
     """Run `run` (the shorter squeeze) whole; the longer one's slot array (`long_ops`: its visit list)
     where the check of the module docstring passes, else None. `counts_at(x)`: each rank's counts at slot
     x; `stop_at(r, a, b)`: a function of c saying whether rank r holds a stop in [a, c) now; `size`: the
-    longer slot array's length (its ops, then the trailing -1)."""
+    longer slot array's length (its ops, then the trailing -1); `raw`: each op's slot in the repetition
+    before tightening (an input starting there can only be earlier, in every copy too)."""
     ext = np.asarray(run.ext)
+    initial = ext.copy()
     ops = run.columns[0]
-    start = ext[ops].copy()  # each visit position's starting slot: non-decreasing
+    start = initial[ops]  # each visit position's starting slot: non-decreasing
     first, second = inputs
-    earliest_start = np.maximum(ext[first], ext[second])
+    earliest_start = np.maximum(initial[first], initial[second])  # the later input's
     has_input = earliest_start >= 0
     upto = inserted(grid, long_grid, n, d)
     if upto is None or not has_input.any():
         run.run(0, run.size)
         return None
     gap = int((start - earliest_start)[has_input].max())
-    window = 6 * (-(-(gap + 6) // 6))
+    widest = 6 * (-(-(gap + 6) // 6))  # a window that holds every op's later input
     breaks = np.flatnonzero(~_repeats(grid[:, :upto], 3 * n))
     low = int(breaks[-1]) + 1 if breaks.size else 0  # columns [low, upto) repeat
     ranks = run.columns[-1]
@@ -133,10 +145,46 @@ def longer(
     def at(x: int) -> int:
         return int(np.searchsorted(start, x))
 
+    def outside(xs: np.ndarray, binding: np.ndarray, binds: np.ndarray, window_start: int) -> bool:
+        """Whether inputs `xs`, starting before `window_start` (outside the compared window), keep the
+        reads of their ops' copies: each copy of x one, two, ... microbatches later up to the first that
+        starts inside the window (those before it were placed before s, the same in both runs; from it on
+        the induction shifts them) sits no later than the op's binding slot `binding` that many periods
+        later (exactly there where x is the binding input, `binds`)."""
+        steps = np.arange(1, int((window_start - initial[xs]).max()) + 1)  # each copy starts a slot later
+        chain = xs[:, None] + 3 * n * steps[None, :]
+        exists = chain < len(ext) - 1
+        chain = np.where(exists, chain, len(ext) - 1)
+        before = exists & (initial[chain] < window_start)  # starts ascend along a chain
+        upto = before.sum(axis=1) + 1  # up to the first copy inside the window
+        within = steps[None, :] <= upto[:, None]
+        if not exists[within].all():
+            return False
+        shifted = ext[chain] - 6 * steps[None, :]  # each copy's slot, moved back by its periods
+        late = within & (shifted > binding[:, None])
+        off = within & binds[:, None] & (shifted != binding[:, None])
+        return not late.any() and not off.any()
+
+    def bound(lo: int, hi: int, window_start: int) -> int | None:
+        """The earliest slot the ops of visit positions [lo, hi) read (one past their inputs' slots), or
+        None where an input starting before `window_start` does not keep its op's copies' reads
+        (`outside`)."""
+        keep = has_input[lo:hi]
+        if not keep.any():
+            return UNBOUNDED
+        a, b = first[lo:hi], second[lo:hi]
+        binding = np.maximum(ext[a], ext[b])
+        for x in (a, b):
+            far = keep & (x < len(ext) - 1) & (initial[x] < window_start)
+            if far.any() and not outside(x[far], binding[far], ext[x[far]] == binding[far], window_start):
+                return None
+        return int(binding[keep].min()) + 1
+
     done, reach = 0, -1
     latest = upto - 6
-    candidates = [x for x in range(latest, latest - 6 * STEP * TRIES, -6 * STEP) if x - 6 - window >= low]
+    candidates = [x for x in range(latest, latest - 6 * STEP * TRIES, -6 * STEP) if x - 12 - low >= 0]
     for s in sorted(candidates):
+        window = min(widest, s - 6 - low)
         before, now = at(s - 6), at(s)
         if now == before:
             continue
@@ -153,10 +201,10 @@ def longer(
         if reach >= upto or period_reach + 6 >= upto:
             break  # a walk read where the two grids differ: later pointers read further
         w1, nxt = at(s - window), at(s + 6)
-        earliest = np.maximum(ext[first[before:now]], ext[second[before:now]])[~free]
-        reads_from = int(earliest.min()) + 1 if earliest.size else s
+        reads_from = bound(before, now, s - 6 - window)
         if not (
-            nxt - w1 == now - w0
+            reads_from is not None
+            and nxt - w1 == now - w0
             and np.array_equal(ops[w1:nxt], ops[w0:now] + 3 * n)
             and np.array_equal(ext[ops[w1:nxt]], then + 6)
             and counts_at(s - window) == counts_then
@@ -168,9 +216,10 @@ def longer(
         rest_free = ~has_input[now:]
         rest_stops = {r: stop_at(r, s - window, s) for r in set(ranks[now:][rest_free].tolist())}
         run.run(now, run.size)
-        rest = np.maximum(ext[first[now:]], ext[second[now:]])[~rest_free]
-        rest_from = int(rest.min()) + 1 if rest.size else run.size
-        if rest_from < s - window or not all(stop(min(rest_from, s)) for stop in rest_stops.values()):
+        rest_from = bound(now, run.size, s - window)
+        if rest_from is None or rest_from < s - window:
+            return None
+        if not all(stop(min(rest_from, s)) for stop in rest_stops.values()):
             return None
         return _slots(ext, ops, start, before, now, d, n, long_ops, size)
     run.run(done, run.size)
@@ -269,7 +318,19 @@ def _derived_finish(sched: SlotSchedule, ext: np.ndarray) -> None:
     sched._set_arrays(slot, occ)
 
 
-def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
+def raw_slots(p: int, m: int, offs: tuple[list[int], list[int]]) -> np.ndarray:
+    """Each op's slot in the repeated block before tightening (F, B; W's: a slot past any), then -1 for
+    the missing input: the tightened and squeezed slots are never later (`SlotSchedule`)."""
+    fo, bo = (np.asarray(x, dtype=np.int64) for x in offs)
+    n = 2 * p
+    key = np.arange(n * m, dtype=np.int64)
+    stage, shift = key % n, 6 * (key // n) - int(fo.min())
+    raw = np.empty((n * m, 3), dtype=np.int64)
+    raw[:, _F], raw[:, _B], raw[:, _W] = fo[stage] + shift, bo[stage] + shift, UNBOUNDED
+    return np.append(raw.ravel(), -1)
+
+
+def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, raw: np.ndarray) -> bool:
     """`squeeze_explicit(cap)` on both schedules (`long` d microbatches longer), the longer one's moves
     copied where the check proves them; whether they were."""
     run = v_squeeze.ExplicitRun.start(short, cap, short._arrays())
@@ -284,7 +345,17 @@ def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
     columns = run.columns
     size = len(long._arrays()[0]) + 1
     slots = longer(
-        run, run.grid, long_grid, short.n, d, (columns[2], columns[3]), counts_at, stop_at, long_ops, size
+        run,
+        run.grid,
+        long_grid,
+        short.n,
+        d,
+        (columns[2], columns[3]),
+        counts_at,
+        stop_at,
+        long_ops,
+        size,
+        raw,
     )
     run.finish(short)
     if slots is None:
@@ -295,7 +366,7 @@ def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
     return True
 
 
-def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
+def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, raw: np.ndarray) -> bool:
     """`squeeze_derived(cap)` on both schedules, the longer one's moves copied where the check proves
     them; whether they were."""
     started = _derived_start(short, cap)
@@ -322,6 +393,7 @@ def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
         stop_at,
         long_ops,
         len(stripped) + 1,
+        raw,
     )
     _derived_finish(short, ext)
     if slots is None:
@@ -340,12 +412,13 @@ def squeezed(p: int, m0: int, m1: int, name: str, offs, cap: int, variants: tupl
     if any(base.peak() > cap for base in bases):
         return _squeezed(p, m0, name, offs, cap, variants)[1], _squeezed(p, m1, name, offs, cap, variants)[1]
     out: tuple[list, list] = ([], [])
+    raw = raw_slots(p, m0, offs)
     for i, variant in enumerate(variants):
         last = i == len(variants) - 1
         short, long = (base if last else base.copy() for base in bases)
         if variant == "explicit":
-            explicit(short, long, cap, m1 - m0)
-        derived(short, long, cap, m1 - m0)
+            explicit(short, long, cap, m1 - m0, raw)
+        derived(short, long, cap, m1 - m0, raw)
         out[0].append((f"{name}/{variant}", short.order()))
         out[1].append((f"{name}/{variant}", long.order()))
     return out

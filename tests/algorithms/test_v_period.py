@@ -96,10 +96,10 @@ def test_squeezed_orders_same_with_and_without_period(p, m):
 
 
 def test_squeezed_orders_reports_the_period_path():
-    # the first start, 18, plus the proof's lead (`v_proof.lead`: 6 at p = 8)
+    # the first start, 18, plus the proof's lead (`v_proof.lead`: 3 for zb's block at p = 8)
     report: dict = {}
     vshape.squeezed_orders(8, 64, vshape.ZB, 16, both=False, report=report)
-    assert report == {"squeeze": "period (from m = 24)"}
+    assert report == {"squeeze": "period (from m = 21)"}
     vshape.squeezed_orders(8, 32, vshape.ZB, 16, both=False, report=report)
     assert report == {"squeeze": "full"}
 
@@ -236,7 +236,8 @@ def test_v_min_skips_the_first_start_exactly_where_it_fails(p):
     m = 3 * (second + 1)
     report: dict = {}
     fast = vshape.squeezed_orders(p, m, block, cap, both=False, report=report)
-    assert report == {"squeeze": f"period (from m = {(second if fails else first) + v_proof.lead(p)})"}
+    start = (second if fails else first) + v_proof.lead(p, block.name)
+    assert report == {"squeeze": f"period (from m = {start})"}
     full = vshape.squeezed_orders(p, m, block, cap, both=False, period=False)
     assert fast[0] == full[0] and _same(fast[1], full[1])
 
@@ -244,7 +245,7 @@ def test_v_min_skips_the_first_start_exactly_where_it_fails(p):
 def test_a_late_first_start_with_m_too_short_for_the_second_squeezes_in_full():
     p, block = 8, vshape.MIN
     cap = 2 * ((p + 4) // 3)
-    first, second = (start + v_proof.lead(p) for start in v_period.starts(cap))
+    first, second = (start + v_proof.lead(p, block.name) for start in v_period.starts(cap))
     m = v_proof.RATIO * (first + 1)  # long enough for the first start, not for the second
     assert v_period.applies(m, first, v_proof.RATIO) and not v_period.applies(m, second, v_proof.RATIO)
     report: dict = {}

@@ -54,19 +54,20 @@ def test_copied_equals_squeezed(block, p, proofs):
     own = vshape.estimated_peak(p, block)
     for cap in sorted({2 * p, 2 * ((p + 2) // 2), 2 * ((p + 4) // 3), own, own + 3}):
         for variants in (("derived", "explicit"), (block.squeeze,)):
-            for m0 in {v_period.starts(cap)[0], v_period.starts(cap)[0] + v_proof.lead(p)}:
+            for m0 in {v_period.starts(cap)[0], v_period.starts(cap)[0] + v_proof.lead(p, block.name)}:
                 _check(p, block, cap, m0, variants)
 
 
 def test_both_sides_of_the_proof(proofs):
-    # zbv's block at p = 12, cap 24: from the first start the repeating stretch is too short for the window
-    # (the longer one is squeezed), from the first start plus the lead it is not (copied)
+    # zbv's block at p = 12, cap 24: from the first start the explicit squeeze's repeating stretch is too
+    # short for the check's window (the longer one is squeezed; the derived one is copied), from the first
+    # start plus the lead both are copied
     p, block, cap = 12, vshape.ZB, 24
     start = v_period.starts(cap)[0]
     _check(p, block, cap, start, ("explicit",))
-    assert proofs == [False, False]
+    assert proofs == [False, True]
     proofs.clear()
-    _check(p, block, cap, start + v_proof.lead(p), ("explicit",))
+    _check(p, block, cap, start + v_proof.lead(p, block.name), ("explicit",))
     assert proofs == [True, True]
 
 
@@ -75,7 +76,7 @@ def test_both_sides_of_the_proof(proofs):
 )
 def test_the_v_familys_blocks_are_copied(block, p, cap, proofs):
     # zbv, v-half and v-min at their caps (2p, 2 ((p + 2) // 2), 2 ((p + 4) // 3) live chunks)
-    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p), (block.squeeze,))
+    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p, block.name), (block.squeeze,))
     assert proofs and all(proofs)
 
 
@@ -99,7 +100,7 @@ def test_a_failed_check_squeezes_the_longer_one(part, proofs, monkeypatch):
                 v_proof, name, lambda *a, real=real: (real(*a)[0], lambda r, x, y: lambda c: False)
             )
     p, block, cap = 10, vshape.ZB, 20
-    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p), ("explicit",))
+    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p, block.name), ("explicit",))
     assert proofs == [False, False]
 
 
