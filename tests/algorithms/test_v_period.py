@@ -216,6 +216,22 @@ def test_raw_peak_is_the_repeated_blocks_peak(p):
             assert v_rows.raw_peak(p, m, fo, bo) == raw.peak() == raw.peak_reference(), (p, m, block.name)
 
 
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6, 9, 12, 17])
+def test_raw_peak_cut_to_the_steady_state_equals_the_whole_repetition(p):
+    # `raw_peak` cuts m to `steady_microbatches`: the same peak as the whole m's grid, on both sides of the
+    # cut and far past it (including offsets whose backward turn was widened or slid)
+    for block in (*BLOCKS, vshape.Block("odd", 2, 3, 1, 2, 2, 1), vshape.Block("far", 5, 1, 1, 5, 4, 2)):
+        fo, bo = vshape.offsets(p, block)
+        cut = v_rows.steady_microbatches(fo, bo)
+        for m in sorted({1, 2, cut - 2, cut - 1, cut, cut + 1, cut + 5, 2 * cut + 3}):
+            if m >= 1:
+                want = v_rows.raw_peak_grid(p, m, fo, bo)
+                assert v_rows.raw_peak(p, m, fo, bo) == want, (p, m, block.name)
+        # the peak no longer changes from the cut on (what the cut rests on)
+        peaks = [v_rows.raw_peak_grid(p, m, fo, bo) for m in range(1, cut + 8)]
+        assert len(set(peaks[cut - 1 :])) == 1, (p, block.name)
+
+
 def _late(p: int, block: vshape.Block, cap: int) -> bool:
     """`v_period.late` as `vshape.squeezed_orders` asks it."""
     peak = v_rows.raw_peak(p, 3 * (v_period.starts(cap)[0] + 1), *vshape.offsets(p, block))
