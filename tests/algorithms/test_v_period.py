@@ -185,6 +185,33 @@ def test_an_order_that_repeats_every_other_microbatch_fails_the_check():
     assert v_period.extended(squeeze, 60, cap, ratio=1) is None
 
 
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8])
+def test_insertion_and_extend_equal_their_references(p):
+    # the all-ranks passes against the rank-by-rank forms: real pairs (which pass or fail the check), each
+    # with one op changed in the prefix, the inserted periods or the suffix, and the extensions they give
+    for block in (vshape.MIN, vshape.HALF, vshape.ZB, *v_family.AUTO_BLOCKS[1:3]):
+        cap = 2 * p if block is vshape.ZB else vshape.estimated_peak(p, block) + 1
+        squeeze = _full(p, block, cap)
+        m0 = v_period.starts(cap)[0]
+        for d in (1, 2, v_period.gap(m0)):
+            pairs = list(zip(squeeze(m0), squeeze(m0 + d), strict=True)) if squeeze(m0) else []
+            for (_, a), (_, b) in pairs:
+                ranks = _ranks(b)
+                tries = [b]
+                for r, where in ((0, 0), (p - 1, len(ranks[p - 1][0]) // 2), (p // 2, -1)):
+                    kind, mb, stage = (c.copy() for c in ranks[r])
+                    mb[where] += 1
+                    tries.append(ArrayOrder.from_ranks([*ranks[:r], (kind, mb, stage), *ranks[r + 1 :]]))
+                for other in tries:
+                    at = v_period.insertion(a, other, d)
+                    assert at == v_period.insertion_reference(a, other, d), (p, block.name, d)
+                    if at is not None:
+                        for m in (m0 + d, m0 + 3 * d + 1):
+                            fast = v_period.extend(a, other, at, m0, m)
+                            assert _columns(fast) == _columns(v_period.extend_reference(a, other, at, m0, m))
+                            assert fast.rows["mb"].dtype == np.int64 and fast.rows["kind"].dtype == np.int8
+
+
 def test_gap_is_a_prime_near_a_quarter():
     assert [v_period.gap(m0) for m0 in (1, 12, 18, 35, 66, 130, 514)] == [3, 3, 5, 11, 17, 37, 131]
 
