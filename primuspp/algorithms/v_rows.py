@@ -50,8 +50,8 @@ def _stage(ops: np.ndarray, n: int) -> np.ndarray:
 
 def _codes(occ: np.ndarray) -> np.ndarray:
     """Each slot's kind (F 0, B 1, W 2) or 3 where free, as int8."""
-    code = _kind(occ).astype(np.int8)
-    code[occ < 0] = 3
+    code = _kind(occ).astype(np.int8)  # (2 for a free slot, -1)
+    code += occ < 0  # (an add, not a masked store: those branch on each element of a ragged mask)
     return code
 
 
@@ -102,14 +102,23 @@ def fill_ws(occ: np.ndarray, slot: np.ndarray) -> None:
     takes = code == 3
     takes &= pend[:, :-1] > 0  # a free slot with a W pending before it
     del pend
-    tr, tt = np.nonzero(takes)  # row-major: by row, then slot
-    br, bt = np.nonzero(code == _B)
+    tr, tt = _cells(takes)  # row-major: by row, then slot
+    br, bt = _cells(code == _B)
     count = np.bincount(tr, minlength=p)  # W's placed per row (never more than its B's)
     start = np.concatenate(([0], np.cumsum(np.bincount(br, minlength=p))[:-1]))
     keep = (np.arange(br.size) - start[br]) < count[br]  # each row's first `count` B's, oldest first
     ws = occ[br[keep], bt[keep]] + 1
     occ[tr, tt] = ws
     slot[ws] = tt
+
+
+def _cells(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.nonzero(mask)` of a 2-D mask (rows, columns of its True cells, row-major), from the flat
+    indices: a quarter of the time of the 2-D form."""
+    cell = np.flatnonzero(mask)
+    row = cell // mask.shape[1]
+    cell -= row * mask.shape[1]
+    return row, cell
 
 
 def profiles(occ: np.ndarray) -> np.ndarray:

@@ -303,6 +303,11 @@ def index_dtype(n: int, high: int) -> Any:
     return np.int32 if n >= NARROW_FROM and high < np.iinfo(np.int32).max else np.int64
 
 
+#: nodes per rank from which a lowering places the compute nodes rank by rank (views of the slot counts:
+#: no array as long as the table but the result) rather than with one gather over all ranks (three
+#: temporaries as long as the table; quicker only for short ranks: 1f1b at p = 8, m = 64)
+RANK_SLICES_FROM = 256
+
 #: the largest (rank x time) histogram `_compute_before` builds (larger ones: a binary search)
 HISTOGRAM_MAX_CELLS = 1 << 21
 
@@ -328,15 +333,26 @@ def _compute_before(cstarts: Any, cfirst: Any, t: Any, peer: Any, rank_c: Any = 
             and s_int.min(initial=0) >= 0
             and t_int.min(initial=0) >= 0
         ):
-            block = np.arange(0, n_ranks * width, width, dtype=np.int64)  # each rank's first cell
-            key = block[np.repeat(np.arange(n_ranks), np.diff(cfirst)) if rank_c is None else rank_c]
+            cells = n_ranks * width
+            rank = np.repeat(np.arange(n_ranks), np.diff(cfirst)) if rank_c is None else rank_c
+            key = np.multiply(rank, width, dtype=np.int64)  # each node's cell: rank * width + start
             key += s_int
-            before = np.zeros(n_ranks * width + 1, dtype=np.int64)  # before[c]: the entries in cells < c
-            np.cumsum(np.bincount(key, minlength=n_ranks * width), out=before[1:])
-            del key, s_int
-            needle = block[peer]
+            key += 1  # (marked one cell on: `before` then counts the cells below)
+            del s_int
+            # before[c]: the starts in cells < c. Unit-cost starts on a rank are distinct (each node takes
+            # a unit), so each cell holds at most one: marks (int32) and one running sum; where two
+            # share a cell the sum falls short of the node count, and a bincount counts them
+            dt = np.int32 if len(cstarts) < 2**31 else np.int64
+            before = np.zeros(cells + 1, dtype=dt)
+            before[key] = 1
+            np.cumsum(before, out=before)
+            if int(before[-1]) != len(cstarts):
+                before = np.zeros(cells + 1, dtype=np.int64)
+                np.cumsum(np.bincount(key - 1, minlength=cells), out=before[1:])
+            del key
+            needle = np.multiply(peer, width, dtype=np.int64)
             needle += t_int
-            return before[needle]
+            return before[needle].astype(np.int64, copy=False)
     span = top + 2.0
     shifted = np.repeat(np.arange(n_ranks, dtype=np.float64) * span, np.diff(cfirst))
     shifted += cstarts
@@ -501,7 +517,7 @@ def lower_compact(
     if node_compute is None:
         # compute node i (rank r, slot i + r) after the comm at its boundary and the earlier ones:
         # at[i + r + 1] - comm_before[r] + (i - first[r])
-        if n_nodes < NARROW_FROM:  # all ranks at once
+        if n_nodes < NARROW_FROM and n_nodes < RANK_SLICES_FROM * n_ranks:  # all ranks at once
             steps = np.arange(n_nodes, dtype=np.int64)
             node_r = rank if simple else np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
             pos_all = at[1:][steps + node_r]

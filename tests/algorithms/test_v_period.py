@@ -316,3 +316,11 @@ def test_only_a_unit_block_above_its_estimate_skips_the_first_start(name, p, cap
     fast = vshape.squeezed_orders(p, m, block, cap, both=True)
     full = vshape.squeezed_orders(p, m, block, cap, both=True, period=False)
     assert fast[0] == full[0] and _same(fast[1], full[1])
+
+
+def test_offsets_are_kept_but_each_call_gets_new_lists():
+    fo, bo = vshape.offsets(8, vshape.ZB)
+    want = (list(fo), list(bo))
+    fo[0], bo[-1] = 99, 99  # a caller changing its lists changes nobody else's
+    assert vshape.offsets(8, vshape.ZB) == want == tuple(map(list, vshape._offsets.__wrapped__(8, vshape.ZB)))
+    assert vshape.estimated_peak(8, vshape.ZB) == vshape.estimated_peak.__wrapped__(8, vshape.ZB)

@@ -180,6 +180,7 @@ def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, o
     element)."""
     small = lower_comms(placement, m, order)
     monkeypatch.setattr(compact, "NARROW_FROM", 0)
+    monkeypatch.setattr(compact_validation, "WIDE_UNTIL", 0)  # (validation's own threshold)
     large = lower_comms(placement, m, order)
     assert large == lower_comms_reference(placement, m, order)
     narrow = ("c_rank", "c_pos", "c_mb", "c_stage", "c_peer", "node_pos")
@@ -188,6 +189,17 @@ def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, o
         assert getattr(large, key).tolist() == getattr(small, key).tolist(), key
     assert large.lengths == small.lengths
     assert compact_validation.valid(ScheduleTable(placement, m, large, name)) == ("offload" not in name)
+
+
+@pytest.mark.parametrize("slices_from", [0, 1 << 40])
+def test_compute_nodes_placed_rank_by_rank_or_at_once_alike(monkeypatch, slices_from):
+    """Lowering places the compute nodes rank by rank (slices) where ranks are long, with one gather
+    where they are short (`RANK_SLICES_FROM`): either way the reference's table."""
+    monkeypatch.setattr(compact, "RANK_SLICES_FROM", slices_from)
+    for name, placement, m, order in CASES:
+        lowered = lower_comms(placement, m, order)
+        assert lowered == lower_comms_reference(placement, m, order), name
+        assert lowered.node_pos.dtype == np.int64
 
 
 def test_large_table_forms_read_and_dump_as_the_small_ones(monkeypatch):
