@@ -25,10 +25,20 @@ INT = np.int32
 def grid(slot: np.ndarray, rank_of_stage: np.ndarray, n: int, p: int, width: int) -> np.ndarray:
     """(p, width) grid of op ids (-1: free) from each op's slot (-1: not placed)."""
     occ = np.full((p, width), -1, dtype=INT)
-    ops = np.flatnonzero(slot >= 0)
-    cell = rank_of_stage[_stage(ops, n)] * width  # one flat index per op: a 1-D scatter
-    cell += slot[ops]
-    occ.reshape(-1)[cell] = ops
+    if slot.size % (3 * n):  # (not whole microbatches)
+        ops = np.flatnonzero(slot >= 0)
+        cell = rank_of_stage[_stage(ops, n)] * width  # one flat index per op: a 1-D scatter
+        cell += slot[ops]
+        occ.reshape(-1)[cell] = ops
+        return occ
+    # op (mb * n + stage) * 3 + kind goes to cell rank(stage) * width + its slot: by broadcasting
+    cell = (slot.reshape(-1, n, 3) + (rank_of_stage * width)[None, :, None]).reshape(-1)
+    placed = slot >= 0
+    if placed.all():
+        occ.reshape(-1)[cell] = np.arange(slot.size, dtype=INT)
+    else:
+        ops = np.flatnonzero(placed)
+        occ.reshape(-1)[cell[ops]] = ops
     return occ
 
 
@@ -287,7 +297,7 @@ def by_ranks(
     pos = np.empty(none + 1, dtype=INT)  # each op's index in `ops`; a missing input: the 0 at the end
     pos[ops] = np.arange(total, dtype=INT)
     pos[none] = total
-    ready = pos[inp]
+    ready = pos[inp].astype(np.intp)  # (an index read on every scan: numpy converts an int32 one each time)
     end = np.empty(total + 1, dtype=INT)
     np.add(slot[ops], 1, out=end[:-1])
     end[total] = 0
