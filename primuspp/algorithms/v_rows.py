@@ -166,8 +166,9 @@ def columns(occ: np.ndarray, rank_of_stage: np.ndarray, n: int, kinds: tuple[int
     ops = occ.T.ravel()
     ops = ops[ops >= 0]
     kind = _kind(ops)
-    if len(kinds) < 3:
-        keep = np.isin(kind, kinds)
+    if len(set(kinds)) < 3:  # one comparison (np.isin sorts)
+        left = {_F, _B, _W}.difference(kinds)
+        keep = kind != left.pop() if len(left) == 1 else np.isin(kind, kinds)
         ops, kind = ops[keep], kind[keep]
     stage = _stage(ops, n)
     return ops, kind, stage, rank_of_stage[stage]
