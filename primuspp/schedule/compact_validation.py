@@ -167,9 +167,14 @@ def _fifo_order(c_rank: Any, c_peer: Any, odd: Any, pp: int) -> tuple[Any, Any]:
     if 2 * n_recv != len(odd):
         return None, None
     if 2 * pp * pp <= 1 << 16:  # (computed in 16 bits: each value below 2 * pp * pp)
-        pair = np.multiply(np.where(odd, c_peer, c_rank), pp, dtype=np.uint16, casting="unsafe")  # the sender
-        np.add(pair, np.where(odd, c_rank, c_peer), out=pair, casting="unsafe")
-        np.add(pair, odd * np.uint16(pp * pp), out=pair, casting="unsafe")
+        r16, p16 = c_rank.astype(np.uint16), c_peer.astype(np.uint16)
+        # sender * pp + receiver = sender * (pp - 1) + rank + peer (the sender is the rank or the peer)
+        pair = np.where(odd, p16, r16)
+        pair *= np.uint16(pp - 1)
+        pair += r16
+        pair += p16
+        del r16, p16
+        pair += odd.view(np.uint8) * np.uint16(pp * pp)
         order = np.argsort(pair, kind="stable")
         return order[:n_recv], order[n_recv:]
     pair = np.multiply(np.where(odd, c_peer, c_rank), pp, dtype=np.int32)  # the sender
