@@ -447,7 +447,12 @@ def lower_compact(
     cstarts = starts if node_compute is None else starts[node_compute]  # rank-major, in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
-    h_rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"))
+    from primuspp.schedule.timing_arrays import kind_stage
+
+    # (the (kind, stage) cells as the unit-cost timing left them in the rows' memo)
+    ks = kind_stage(arr, placement.num_stages) if isinstance(arr, Rows) else None
+    h_rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"), ks)
+    del ks
     h_rank = rank[h_rows]
     h_node = h_rows if gidx is None else gidx[h_rows]  # (the rows' microbatch and stage: read when needed)
     del gidx
@@ -611,23 +616,45 @@ def _hand_off_tables(placement: Placement) -> tuple[Any, Any, Any, Any, int]:
     return (*tables, n_stages)
 
 
-def _hand_offs(placement: Placement, kind: Any, stage: Any, present: list[int]) -> tuple[Any, Any, Any, Any]:
+def _hand_offs(
+    placement: Placement, kind: Any, stage: Any, present: list[int], ks: Any = None
+) -> tuple[Any, Any, Any, Any]:
     """The hand-offs of the order's rows (`kind`, `stage`: its columns; `present`: the kind codes in
-    them): one per (simple part, produced datum) whose consumer lives on another rank, in the reference's
-    creation order (rank, node, part, datum), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer
-    stage). Where no kind makes both data, a row makes at most one hand-off: one pass over per-(kind,
-    stage) tables, no merge (`_hand_offs_merged` is the general form; a test holds the two equal)."""
+    them; `ks`: each row's kind * stages + stage, `timing_arrays.kind_stage`, where the caller has it): one
+    per (simple part, produced datum) whose consumer lives on another rank, in the reference's creation
+    order (rank, node, part, datum), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer stage). Where
+    no kind makes both data, a row makes at most one hand-off: one pass over per-(kind, stage) tables, no
+    merge (`_hand_offs_merged` is the general form; a test holds the two equal)."""
     import numpy as np
 
     _, makes_of, _ = _lowering_tables()
     if (makes_of[0] & makes_of[1])[present].any():
         return _hand_offs_merged(placement, kind, stage, present)
+    if ks is not None:  # tables by (kind, stage) cell: two passes fewer
+        hands_ks, datum_ks, peer_ks, cons_ks = _hand_off_cells(placement)
+        rows = np.flatnonzero(hands_ks[ks])
+        cell = ks[rows]
+        return rows, datum_ks[cell], peer_ks[cell], cons_ks[cell]
     datum_of, hands_off, peer_of, cons_of, n_stages = _hand_off_tables(placement)
     cell = datum_of[kind]
     cell += stage
     rows = np.flatnonzero(hands_off[cell])
     cell = cell[rows]
     return rows, cell // n_stages, peer_of[cell], cons_of[cell]
+
+
+@lru_cache(maxsize=32)
+def _hand_off_cells(placement: Placement) -> tuple[Any, Any, Any, Any]:
+    """`_hand_off_tables` by (kind, stage) cell, kind * stages + stage: whether the cell hands off, its datum
+    (0 = ACT, 1 = GRAD), the peer rank and the consuming stage."""
+    import numpy as np
+
+    datum_of, hands_off, peer_of, cons_of, n_stages = _hand_off_tables(placement)
+    cell = (datum_of[:, None] + np.arange(n_stages, dtype=np.int64)[None, :]).reshape(-1)
+    tables = (hands_off[cell], cell // n_stages, peer_of[cell], cons_of[cell])
+    for a in tables:
+        a.setflags(write=False)
+    return tables
 
 
 def _hand_offs_merged(

@@ -25,6 +25,7 @@ from primuspp.schedule.lowering import lower_comms, lower_comms_reference
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
+from primuspp.schedule.timing_arrays import kind_stage
 from primuspp.schedule.validation import validate_reference
 
 SIZES = ((1, 1), (1, 3), (2, 4), (3, 6), (4, 10), (8, 16))
@@ -61,9 +62,11 @@ def test_hand_offs_from_tables_equal_the_merged_form(name, placement, m, order):
     rows = order_arrays(order)
     args = (placement, rows["kind"], rows["stage"], kinds_present(rows, "kind"))
     fast, merged = _hand_offs(*args), _hand_offs_merged(*args)
+    # (and by (kind, stage) cells, as lowering reads them where the timing left the cells)
+    by_cells = _hand_offs(*args, kind_stage(rows, placement.num_stages))
     assert len(fast[0]) > 0 or placement.pp == 1
-    for got, want in zip(fast, merged, strict=True):
-        assert got.tolist() == want.tolist()
+    for got, cells, want in zip(fast, by_cells, merged, strict=True):
+        assert got.tolist() == want.tolist() == cells.tolist()
 
 
 @pytest.mark.parametrize("name,placement,m,order", CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in CASES])
