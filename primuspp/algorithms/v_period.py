@@ -158,40 +158,6 @@ def _one_row_per_node(order: ArrayOrder) -> bool:
     return len(order.rows["kind"]) == int(order.first[-1])
 
 
-def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> ArrayOrder:
-    """The order for m microbatches (m > m0): on rank r, `a[:at[r]]`, then the period `b[at[r]:at[r]+6]`
-    m - m0 times, each one microbatch later than the one before, then `a[at[r]:]` m - m0 microbatches
-    later (`b`, `at` as `insertion` took them; with m = m0 + d this is `b`).
-
-    `extend_reference` with every rank's inserted periods made at once (one tile per column); each rank
-    is then three contiguous copies per column."""
-    k = m - m0
-    ka, sa, ma = (np.asarray(a.rows[c]) for c in ("kind", "stage", "mb"))
-    kb, sb, mbb = (np.asarray(b.rows[c]) for c in ("kind", "stage", "mb"))
-    fa, fb = np.asarray(a.first).tolist(), np.asarray(b.first).tolist()
-    x = np.asarray(at, dtype=np.int64)
-    period = (np.asarray(fb[:-1], dtype=np.int64) + x)[:, None] + np.arange(PERIOD)  # (ranks, 6) rows of b
-    tile_k = np.tile(kb[period], (1, k))  # (ranks, 6 k): each rank's inserted ops
-    tile_s = np.tile(sb[period], (1, k))
-    tile_m = np.tile(mbb[period], (1, k))
-    tile_m += np.repeat(np.arange(k, dtype=tile_m.dtype), PERIOD)  # each period one microbatch later
-    lengths = [hi - lo + PERIOD * k for lo, hi in pairwise(fa)]
-    total = sum(lengths)
-    kind = np.empty(total, dtype=np.int8)
-    stage = np.empty(total, dtype=np.int64)
-    mb = np.empty(total, dtype=np.int64)
-    o = 0  # the rank's first row in the output
-    for r, (lo, hi, xr) in enumerate(zip(fa[:-1], fa[1:], at, strict=True)):
-        mid, y, end = lo + xr, o + xr, o + hi - lo + PERIOD * k
-        z = y + PERIOD * k
-        kind[o:y], stage[o:y], mb[o:y] = ka[lo:mid], sa[lo:mid], ma[lo:mid]
-        kind[y:z], stage[y:z], mb[y:z] = tile_k[r], tile_s[r], tile_m[r]
-        kind[z:end], stage[z:end] = ka[mid:hi], sa[mid:hi]
-        np.add(ma[mid:hi], k, out=mb[z:end])
-        o = end
-    return ArrayOrder.from_flat(kind, mb, stage, lengths)
-
-
 def insertion_reference(a: ArrayOrder, b: ArrayOrder, d: int = 1) -> list[int] | None:
     """Where, on every rank, order `b` (d microbatches more) is order `a` with d periods inserted:
     `b[:x] == a[:x]`, then 6 d ops, each period the one before it one microbatch later, then `a[x:]` d
@@ -224,12 +190,10 @@ def insertion_reference(a: ArrayOrder, b: ArrayOrder, d: int = 1) -> list[int] |
     return out
 
 
-def extend_reference(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> ArrayOrder:
+def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> ArrayOrder:
     """The order for m microbatches (m > m0): on rank r, `a[:at[r]]`, then the period `b[at[r]:at[r]+6]`
     m - m0 times, each one microbatch later than the one before, then `a[at[r]:]` m - m0 microbatches
-    later (`b`, `at` as `insertion` took them; with m = m0 + d this is `b`).
-
-    The readable form of `extend` (a test holds the two equal)."""
+    later (`b`, `at` as `insertion` took them; with m = m0 + d this is `b`)."""
     k = m - m0
     cols_a, cols_b = _columns(a), _columns(b)
     lengths = [len(ka) + PERIOD * k for ka, _, _ in cols_a]
