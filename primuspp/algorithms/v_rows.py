@@ -245,9 +245,9 @@ def _links(ops: np.ndarray, n: int, none: int) -> tuple[np.ndarray, np.ndarray]:
     q = ops // (3 * n)
     q *= 3 * n
     key = np.subtract(ops, q, out=q)  # stage * 3 + kind: ops % (3 n) by a division (`_kind`)
+    key = key.astype(np.intp)  # (an index used twice: converted once)
     step = delta.ravel()[key]
-    inp = ops + step
-    inp[step == 0] = none
+    inp = np.where(step == 0, none, ops + step)  # (a select: a masked store branches on each element)
     return inp, reader.ravel()[key]
 
 
