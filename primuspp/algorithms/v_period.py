@@ -111,7 +111,63 @@ def insertion(a: ArrayOrder, b: ArrayOrder, d: int = 1) -> list[int] | None:
     """Where, on every rank, order `b` (d microbatches more) is order `a` with d periods inserted:
     `b[:x] == a[:x]`, then 6 d ops, each period the one before it one microbatch later, then `a[x:]` d
     microbatches later; x is taken as late as the two agree. None unless, on every rank, the stretch where
-    they agree around the insertion spans one more whole period (the check of the module docstring)."""
+    they agree around the insertion spans one more whole period (the check of the module docstring).
+
+    `insertion_reference` rank by rank, here a few passes over all ranks at once: rank r of `b` starts 6 d r
+    rows after rank r of `a`, so row i of `a` faces row i + 6 d r of `b` in the prefix and i + 6 d (r + 1)
+    in the suffix."""
+    if len(a.first) != len(b.first):
+        return None
+    if not (_one_row_per_node(a) and _one_row_per_node(b)):
+        return insertion_reference(a, b, d)
+    extra = PERIOD * d
+    fa, fb = np.asarray(a.first, dtype=np.int64), np.asarray(b.first, dtype=np.int64)
+    n = np.diff(fa)
+    if not (np.diff(fb) == n + extra).all():
+        return None
+    ka, sa, ma = (np.asarray(a.rows[c]) for c in ("kind", "stage", "mb"))
+    kb, sb, mb = (np.asarray(b.rows[c]) for c in ("kind", "stage", "mb"))
+    shift = np.repeat(np.arange(len(n), dtype=np.int64) * extra, n)  # row i of a: rank r's 6 d r
+    at = np.arange(len(ka), dtype=np.int64)
+    at += shift
+    del shift
+    bad = np.flatnonzero((ka != kb[at]) | (sa != sb[at]) | (ma != mb[at]))
+    starts, ends = fa[:-1], fa[1:]
+    k = np.searchsorted(bad, starts)  # each rank's first row that differs (if below its end)
+    first_bad = np.append(bad, np.iinfo(np.int64).max)[k]
+    i = np.where(first_bad < ends, first_bad - starts, n)  # the common prefix
+    at += extra  # the suffix: d microbatches later
+    bad = np.flatnonzero((ka != kb[at]) | (sa != sb[at]) | (ma + d != mb[at]))
+    del at
+    k = np.searchsorted(bad, ends) - 1  # each rank's last row that differs (if at or past its start)
+    last_bad = np.append(np.iinfo(np.int64).min, bad)[k + 1]
+    j = np.where(last_bad >= starts, ends - 1 - last_bad, n)  # the common suffix
+    if (i + j < n + PERIOD).any():
+        return None
+    if d > 1:  # each inserted period the one before it one microbatch later
+        row = np.repeat(fb[:-1] + i, extra - PERIOD)
+        row += np.tile(np.arange(PERIOD, extra, dtype=np.int64), len(n))
+        back = row - PERIOD
+        if not (
+            np.array_equal(kb[row], kb[back])
+            and np.array_equal(sb[row], sb[back])
+            and np.array_equal(mb[row], mb[back] + 1)
+        ):
+            return None
+    return i.tolist()
+
+
+def _one_row_per_node(order: ArrayOrder) -> bool:
+    return len(order.rows["kind"]) == int(order.first[-1])
+
+
+def insertion_reference(a: ArrayOrder, b: ArrayOrder, d: int = 1) -> list[int] | None:
+    """Where, on every rank, order `b` (d microbatches more) is order `a` with d periods inserted:
+    `b[:x] == a[:x]`, then 6 d ops, each period the one before it one microbatch later, then `a[x:]` d
+    microbatches later; x is taken as late as the two agree. None unless, on every rank, the stretch where
+    they agree around the insertion spans one more whole period (the check of the module docstring).
+
+    The readable form, rank by rank, of `insertion` (a test holds the two equal)."""
     if len(a.first) != len(b.first):
         return None
     out = []

@@ -21,19 +21,51 @@ _F, _B, _W = 0, 1, 2
 #: op ids, slots and counts fit 32 bits (3.1 M ops at p = 256, m = 2048); half the bytes of int64
 INT = np.int32
 
+#: `by_ranks` reads its inputs through an intp index below this many ops (12 % quicker at p = 64), through
+#: the int32 one from there (a large build's memory)
+WIDE_UNTIL = 1 << 21
+
 
 def grid(slot: np.ndarray, rank_of_stage: np.ndarray, n: int, p: int, width: int) -> np.ndarray:
     """(p, width) grid of op ids (-1: free) from each op's slot (-1: not placed)."""
     occ = np.full((p, width), -1, dtype=INT)
-    ops = np.flatnonzero(slot >= 0).astype(INT)
-    occ[rank_of_stage[ops // 3 % n], slot[ops]] = ops
+    if slot.size % (3 * n):  # (not whole microbatches)
+        ops = np.flatnonzero(slot >= 0)
+        cell = rank_of_stage[_stage(ops, n)] * width  # one flat index per op: a 1-D scatter
+        cell += slot[ops]
+        occ.reshape(-1)[cell] = ops
+        return occ
+    # op (mb * n + stage) * 3 + kind goes to cell rank(stage) * width + its slot: by broadcasting
+    cell = (slot.reshape(-1, n, 3) + (rank_of_stage * width)[None, :, None]).reshape(-1)
+    placed = slot >= 0
+    if placed.all():
+        occ.reshape(-1)[cell] = np.arange(slot.size, dtype=INT)
+    else:
+        ops = np.flatnonzero(placed)
+        occ.reshape(-1)[cell[ops]] = ops
     return occ
+
+
+def _kind(ops: np.ndarray) -> np.ndarray:
+    """op % 3 as op - 3 (op // 3): numpy divides by a constant quickly (libdivide), its remainder is a
+    real division per element (3x slower); for op = -1 it gives 2."""
+    q = ops // 3
+    q *= 3
+    return np.subtract(ops, q, out=q)
+
+
+def _stage(ops: np.ndarray, n: int) -> np.ndarray:
+    """op // 3 % n (each op's stage) by divisions only (`_kind`)."""
+    key = ops // 3
+    q = key // n
+    q *= n
+    return np.subtract(key, q, out=q)
 
 
 def _codes(occ: np.ndarray) -> np.ndarray:
     """Each slot's kind (F 0, B 1, W 2) or 3 where free, as int8."""
-    code = (occ % 3).astype(np.int8)
-    code[occ < 0] = 3
+    code = _kind(occ).astype(np.int8)  # (2 for a free slot, -1)
+    code += occ < 0  # (an add, not a masked store: those branch on each element of a ragged mask)
     return code
 
 
@@ -44,9 +76,19 @@ def _before(mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def _sum_before(step: np.ndarray) -> np.ndarray:
+    """Sum of each row's int8 `step`s before each slot: (p, width + 1), a leading 0 column (one
+    accumulate for what two `_before` counts and a difference would take)."""
+    out = np.zeros((step.shape[0], step.shape[1] + 1), dtype=INT)
+    out[:, 1:] = step
+    np.cumsum(out[:, 1:], axis=1, out=out[:, 1:])
+    return out
+
+
 def _run(before_b: np.ndarray, free: np.ndarray) -> np.ndarray:
     """W's run before each slot when each free slot runs a pending one (a B makes one pending): free
-    slots so far + the running minimum of (B's - free slots) so far (a queueing identity)."""
+    slots so far + the running minimum of (B's - free slots) so far (a queueing identity). The readable
+    form of `_pending`, which the passes below use."""
     before_free = _before(free)
     lag = before_b - before_free
     np.minimum.accumulate(lag, axis=1, out=lag)
@@ -54,17 +96,28 @@ def _run(before_b: np.ndarray, free: np.ndarray) -> np.ndarray:
     return lag
 
 
+def _pending(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pending W's before each slot, the running minimum m of (B's - free slots) so far), each (p, width
+    + 1), when each free slot runs a pending W: by `_run`'s identity the W's run before slot t are
+    free(t) + m(t), so the pending ones are B's(t) - free(t) - m(t); a free slot runs one where one is
+    pending before it."""
+    lag = _sum_before((code == _B).view(np.int8) - (code == 3).view(np.int8))
+    low = np.minimum.accumulate(lag, axis=1)
+    np.subtract(lag, low, out=lag)
+    return lag, low
+
+
 def fill_ws(occ: np.ndarray, slot: np.ndarray) -> None:
     """`vshape._ws_slots` on every row, applied: each free slot runs the W of the oldest completed B whose
     W has not run (rows are independent; the queueing identity is computed along axis 1)."""
     p = occ.shape[0]
     code = _codes(occ)
-    is_b = code == _B
-    free = code == 3
-    placed = _run(_before(is_b), free)
-    takes = free & (placed[:, 1:] > placed[:, :-1])
-    tr, tt = np.nonzero(takes)  # row-major: by row, then slot
-    br, bt = np.nonzero(is_b)
+    pend = _pending(code)[0]
+    takes = code == 3
+    takes &= pend[:, :-1] > 0  # a free slot with a W pending before it
+    del pend
+    tr, tt = _cells(takes)  # row-major: by row, then slot
+    br, bt = _cells(code == _B)
     count = np.bincount(tr, minlength=p)  # W's placed per row (never more than its B's)
     start = np.concatenate(([0], np.cumsum(np.bincount(br, minlength=p))[:-1]))
     keep = (np.arange(br.size) - start[br]) < count[br]  # each row's first `count` B's, oldest first
@@ -73,26 +126,35 @@ def fill_ws(occ: np.ndarray, slot: np.ndarray) -> None:
     slot[ws] = tt
 
 
+def _cells(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.nonzero(mask)` of a 2-D mask (rows, columns of its True cells, row-major), from the flat
+    indices: a quarter of the time of the 2-D form."""
+    cell = np.flatnonzero(mask)
+    row = cell // mask.shape[1]
+    cell -= row * mask.shape[1]
+    return row, cell
+
+
 def profiles(occ: np.ndarray) -> np.ndarray:
     """`SlotSchedule._profile` of every row: (p, width + 1) live chunk activations during each slot (F
     counts from its slot, W until the end of its slot), then the level after the last slot."""
     code = _codes(occ)
-    prof = _before(code == _F)
-    prof[:, :-1] += (code == _F).view(np.int8)  # F counts from its own slot
-    prof -= _before(code == _W)  # W until the end of its slot; the last column: the level after all
+    is_w = (code == _W).view(np.int8)
+    # (F's - W's) up to and including each slot, then the W of the slot added back: one accumulate
+    prof = _sum_before((code == _F).view(np.int8) - is_w)
+    prof[:, :-1] = prof[:, 1:]
+    prof[:, :-1] += is_w
     return prof
 
 
 def walks(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`SlotSchedule._walk` of every row (W's stripped): (pending B's, live chunks) before each slot, each
-    (p, width + 1)."""
+    (p, width + 1). Live chunks: F's - W's run = F's - free slots - the running minimum (`_pending`)."""
     code = _codes(occ)
-    before_b = _before(code == _B)
-    run = _run(before_b, code == 3)
-    before_b -= run
-    before_f = _before(code == _F)
-    before_f -= run
-    return before_b, before_f
+    pend, low = _pending(code)
+    live = _sum_before((code == _F).view(np.int8) - (code == 3).view(np.int8))
+    live -= low
+    return pend, live
 
 
 def chunked(*arrays: np.ndarray):
@@ -107,11 +169,12 @@ def columns(occ: np.ndarray, rank_of_stage: np.ndarray, n: int, kinds: tuple[int
     kinds, stages and ranks: four arrays."""
     ops = occ.T.ravel()
     ops = ops[ops >= 0]
-    kind = ops % 3
-    if len(kinds) < 3:
-        keep = np.isin(kind, kinds)
+    kind = _kind(ops)
+    if len(set(kinds)) < 3:  # one comparison (np.isin sorts)
+        left = {_F, _B, _W}.difference(kinds)
+        keep = kind != left.pop() if len(left) == 1 else np.isin(kind, kinds)
         ops, kind = ops[keep], kind[keep]
-    stage = ops // 3 % n
+    stage = _stage(ops, n)
     return ops, kind, stage, rank_of_stage[stage]
 
 
@@ -179,10 +242,12 @@ def _links(ops: np.ndarray, n: int, none: int) -> tuple[np.ndarray, np.ndarray]:
     reader[p - 1, 0] = -1
     reader[1:, 1] = rank[:-1]
     reader[p, 1] = -1
-    key = ops % (3 * n)  # stage * 3 + kind
+    q = ops // (3 * n)
+    q *= 3 * n
+    key = np.subtract(ops, q, out=q)  # stage * 3 + kind: ops % (3 n) by a division (`_kind`)
+    key = key.astype(np.intp)  # (an index used twice: converted once)
     step = delta.ravel()[key]
-    inp = ops + step
-    inp[step == 0] = none
+    inp = np.where(step == 0, none, ops + step)  # (a select: a masked store branches on each element)
     return inp, reader.ravel()[key]
 
 
@@ -238,6 +303,8 @@ def by_ranks(
     pos[ops] = np.arange(total, dtype=INT)
     pos[none] = total
     ready = pos[inp]
+    if total < WIDE_UNTIL:  # an index read on every scan: numpy converts an int32 one each time
+        ready = ready.astype(np.intp)
     end = np.empty(total + 1, dtype=INT)
     np.add(slot[ops], 1, out=end[:-1])
     end[total] = 0
@@ -358,21 +425,48 @@ def tighten_by_slots(occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray | 
 
 
 def raw_peak(p: int, m: int, fo: list[int], bo: list[int]) -> int:
+    """`SlotSchedule(p, m, fo, bo, tighten=False).peak()` from the F and B slots alone, for m cut to
+    `steady_microbatches(fo, bo)` where it is longer (the same peak: see there)."""
+    return raw_peak_grid(p, min(m, steady_microbatches(fo, bo)), fo, bo)
+
+
+def steady_microbatches(fo: list[int], bo: list[int]) -> int:
+    """A microbatch count from which on the raw repetition's peak no longer changes.
+
+    Why. On rank r the raw repetition has the four chains of its two stages (F and B of each) at offsets
+    a_j + 6 k, k < m; the other slots are free, and each free slot runs the oldest pending W. From slot
+    S = max a_j to min a_j + 6 (m - 1), every period of 6 slots from S holds one op of each chain: 2 F's, 2
+    B's, 2 free slots, in the same pattern. Let q be the pending W's at a period's start; over the period
+    the B's add 2 and the free slots run at most 2, so q never falls, and where q >= 2 both run and q
+    stays; from q < 2 it rises or stays, so from the third period on it is one fixed value, and each
+    such period runs the same slots from the same state: 2 F's in, 2 W's out, the same levels. A longer
+    m only inserts more such periods there (the warm-up before S and the cool-down, shifted, are the
+    same), so the peak is that of any m whose steady stretch holds three whole periods: 6 (m - 1) >=
+    spread + 12, spread = max a_j - min a_j; taken with a margin. tests/algorithms/test_v_period.py
+    holds `raw_peak` equal to `raw_peak_grid` of the whole m over a sweep of blocks, p and m."""
+    n = len(fo)
+    spread = max(
+        max(x) - min(x) for x in ((fo[r], fo[n - 1 - r], bo[r], bo[n - 1 - r]) for r in range(n // 2))
+    )
+    return 2 + -(-(spread + 17) // 6)
+
+
+def raw_peak_grid(p: int, m: int, fo: list[int], bo: list[int]) -> int:
     """`SlotSchedule(p, m, fo, bo, tighten=False).peak()` from the F and B slots alone: the W's that
-    `fill_ws` would place before each slot are counted by the queueing identity (`_run`), so neither op
-    ids nor the W's slots are built (a third of the time at p = 256, m = 2048)."""
+    `fill_ws` would place before each slot are counted by the queueing identity (`_pending`), so neither
+    op ids nor the W's slots are built."""
     n = 2 * p
     base = min(fo)
     width = max(bo) - base + 6 * m + 3 * m + 2
     rank = np.minimum(np.arange(n), n - 1 - np.arange(n))
     shift = 6 * np.arange(m)[:, None] - base
-    is_f = np.zeros((p, width), dtype=bool)
-    is_b = np.zeros((p, width), dtype=bool)
+    code = np.full((p, width), 3, dtype=np.int8)
     rows = np.broadcast_to(rank[None, :], (m, n))
-    is_f[rows, np.asarray(fo)[None, :] + shift] = True
-    is_b[rows, np.asarray(bo)[None, :] + shift] = True
-    placed = _run(_before(is_b), ~(is_f | is_b))  # W's placed before each slot (and after the last)
-    before_f = _before(is_f)
-    level = before_f - placed  # live chunks before each slot; an F counts from its own slot
-    level[:, :-1] += is_f
+    code[rows, np.asarray(fo)[None, :] + shift] = _F
+    code[rows, np.asarray(bo)[None, :] + shift] = _B
+    # live chunks before each slot: F's - W's run = F's - free slots - the running minimum (`_pending`)
+    low = _pending(code)[1]
+    level = _sum_before((code == _F).view(np.int8) - (code == 3).view(np.int8))
+    level -= low
+    level[:, :-1] += code == _F  # an F counts from its own slot
     return int(level.max())

@@ -23,6 +23,7 @@ the per-rank helpers here between the move loops.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import Node, NodeKind
@@ -71,7 +72,17 @@ def offsets(p: int, block: Block) -> tuple[list[int], list[int]]:
 
     Two ops of one rank must not share a slot modulo 6. The first of a few shifts of the backward phase
     (and widenings of the backward turn) that avoids every collision is taken; failing that, each op slides
-    to the next slot its rank has free modulo 6, which always succeeds but bends the chains."""
+    to the next slot its rank has free modulo 6, which always succeeds but bends the chains.
+
+    (New lists each call, from `_offsets`, which works them out once per (p, block).)"""
+    fo, bo = _offsets(p, block)
+    return list(fo), list(bo)
+
+
+@lru_cache(maxsize=512)
+def _offsets(p: int, block: Block) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """`offsets`, kept: the V family ranks every block of a catalog by `estimated_peak` on each build (a
+    few hundred microseconds of small-int loops at p = 64)."""
     n = 2 * p
     for extra in range(3):
         for delta in range(PERIOD):
@@ -80,8 +91,9 @@ def offsets(p: int, block: Block) -> tuple[list[int], list[int]]:
                 len({fo[i] % PERIOD, fo[n - 1 - i] % PERIOD, bo[i] % PERIOD, bo[n - 1 - i] % PERIOD}) == 4
                 for i in range(p)
             ):
-                return fo, bo
-    return _chains(p, block, 0, 0, slide=True)
+                return tuple(fo), tuple(bo)
+    fo, bo = _chains(p, block, 0, 0, slide=True)
+    return tuple(fo), tuple(bo)
 
 
 def _chains(p: int, block: Block, delta: int, extra: int, slide: bool) -> tuple[list[int], list[int]]:
@@ -574,8 +586,11 @@ class SlotSchedule:
         placed = occ >= 0
         flat = occ[placed].astype(np.int64)  # row-major: rank by rank, each in slot order
         key = flat // 3
+        flat -= 3 * key  # the kind: flat % 3 by divisions alone (numpy's remainder is a slow division)
+        mb = key // self.n
+        key -= self.n * mb  # the stage
         lengths = np.count_nonzero(placed, axis=1).tolist()
-        return ArrayOrder.from_flat(codes[flat % 3], key // self.n, key % self.n, lengths)
+        return ArrayOrder.from_flat(codes[flat], mb, key, lengths)
 
     def peak(self) -> int:
         """Most live chunk activations of any rank in any slot (`_profile`)."""
@@ -587,10 +602,12 @@ class SlotSchedule:
         return max(max(self._profile(r)) for r in range(self.p))
 
 
+@lru_cache(maxsize=1024)
 def estimated_peak(p: int, block: Block) -> int:
     """Live chunks of the block's steady state from the activations' lifespans (F to the end of its W,
-    taken right after B), within one of `block_peak`; cheap enough to rank a whole catalog."""
-    fo, bo = offsets(p, block)
+    taken right after B), within one of `block_peak`; cheap enough to rank a whole catalog (and kept per
+    (p, block): the V family ranks its blocks on every build)."""
+    fo, bo = _offsets(p, block)
     n = 2 * p
     return max(
         -(-(bo[r] - fo[r] + 2) // PERIOD) - (-(bo[n - 1 - r] - fo[n - 1 - r] + 2) // PERIOD) for r in range(p)

@@ -303,6 +303,11 @@ def index_dtype(n: int, high: int) -> Any:
     return np.int32 if n >= NARROW_FROM and high < np.iinfo(np.int32).max else np.int64
 
 
+#: nodes per rank from which a lowering places the compute nodes rank by rank (views of the slot counts:
+#: no array as long as the table but the result) rather than with one gather over all ranks (three
+#: temporaries as long as the table; quicker only for short ranks: 1f1b at p = 8, m = 64)
+RANK_SLICES_FROM = 256
+
 #: the largest (rank x time) histogram `_compute_before` builds (larger ones: a binary search)
 HISTOGRAM_MAX_CELLS = 1 << 21
 
@@ -328,15 +333,26 @@ def _compute_before(cstarts: Any, cfirst: Any, t: Any, peer: Any, rank_c: Any = 
             and s_int.min(initial=0) >= 0
             and t_int.min(initial=0) >= 0
         ):
-            block = np.arange(0, n_ranks * width, width, dtype=np.int64)  # each rank's first cell
-            key = block[np.repeat(np.arange(n_ranks), np.diff(cfirst)) if rank_c is None else rank_c]
+            cells = n_ranks * width
+            rank = np.repeat(np.arange(n_ranks), np.diff(cfirst)) if rank_c is None else rank_c
+            key = np.multiply(rank, width, dtype=np.int64)  # each node's cell: rank * width + start
             key += s_int
-            before = np.zeros(n_ranks * width + 1, dtype=np.int64)  # before[c]: the entries in cells < c
-            np.cumsum(np.bincount(key, minlength=n_ranks * width), out=before[1:])
-            del key, s_int
-            needle = block[peer]
+            key += 1  # (marked one cell on: `before` then counts the cells below)
+            del s_int
+            # before[c]: the starts in cells < c. Unit-cost starts on a rank are distinct (each node takes
+            # a unit), so each cell holds at most one: marks (int32) and one running sum; where two
+            # share a cell the sum falls short of the node count, and a bincount counts them
+            dt = np.int32 if len(cstarts) < 2**31 else np.int64
+            before = np.zeros(cells + 1, dtype=dt)
+            before[key] = 1
+            np.cumsum(before, out=before)
+            if int(before[-1]) != len(cstarts):
+                before = np.zeros(cells + 1, dtype=np.int64)
+                np.cumsum(np.bincount(key - 1, minlength=cells), out=before[1:])
+            del key
+            needle = np.multiply(peer, width, dtype=np.int64)
             needle += t_int
-            return before[needle]
+            return before[needle].astype(np.int64, copy=False)
     span = top + 2.0
     shifted = np.repeat(np.arange(n_ranks, dtype=np.float64) * span, np.diff(cfirst))
     shifted += cstarts
@@ -431,7 +447,12 @@ def lower_compact(
     cstarts = starts if node_compute is None else starts[node_compute]  # rank-major, in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
-    h_rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"))
+    from primuspp.schedule.timing_arrays import kind_stage
+
+    # (the (kind, stage) cells as the unit-cost timing left them in the rows' memo)
+    ks = kind_stage(arr, placement.num_stages) if isinstance(arr, Rows) else None
+    h_rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"), ks)
+    del ks
     h_rank = rank[h_rows]
     h_node = h_rows if gidx is None else gidx[h_rows]  # (the rows' microbatch and stage: read when needed)
     del gidx
@@ -501,7 +522,7 @@ def lower_compact(
     if node_compute is None:
         # compute node i (rank r, slot i + r) after the comm at its boundary and the earlier ones:
         # at[i + r + 1] - comm_before[r] + (i - first[r])
-        if n_nodes < NARROW_FROM:  # all ranks at once
+        if n_nodes < NARROW_FROM and n_nodes < RANK_SLICES_FROM * n_ranks:  # all ranks at once
             steps = np.arange(n_nodes, dtype=np.int64)
             node_r = rank if simple else np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
             pos_all = at[1:][steps + node_r]
@@ -595,23 +616,45 @@ def _hand_off_tables(placement: Placement) -> tuple[Any, Any, Any, Any, int]:
     return (*tables, n_stages)
 
 
-def _hand_offs(placement: Placement, kind: Any, stage: Any, present: list[int]) -> tuple[Any, Any, Any, Any]:
+def _hand_offs(
+    placement: Placement, kind: Any, stage: Any, present: list[int], ks: Any = None
+) -> tuple[Any, Any, Any, Any]:
     """The hand-offs of the order's rows (`kind`, `stage`: its columns; `present`: the kind codes in
-    them): one per (simple part, produced datum) whose consumer lives on another rank, in the reference's
-    creation order (rank, node, part, datum), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer
-    stage). Where no kind makes both data, a row makes at most one hand-off: one pass over per-(kind,
-    stage) tables, no merge (`_hand_offs_merged` is the general form; a test holds the two equal)."""
+    them; `ks`: each row's kind * stages + stage, `timing_arrays.kind_stage`, where the caller has it): one
+    per (simple part, produced datum) whose consumer lives on another rank, in the reference's creation
+    order (rank, node, part, datum), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer stage). Where
+    no kind makes both data, a row makes at most one hand-off: one pass over per-(kind, stage) tables, no
+    merge (`_hand_offs_merged` is the general form; a test holds the two equal)."""
     import numpy as np
 
     _, makes_of, _ = _lowering_tables()
     if (makes_of[0] & makes_of[1])[present].any():
         return _hand_offs_merged(placement, kind, stage, present)
+    if ks is not None:  # tables by (kind, stage) cell: two passes fewer
+        hands_ks, datum_ks, peer_ks, cons_ks = _hand_off_cells(placement)
+        rows = np.flatnonzero(hands_ks[ks])
+        cell = ks[rows]
+        return rows, datum_ks[cell], peer_ks[cell], cons_ks[cell]
     datum_of, hands_off, peer_of, cons_of, n_stages = _hand_off_tables(placement)
     cell = datum_of[kind]
     cell += stage
     rows = np.flatnonzero(hands_off[cell])
     cell = cell[rows]
     return rows, cell // n_stages, peer_of[cell], cons_of[cell]
+
+
+@lru_cache(maxsize=32)
+def _hand_off_cells(placement: Placement) -> tuple[Any, Any, Any, Any]:
+    """`_hand_off_tables` by (kind, stage) cell, kind * stages + stage: whether the cell hands off, its datum
+    (0 = ACT, 1 = GRAD), the peer rank and the consuming stage."""
+    import numpy as np
+
+    datum_of, hands_off, peer_of, cons_of, n_stages = _hand_off_tables(placement)
+    cell = (datum_of[:, None] + np.arange(n_stages, dtype=np.int64)[None, :]).reshape(-1)
+    tables = (hands_off[cell], cell // n_stages, peer_of[cell], cons_of[cell])
+    for a in tables:
+        a.setflags(write=False)
+    return tables
 
 
 def _hand_offs_merged(

@@ -186,6 +186,30 @@ def test_an_order_that_repeats_every_other_microbatch_fails_the_check():
     assert v_period.extended(squeeze, 60, cap, ratio=1) is None
 
 
+@pytest.mark.parametrize("p", [1, 2, 3, 5, 8])
+def test_insertion_equals_its_reference(p):
+    # the all-ranks passes against the rank-by-rank form: real pairs (which pass or fail the check), each
+    # with one op changed in the prefix, the inserted periods or the suffix
+    for block in (vshape.MIN, vshape.HALF, vshape.ZB, *v_family.AUTO_BLOCKS[1:3]):
+        cap = 2 * p if block is vshape.ZB else vshape.estimated_peak(p, block) + 1
+        squeeze = _full(p, block, cap)
+        m0 = v_period.starts(cap)[0]
+        for d in (1, 2, v_period.gap(m0)):
+            pairs = list(zip(squeeze(m0), squeeze(m0 + d), strict=True)) if squeeze(m0) else []
+            for (_, a), (_, b) in pairs:
+                ranks = _ranks(b)
+                tries = [b]
+                for r, where in ((0, 0), (p - 1, len(ranks[p - 1][0]) // 2), (p // 2, -1)):
+                    kind, mb, stage = (c.copy() for c in ranks[r])
+                    mb[where] += 1
+                    tries.append(ArrayOrder.from_ranks([*ranks[:r], (kind, mb, stage), *ranks[r + 1 :]]))
+                for other in tries:
+                    at = v_period.insertion(a, other, d)
+                    assert at == v_period.insertion_reference(a, other, d), (p, block.name, d)
+                    if at is not None:  # where it passes, the extension by d is the longer order
+                        assert _columns(v_period.extend(a, other, at, m0, m0 + d)) == _columns(other)
+
+
 def test_gap_is_a_prime_near_a_quarter():
     assert [v_period.gap(m0) for m0 in (1, 12, 18, 35, 66, 130, 514)] == [3, 3, 5, 11, 17, 37, 131]
 
@@ -215,6 +239,22 @@ def test_raw_peak_is_the_repeated_blocks_peak(p):
         for m in (1, 2, 3, 7, 4 * p + 1):
             raw = vshape.SlotSchedule(p, m, fo, bo, tighten=False)
             assert v_rows.raw_peak(p, m, fo, bo) == raw.peak() == raw.peak_reference(), (p, m, block.name)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 6, 9, 12, 17])
+def test_raw_peak_cut_to_the_steady_state_equals_the_whole_repetition(p):
+    # `raw_peak` cuts m to `steady_microbatches`: the same peak as the whole m's grid, on both sides of the
+    # cut and far past it (including offsets whose backward turn was widened or slid)
+    for block in (*BLOCKS, vshape.Block("odd", 2, 3, 1, 2, 2, 1), vshape.Block("far", 5, 1, 1, 5, 4, 2)):
+        fo, bo = vshape.offsets(p, block)
+        cut = v_rows.steady_microbatches(fo, bo)
+        for m in sorted({1, 2, cut - 2, cut - 1, cut, cut + 1, cut + 5, 2 * cut + 3}):
+            if m >= 1:
+                want = v_rows.raw_peak_grid(p, m, fo, bo)
+                assert v_rows.raw_peak(p, m, fo, bo) == want, (p, m, block.name)
+        # the peak no longer changes from the cut on (what the cut rests on)
+        peaks = [v_rows.raw_peak_grid(p, m, fo, bo) for m in range(1, cut + 8)]
+        assert len(set(peaks[cut - 1 :])) == 1, (p, block.name)
 
 
 def _late(p: int, block: vshape.Block, cap: int) -> bool:
@@ -275,3 +315,11 @@ def test_only_a_unit_block_above_its_estimate_skips_the_first_start(name, p, cap
     fast = vshape.squeezed_orders(p, m, block, cap, both=True)
     full = vshape.squeezed_orders(p, m, block, cap, both=True, period=False)
     assert fast[0] == full[0] and _same(fast[1], full[1])
+
+
+def test_offsets_are_kept_but_each_call_gets_new_lists():
+    fo, bo = vshape.offsets(8, vshape.ZB)
+    want = (list(fo), list(bo))
+    fo[0], bo[-1] = 99, 99  # a caller changing its lists changes nobody else's
+    assert vshape.offsets(8, vshape.ZB) == want == tuple(map(list, vshape._offsets.__wrapped__(8, vshape.ZB)))
+    assert vshape.estimated_peak(8, vshape.ZB) == vshape.estimated_peak.__wrapped__(8, vshape.ZB)

@@ -91,6 +91,23 @@ def test_construction_matches_per_rank_reference(p, m):
         assert pend.tolist() == [w[0] for w in walks] and live.tolist() == [w[1] for w in walks]
 
 
+@pytest.mark.parametrize("p,m", SIZES[::3])
+def test_grid_is_the_slots_inverse(p, m):
+    # `v_rows.grid` (by broadcasting for whole microbatches, by each op's stage otherwise) against a loop
+    sched = vshape.SlotSchedule(p, m, *vshape.offsets(p, vshape.HALF))
+    slot = sched._arrays()[0]
+    stripped = slot.copy()
+    stripped[2::3] = -1
+    ranks = np.asarray(sched.rank, dtype=np.int64)
+    for s in (slot, stripped, slot[: len(slot) - 3]):
+        want = [[-1] * sched.width for _ in range(p)]
+        for op, t in enumerate(s.tolist()):
+            if t >= 0:
+                want[sched.rank[op // 3 % sched.n]][t] = op
+        got = v_rows.grid(s, ranks, sched.n, p, sched.width)
+        assert got.tolist() == want and got.dtype == v_rows.INT
+
+
 def test_over_the_cap_falls_back_to_the_reference():
     # a cap below the block's own peak: the fast paths decline and the references run
     base = vshape.SlotSchedule(6, 12, *vshape.offsets(6, vshape.ZB))

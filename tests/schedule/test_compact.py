@@ -25,6 +25,7 @@ from primuspp.schedule.lowering import lower_comms, lower_comms_reference
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
+from primuspp.schedule.timing_arrays import kind_stage
 from primuspp.schedule.validation import validate_reference
 
 SIZES = ((1, 1), (1, 3), (2, 4), (3, 6), (4, 10), (8, 16))
@@ -61,9 +62,11 @@ def test_hand_offs_from_tables_equal_the_merged_form(name, placement, m, order):
     rows = order_arrays(order)
     args = (placement, rows["kind"], rows["stage"], kinds_present(rows, "kind"))
     fast, merged = _hand_offs(*args), _hand_offs_merged(*args)
+    # (and by (kind, stage) cells, as lowering reads them where the timing left the cells)
+    by_cells = _hand_offs(*args, kind_stage(rows, placement.num_stages))
     assert len(fast[0]) > 0 or placement.pp == 1
-    for got, want in zip(fast, merged, strict=True):
-        assert got.tolist() == want.tolist()
+    for got, cells, want in zip(fast, by_cells, merged, strict=True):
+        assert got.tolist() == want.tolist() == cells.tolist()
 
 
 @pytest.mark.parametrize("name,placement,m,order", CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in CASES])
@@ -180,6 +183,7 @@ def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, o
     element)."""
     small = lower_comms(placement, m, order)
     monkeypatch.setattr(compact, "NARROW_FROM", 0)
+    monkeypatch.setattr(compact_validation, "WIDE_UNTIL", 0)  # (validation's own threshold)
     large = lower_comms(placement, m, order)
     assert large == lower_comms_reference(placement, m, order)
     narrow = ("c_rank", "c_pos", "c_mb", "c_stage", "c_peer", "node_pos")
@@ -188,6 +192,17 @@ def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, o
         assert getattr(large, key).tolist() == getattr(small, key).tolist(), key
     assert large.lengths == small.lengths
     assert compact_validation.valid(ScheduleTable(placement, m, large, name)) == ("offload" not in name)
+
+
+@pytest.mark.parametrize("slices_from", [0, 1 << 40])
+def test_compute_nodes_placed_rank_by_rank_or_at_once_alike(monkeypatch, slices_from):
+    """Lowering places the compute nodes rank by rank (slices) where ranks are long, with one gather
+    where they are short (`RANK_SLICES_FROM`): either way the reference's table."""
+    monkeypatch.setattr(compact, "RANK_SLICES_FROM", slices_from)
+    for name, placement, m, order in CASES:
+        lowered = lower_comms(placement, m, order)
+        assert lowered == lower_comms_reference(placement, m, order), name
+        assert lowered.node_pos.dtype == np.int64
 
 
 def test_large_table_forms_read_and_dump_as_the_small_ones(monkeypatch):

@@ -108,8 +108,9 @@ def test_large_orders_remember_nothing(monkeypatch):
 
 @pytest.mark.parametrize("max_cells", [compact.HISTOGRAM_MAX_CELLS, 0])
 def test_receive_slots_by_histogram_are_the_binary_search(monkeypatch, max_cells):
-    """`_compute_before`: the (rank x time) histogram for whole times (up to its size cap), the search for
-    others, equal."""
+    """`_compute_before`: the (rank x time) histogram for whole times (up to its size cap; distinct starts
+    per rank, as lowering's unit-cost ones, by marks, shared ones by a count), the search for others,
+    equal."""
     monkeypatch.setattr(compact, "HISTOGRAM_MAX_CELLS", max_cells)
     rng = random.Random(3)
     for trial in range(40):
@@ -118,7 +119,10 @@ def test_receive_slots_by_histogram_are_the_binary_search(monkeypatch, max_cells
         per_rank = []
         for _ in range(n_ranks):
             k = rng.randint(0, 12)
-            vals = sorted(rng.randint(0, 30) + (0.0 if whole else rng.random()) for _ in range(k))
+            if trial % 4 == 0:  # whole and distinct on each rank
+                vals = [float(x) for x in sorted(rng.sample(range(31), k))]
+            else:
+                vals = sorted(rng.randint(0, 30) + (0.0 if whole else rng.random()) for _ in range(k))
             per_rank.append(vals)
         n_compute = np.array([len(v) for v in per_rank], dtype=np.int64)
         cfirst = np.zeros(n_ranks + 1, dtype=np.int64)
