@@ -145,24 +145,31 @@ def longer(
     def at(x: int) -> int:
         return int(np.searchsorted(start, x))
 
+    cells = 3 * n  # ops per microbatch: op = mb * cells + cell
+    count = (len(ext) - 1) // cells
+    starts_by_mb = initial[:-1].reshape(count, cells)
+
     def outside(xs: np.ndarray, binding: np.ndarray, binds: np.ndarray, window_start: int) -> bool:
         """Whether inputs `xs`, starting before `window_start` (outside the compared window), keep the
         reads of their ops' copies: each copy of x one, two, ... microbatches later up to the first that
         starts inside the window (those before it were placed before s, the same in both runs; from it on
         the induction shifts them) sits no later than the op's binding slot `binding` that many periods
-        later (exactly there where x is the binding input, `binds`)."""
-        steps = np.arange(1, int((window_start - initial[xs]).max()) + 1)  # each copy starts a slot later
-        chain = xs[:, None] + 3 * n * steps[None, :]
-        exists = chain < len(ext) - 1
-        chain = np.where(exists, chain, len(ext) - 1)
-        before = exists & (initial[chain] < window_start)  # starts ascend along a chain
-        upto = before.sum(axis=1) + 1  # up to the first copy inside the window
-        within = steps[None, :] <= upto[:, None]
-        if not exists[within].all():
-            return False
-        shifted = ext[chain] - 6 * steps[None, :]  # each copy's slot, moved back by its periods
-        late = within & (shifted > binding[:, None])
-        off = within & binds[:, None] & (shifted != binding[:, None])
+        later (exactly there where x is the binding input, `binds`). Along each cell's chain of copies
+        the slot less 6 per microbatch is compared through suffix maxima and minima."""
+        before = starts_by_mb < window_start  # starts ascend along a chain
+        last = before.sum(axis=0)  # each chain's first copy inside the window (count: none)
+        cols = np.arange(cells)
+        keep = before.copy()
+        keep[np.minimum(last, count - 1), cols] |= last < count
+        level = ext[:-1].reshape(count, cells) - 6 * np.arange(count)[:, None]
+        high = np.maximum.accumulate(np.where(keep, level, np.iinfo(np.int64).min)[::-1], axis=0)[::-1]
+        low = np.minimum.accumulate(np.where(keep, level, np.iinfo(np.int64).max)[::-1], axis=0)[::-1]
+        mb, cell = xs // cells, xs % cells
+        if (mb + 1 >= count).any() or (last[cell] >= count).any():
+            return False  # a chain that ends before the window: nothing to induce from
+        limit = binding - 6 * mb
+        late = high[mb + 1, cell] > limit
+        off = binds & (low[mb + 1, cell] != limit)
         return not late.any() and not off.any()
 
     def bound(lo: int, hi: int, window_start: int) -> int | None:
