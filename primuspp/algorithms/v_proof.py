@@ -65,17 +65,17 @@ UNBOUNDED = 1 << 62
 RATIO = 2
 
 
-#: microbatches per p past `v_period.starts` the check needs to fit its window before the shorter order's
-#: grid stops repeating (measured at the V family's caps, p = 4..32: zb's block from about p / 8 on,
-#: half's about p / 3, min's and the others' about p / 2); a block not listed gets p / 2
-LEADS = {"zb": 1 / 8, "half": 1 / 3}
+#: microbatches per p past `v_period.starts` the check needs to find a window before the shorter order's
+#: grid stops repeating (measured at the V family's caps, p = 4..64: zb's block p / 6.4, half's p / 4.3
+#: and min's p / 5.8 or less, each with up to 3 more at small p); a block not listed gets p / 2
+LEADS = {"zb": 1 / 6, "half": 1 / 4, "min": 1 / 5}
 
 
 def lead(p: int, block: str) -> int:
-    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`, two more for margin):
+    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`, three more for margin):
     too few and the check finds no window (the longer order is then squeezed too), each one more costs
     about 1 / m0 of the shorter squeeze."""
-    return math.ceil(p * LEADS.get(block, 1 / 2)) + 2
+    return math.ceil(p * LEADS.get(block, 1 / 2)) + 3
 
 
 def _repeats(grid: np.ndarray, shift: int) -> np.ndarray:
@@ -118,13 +118,12 @@ def longer(
     stop_at: Callable,
     long_ops: np.ndarray,
     size: int,
-    raw: np.ndarray,
 ) -> np.ndarray | None:
     """Run `run` (the shorter squeeze) whole; the longer one's slot array (`long_ops`: its visit list)
-    where the check of the module docstring passes, else None. `counts_at(x)`: each rank's counts at slot
-    x; `stop_at(r, a, b)`: a function of c saying whether rank r holds a stop in [a, c) now; `size`: the
-    longer slot array's length (its ops, then the trailing -1); `raw`: each op's slot in the repetition
-    before tightening (an input starting there can only be earlier, in every copy too)."""
+    where the check of the module docstring passes, else None. `counts_at()`: the count rows of every
+    rank (headroom, or pending W's and live chunks per slot); `stop_at(r, a, b)`: a function of (lo, c)
+    saying whether rank r now holds a stop in [lo, c) (within [a, b)); `size`: the longer slot array's
+    length (its ops, then the trailing -1)."""
     ext = np.asarray(run.ext)
     initial = ext.copy()
     ops = run.columns[0]
@@ -141,6 +140,7 @@ def longer(
     breaks = np.flatnonzero(~_repeats(grid[:, :upto], 3 * n))
     low = int(breaks[-1]) + 1 if breaks.size else 0  # columns [low, upto) repeat
     ranks = run.columns[-1]
+    stopping = sorted(set(ranks[~has_input].tolist()))  # ranks with ops without inputs
 
     def at(x: int) -> int:
         return int(np.searchsorted(start, x))
@@ -187,50 +187,92 @@ def longer(
                 return None
         return int(binding[keep].min()) + 1
 
-    done, reach = 0, -1
+    def bound_raw(lo: int, hi: int) -> int:
+        """The earliest slot the ops of visit positions [lo, hi) read (one past their inputs' slots)."""
+        keep = has_input[lo:hi]
+        if not keep.any():
+            return UNBOUNDED
+        return int(np.maximum(ext[first[lo:hi]], ext[second[lo:hi]])[keep].min()) + 1
+
     latest = upto - 6
-    candidates = [x for x in range(latest, latest - 6 * STEP * TRIES, -6 * STEP) if x - 12 - low >= 0]
-    for s in sorted(candidates):
-        window = min(widest, s - 6 - low)
+    # the checked period and what follows it must lie where the grid repeats; the window behind it need
+    # not (its ops are compared as they are: their identities and slots)
+    candidates = sorted(x for x in range(latest, latest - 6 * STEP * TRIES, -6 * STEP) if x - 6 >= low)
+    done, reach, seen = 0, -1, []
+    for s in candidates:  # run to each candidate pointer, noting the state around it
         before, now = at(s - 6), at(s)
-        if now == before:
+        top = min(widest, s - 6)  # the widest window noted
+        if now == before or before < done:
             continue
         reach = max(reach, _read(run.run(done, before)))
-        done = before
-        w0 = at(s - 6 - window)
-        then = ext[ops[w0:now]].copy()
-        counts_then = counts_at(s - 6 - window)
-        free = ~has_input[before:now]
-        stops = {r: stop_at(r, s - 6 - window, s) for r in set(ranks[before:now][free].tolist())}
+        then = _State(ext, ops, at(s - 6 - top), now, counts_at, stop_at, stopping, s - 6 - top, s - 6, s)
         period_reach = _read(run.run(before, now))
-        reach = max(reach, period_reach)
-        done = now
+        done, reach = now, max(reach, period_reach)
         if reach >= upto or period_reach + 6 >= upto:
             break  # a walk read where the two grids differ: later pointers read further
-        w1, nxt = at(s - window), at(s + 6)
-        reads_from = bound(before, now, s - 6 - window)
-        if not (
-            reads_from is not None
-            and nxt - w1 == now - w0
-            and np.array_equal(ops[w1:nxt], ops[w0:now] + 3 * n)
-            and np.array_equal(ext[ops[w1:nxt]], then + 6)
-            and counts_at(s - window) == counts_then
-            and reads_from >= s - 6 - window
-            and all(stop(min(reads_from, s - 6)) for stop in stops.values())
-        ):
-            continue
-        # the check holds at s: the rest of the shorter run, then whether it read before s - L
-        rest_free = ~has_input[now:]
-        rest_stops = {r: stop_at(r, s - window, s) for r in set(ranks[now:][rest_free].tolist())}
-        run.run(now, run.size)
-        rest_from = bound(now, run.size, s - window)
-        if rest_from is None or rest_from < s - window:
-            return None
-        if not all(stop(min(rest_from, s)) for stop in rest_stops.values()):
-            return None
-        return _slots(ext, ops, start, before, now, d, n, long_ops, size)
+        after = _State(ext, ops, at(s - top), at(s + 6), counts_at, stop_at, stopping, s - top, s, s + 6)
+        seen.append((s, top, before, now, then, after))
     run.run(done, run.size)
+    for s, top, before, now, then, after in reversed(seen):  # the latest first: the most settled
+        check = (at, then, after, before, now, run.size, ops, n, bound, has_input, ranks)
+        for window in _windows(s, top, bound_raw(before, now), bound_raw(now, run.size)):
+            if _holds(s, window, check):
+                return _slots(ext, ops, start, before, now, d, n, long_ops, size)
     return None
+
+
+class _State:
+    """What the check compares of a run at one pointer: the slots of the ops of visit positions [lo, hi)
+    (those starting from slot a on), each rank's counts at the slots [a, b] and, for `ranks`, its stops
+    in [a, c) (`stop_at`: a function of (lo, c') saying whether one lies in [lo, c'))."""
+
+    def __init__(self, ext, ops, lo, hi, counts_at, stop_at, ranks, a, b, c) -> None:
+        self.lo, self.slots, self.a = lo, ext[ops[lo:hi]].copy(), a
+        self.counts = [_copied(row, a, b + 1) for row in counts_at()]
+        self.stops = {r: stop_at(r, a, c) for r in ranks}  # the ranks of ops without inputs
+
+    def counts_at(self, x: int) -> tuple:
+        return tuple(row[x - self.a] for row in self.counts)
+
+
+def _copied(row, a: int, b: int):
+    """row[a:b] as a sequence of ints that no later write changes (a bytearray's slice is a copy; an int
+    memoryview's is not)."""
+    part = row[a:b]
+    return part.tolist() if isinstance(part, memoryview) else part
+
+
+def _windows(s: int, top: int, period_from: int, rest_from: int) -> list[int]:
+    """Windows to check at pointer s: the least that holds what the period and the rest read (whole
+    periods, at least one), then the widest noted."""
+    need = max(s - 6 - period_from, s - rest_from, 6)
+    least = 6 * (-(-need // 6))
+    return [w for w in dict.fromkeys((least, top)) if w <= top]
+
+
+def _holds(s: int, window: int, check) -> bool:
+    """The check of the module docstring at pointer s with a window of `window` slots. `check`: (at, the
+    state at s - 6, the state at s, the checked period's visit positions, the run's size, its ops, n,
+    `bound`, which ops have inputs, their ranks)."""
+    at, then, after, before, now, size, ops, n, bound, has_input, ranks = check
+    w0, w1, nxt = at(s - 6 - window), at(s - window), at(s + 6)
+    if nxt - w1 != now - w0 or not np.array_equal(ops[w1:nxt], ops[w0:now] + 3 * n):
+        return False
+    if not np.array_equal(after.slots[w1 - after.lo :], then.slots[w0 - then.lo :] + 6):
+        return False
+    if after.counts_at(s - window) != then.counts_at(s - 6 - window):
+        return False
+    for lo, hi, start, state, last in (
+        (before, now, s - 6 - window, then, s - 6),
+        (now, size, s - window, after, s),
+    ):
+        reads = bound(lo, hi, start)
+        if reads is None or reads < start:
+            return False
+        free = ~has_input[lo:hi]  # ops without inputs: their ranks must hold a stop in the window
+        if any(not state.stops[r](start, min(reads, last)) for r in set(ranks[lo:hi][free].tolist())):
+            return False
+    return True
 
 
 def _read(reach) -> int:
@@ -269,15 +311,20 @@ def _slots(
 def explicit_counts(run) -> tuple[Callable, Callable]:
     """`counts_at` and `stop_at` of an `ExplicitRun` (headroom; a stop: a slot without headroom)."""
 
-    def counts_at(x: int) -> tuple:
-        return tuple(row[x] for row in run.lows) + tuple(row[x] for row in run.highs or ())
+    def counts_at() -> list:
+        return [*run.lows, *(run.highs or ())]
 
-    def stop_at(r: int, a: int, b: int) -> Callable[[int], bool]:
+    def stop_at(r: int, a: int, b: int) -> Callable[[int, int], bool]:
         low = np.frombuffer(bytes(run.lows[r][a:b]), dtype=np.uint8).astype(np.int64)
         if run.highs is not None:
             low += 255 * np.frombuffer(bytes(run.highs[r][a:b]), dtype=np.uint8)
-        zeros = np.flatnonzero(low == 0)
-        return lambda c: bool(zeros.size) and a + int(zeros[0]) < c
+        zeros = np.flatnonzero(low == 0) + a  # slots without headroom
+
+        def any_in(lo: int, c: int) -> bool:
+            i = int(np.searchsorted(zeros, lo))
+            return i < zeros.size and zeros[i] < c
+
+        return any_in
 
     return counts_at, stop_at
 
@@ -286,17 +333,21 @@ def derived_counts(run, cap: int) -> tuple[Callable, Callable]:
     """`counts_at` and `stop_at` of a `DerivedRun` (pending W's and live chunks; a stop: a full slot past
     a free one)."""
 
-    def counts_at(x: int) -> tuple:
-        counts = run.counts
-        return tuple((q[x], v[x]) for q, v in zip(counts.pends, counts.lives, strict=True))
+    def counts_at() -> list:
+        return [*run.counts.pends, *run.counts.lives]
 
-    def stop_at(r: int, a: int, b: int) -> Callable[[int], bool]:
-        free = np.flatnonzero(np.frombuffer(bytes(run.rows[r][a:b]), dtype=np.uint8) == v_squeeze._FREE)
-        if free.size == 0:
-            return lambda c: False
-        live = np.asarray(run.counts.lives[r][a:b])
-        full = np.flatnonzero(live[free[0] :] == cap) + free[0]
-        return lambda c: bool(full.size) and a + int(full[0]) < c
+    def stop_at(r: int, a: int, b: int) -> Callable[[int, int], bool]:
+        free = np.flatnonzero(np.frombuffer(bytes(run.rows[r][a:b]), dtype=np.uint8) == v_squeeze._FREE) + a
+        full = np.flatnonzero(np.asarray(run.counts.lives[r][a:b]) == cap) + a
+
+        def any_in(lo: int, c: int) -> bool:  # a free slot from lo on, then a full one before c
+            i = int(np.searchsorted(free, lo))
+            if i == free.size:
+                return False
+            j = int(np.searchsorted(full, free[i]))
+            return j < full.size and full[j] < c
+
+        return any_in
 
     return counts_at, stop_at
 
@@ -325,19 +376,7 @@ def _derived_finish(sched: SlotSchedule, ext: np.ndarray) -> None:
     sched._set_arrays(slot, occ)
 
 
-def raw_slots(p: int, m: int, offs: tuple[list[int], list[int]]) -> np.ndarray:
-    """Each op's slot in the repeated block before tightening (F, B; W's: a slot past any), then -1 for
-    the missing input: the tightened and squeezed slots are never later (`SlotSchedule`)."""
-    fo, bo = (np.asarray(x, dtype=np.int64) for x in offs)
-    n = 2 * p
-    key = np.arange(n * m, dtype=np.int64)
-    stage, shift = key % n, 6 * (key // n) - int(fo.min())
-    raw = np.empty((n * m, 3), dtype=np.int64)
-    raw[:, _F], raw[:, _B], raw[:, _W] = fo[stage] + shift, bo[stage] + shift, UNBOUNDED
-    return np.append(raw.ravel(), -1)
-
-
-def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, raw: np.ndarray) -> bool:
+def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
     """`squeeze_explicit(cap)` on both schedules (`long` d microbatches longer), the longer one's moves
     copied where the check proves them; whether they were."""
     run = v_squeeze.ExplicitRun.start(short, cap, short._arrays())
@@ -362,7 +401,6 @@ def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, raw: np.
         stop_at,
         long_ops,
         size,
-        raw,
     )
     run.finish(short)
     if slots is None:
@@ -373,7 +411,7 @@ def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, raw: np.
     return True
 
 
-def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, raw: np.ndarray) -> bool:
+def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
     """`squeeze_derived(cap)` on both schedules, the longer one's moves copied where the check proves
     them; whether they were."""
     started = _derived_start(short, cap)
@@ -400,7 +438,6 @@ def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, raw: np.n
         stop_at,
         long_ops,
         len(stripped) + 1,
-        raw,
     )
     _derived_finish(short, ext)
     if slots is None:
@@ -419,13 +456,12 @@ def squeezed(p: int, m0: int, m1: int, name: str, offs, cap: int, variants: tupl
     if any(base.peak() > cap for base in bases):
         return _squeezed(p, m0, name, offs, cap, variants)[1], _squeezed(p, m1, name, offs, cap, variants)[1]
     out: tuple[list, list] = ([], [])
-    raw = raw_slots(p, m0, offs)
     for i, variant in enumerate(variants):
         last = i == len(variants) - 1
         short, long = (base if last else base.copy() for base in bases)
         if variant == "explicit":
-            explicit(short, long, cap, m1 - m0, raw)
-        derived(short, long, cap, m1 - m0, raw)
+            explicit(short, long, cap, m1 - m0)
+        derived(short, long, cap, m1 - m0)
         out[0].append((f"{name}/{variant}", short.order()))
         out[1].append((f"{name}/{variant}", long.order()))
     return out

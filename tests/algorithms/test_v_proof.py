@@ -83,22 +83,28 @@ def test_the_v_familys_blocks_are_copied(block, p, cap, proofs):
 @pytest.mark.parametrize("part", ["counts", "stops"])
 def test_a_failed_check_squeezes_the_longer_one(part, proofs, monkeypatch):
     # a state or a stop that does not match: nothing is copied, and the orders are still the squeezes'
-    if part == "counts":
+    if part == "counts":  # one more count row, its value the number of states noted so far
         for name in ("explicit_counts", "derived_counts"):
             real = getattr(v_proof, name)
 
             def counts(*a, real=real):
                 counts_at, stop_at = real(*a)
-                calls = iter(range(10**9))
-                return (lambda x: (counts_at(x), next(calls))), stop_at
+                calls = iter(range(1, 256))
+
+                def more_rows():
+                    return [*counts_at(), bytearray([next(calls)]) * 100_000]
+
+                return more_rows, stop_at
 
             monkeypatch.setattr(v_proof, name, counts)
-    else:
+    else:  # no rank ever holds a stop
         for name in ("explicit_counts", "derived_counts"):
             real = getattr(v_proof, name)
-            monkeypatch.setattr(
-                v_proof, name, lambda *a, real=real: (real(*a)[0], lambda r, x, y: lambda c: False)
-            )
+
+            def no_stops(*a, real=real):
+                return real(*a)[0], lambda r, x, y: lambda lo, c: False
+
+            monkeypatch.setattr(v_proof, name, no_stops)
     p, block, cap = 10, vshape.ZB, 20
     _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p, block.name), ("explicit",))
     assert proofs == [False, False]
