@@ -57,7 +57,7 @@ _F, _B, _W = 0, 1, 2
 #: periods between two pointers the check tries (the latest that fit first)
 STEP = 2
 #: pointers tried before giving up
-TRIES = 4
+TRIES = 2
 #: `longer`'s bound where no op of a stretch has inputs
 UNBOUNDED = 1 << 62
 #: an extension runs where m is at least this many times m0 + 1: it squeezes one short order (m0), the
@@ -67,15 +67,15 @@ RATIO = 2
 
 #: microbatches per p past `v_period.starts` the check needs to find a window before the shorter order's
 #: grid stops repeating (measured at the V family's caps, p = 4..64: zb's block p / 6.4, half's p / 4.3
-#: and min's p / 5.8 or less, each with up to 3 more at small p); a block not listed gets p / 2
-LEADS = {"zb": 1 / 6, "half": 1 / 4, "min": 1 / 5}
+#: and min's p / 5.8 or less, half's with up to 3 more at small p; kept with margin); others p / 2
+LEADS = {"zb": 1 / 6, "half": 1 / 3, "min": 1 / 5}
 
 
 def lead(p: int, block: str) -> int:
-    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`, three more for margin):
+    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`, two more for margin):
     too few and the check finds no window (the longer order is then squeezed too), each one more costs
     about 1 / m0 of the shorter squeeze."""
-    return math.ceil(p * LEADS.get(block, 1 / 2)) + 3
+    return math.ceil(p * LEADS.get(block, 1 / 2)) + 2
 
 
 def _repeats(grid: np.ndarray, shift: int) -> np.ndarray:
