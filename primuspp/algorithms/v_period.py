@@ -6,15 +6,19 @@ the cap but not on m, each rank runs the same six ops (one period: F, B and W of
 and again, each time one microbatch later. So the order for m + 1 is the order for m with one period
 inserted in that steady state, everything before the insertion unchanged and everything after it one
 microbatch later. Here the orders for a short m0 and for m0 + d (d = `gap(m0)`, a prime near m0 / 4) are
-squeezed in full (`squeeze`), the inserted periods are read off their difference, and the order for m is
-the order for m0 with m - m0 periods inserted, each one microbatch later than the one before: numpy
-slices, no per-op loop.
+taken as the full squeeze gives them (`squeeze`; or `pair`, which squeezes m0 only and copies m0 + d's
+moves from it where `v_proof` proves them), the inserted periods are read off their difference, and the
+order for m is the order for m0 with m - m0 periods inserted, each one microbatch later than the one
+before: numpy slices, no per-op loop. The V family starts from `starts(cap)` plus `v_proof.lead` (the
+proof needs the shorter order's grid to repeat over its window) and extends from twice m0 + 1 on
+(`v_proof.RATIO`: one short squeeze to pay for, not two).
 
 Soundness. The squeeze visits the ops in slot order and moves each into an earlier free slot; what it
 decides for an op depends on the slots near it (inputs, free slots and memory between its earliest slot
 and its own; the derived squeeze's re-walk reads on until it rejoins the stored walk). Where the state
-around the op is periodic, so are the decisions, which is why the result is. We have no bound on how
-far the re-walk reads, so this is a measured rule with a check on every run, not a proof:
+around the op is periodic, so are the decisions, which is why the result is. `v_proof` turns that into a
+proof for m0 + d (it checks the state and every read of m0's run); for any longer m it stays a measured
+rule with a check on every run:
 
 - the rule: m0 = cap + 2 (cap in live chunks), else 3 * cap / 2 + 4 (`starts`; each only where m is
   long enough for it to pay, `applies`). For the blocks of `vshape.CATALOG` and `v_family.AUTO_BLOCKS`,
