@@ -12,23 +12,31 @@ that state is a function of the current slots: the free slots and the grid, the 
 counts as the count at the stretch's start plus what the grid holds from there.
 
 Write sigma for "one microbatch later": op o -> o + 3n (n stages), slot t -> t + 6. The starting grid of
-m1 is that of m0 with d periods inserted at the first column T where the two differ (checked: before T
-they agree, [T, T + 6d) repeats the columns before it, and from T + 6d on it is m0's grid under sigma^d),
-and m0's grid repeats under sigma over [low, T). Take a pointer s (all ops starting before s visited) and
-a window of L slots, L at least 6 more than the longest gap between an op's and its inputs' starting
-slots, with [s - 6 - L, s + 6) inside [low, T). The check, on m0's run:
+m1 is that of m0 with d periods inserted at the first column T where the two differ (checked, `inserted`:
+before T they agree, [T, T + 6d) repeats the columns before it, and from T + 6d on it is m0's grid under
+sigma^d), and m0's grid repeats under sigma over [low, T). Take a pointer s (all ops starting before s
+visited) with s - 6 >= low, and a window of L slots behind it. The window need not lie where the grid
+repeats: its ops are compared as they are. The check, on m0's run (the state around the two latest
+pointers is noted during the run, L chosen after it: the least whole periods that hold every read below,
+else the widest noted):
 
-1. the slots of the ops starting in [s - L, s + 6) are those of the ops starting in [s - 6 - L, s) when
-   the pointer stood at s - 6, plus 6; each rank's count at s - L is the one it had at s - 6 - L then;
-2. the period's ops (starting in [s - 6, s)) read nothing before s - 6 - L nor from s - 6 on past the
-   repeating stretch, and every op before s read nothing from T on (so m0's and m1's runs agree up to s);
+1. the ops starting in [s - L, s + 6) are those starting in [s - 6 - L, s) one microbatch later, and their
+   slots are those when the pointer stood at s - 6, plus 6; each rank's count at s - L is the one it had
+   at s - 6 - L then;
+2. the period's ops (starting in [s - 6, s)) read nothing before s - 6 - L, and no walk before s read from
+   T on (so m0's and m1's runs agree up to s) nor the period's past T - 6 (so each copy's reads lie where
+   m1's grid repeats);
 3. no op from s on reads before s - L.
 
-An op without inputs (a first-stage F) reads back from its slot to a stop: the last slot without headroom
-(explicit), or the last full slot past the first free one (derived). Where its rank holds such a stop in
-the window before the earliest slot any other op of the stretch reads and before the stretch's own slots,
-no op writes there (each writes from its earliest slot on, an F without inputs past its stop), so every
-such op stops at or after it.
+An op reads from one past its inputs' slots. An input outside the window (starting before it) is followed
+along its copies one, two, ... microbatches later up to the first inside the window (those before it were
+placed before s, the same in both runs; from it on 1. shifts them): each, less 6 slots per microbatch, must
+sit no later than the op's binding input (exactly there where it is the binding input), so every copy of
+the op reads from the same slot, shifted (`outside`). An op without inputs (a first-stage F) reads back
+from its slot to a stop: the last slot without headroom (explicit), or the last full slot past the first
+free one (derived). Where its rank holds such a stop in the window before the earliest slot any other op
+of the stretch reads and before the stretch's own slots, no op writes there (each writes from its earliest
+slot on, an F without inputs past its stop), so every such op stops at or after it.
 
 By 1. and 2., in m1's run the state the period after s reads is the one the checked period read, under
 sigma, so it makes the same moves 6 slots later, and so on for d periods (by induction: what each reads
