@@ -10,20 +10,11 @@ import pytest
 
 from primuspp.algorithms import v_family, v_period, v_proof, v_rows, vshape
 from primuspp.schedule.array_order import ArrayOrder
+from tests.algorithms.v_orders import BLOCKS
+from tests.algorithms.v_orders import columns as _columns
+from tests.algorithms.v_orders import same as _same
 
-BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
 BOTH = ("derived", "explicit")
-
-
-def _columns(order: ArrayOrder) -> tuple[list[int], ...]:
-    rows = order.rows
-    return (list(order.first), *(np.asarray(rows[k]).tolist() for k in ("kind", "stage", "mb")))
-
-
-def _same(x, y) -> bool:
-    return [n for n, _ in x] == [n for n, _ in y] and all(
-        _columns(a) == _columns(b) for (_, a), (_, b) in zip(x, y, strict=True)
-    )
 
 
 def _full(p: int, block: vshape.Block, cap: int, variants=BOTH):

@@ -9,21 +9,9 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from primuspp.algorithms import v_family, v_period, v_proof, vshape
-from primuspp.schedule.array_order import ArrayOrder
-
-BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
-
-
-def _columns(order: ArrayOrder) -> tuple[list[int], ...]:
-    rows = order.rows
-    return (list(order.first), *(np.asarray(rows[k]).tolist() for k in ("kind", "stage", "mb")))
-
-
-def _same(x, y) -> bool:
-    return [n for n, _ in x] == [n for n, _ in y] and all(
-        _columns(a) == _columns(b) for (_, a), (_, b) in zip(x, y, strict=True)
-    )
+from primuspp.algorithms import v_period, v_proof, vshape
+from tests.algorithms.v_orders import BLOCKS
+from tests.algorithms.v_orders import same as _same
 
 
 def _separate(p, m0, m1, block, cap, variants):
