@@ -180,27 +180,20 @@ def longer(
         off = binds & (low[mb + 1, cell] != limit)
         return not late.any() and not off.any()
 
-    def bound(lo: int, hi: int, window_start: int) -> int | None:
+    def bound(lo: int, hi: int, window_start: int | None = None) -> int | None:
         """The earliest slot the ops of visit positions [lo, hi) read (one past their inputs' slots), or
-        None where an input starting before `window_start` does not keep its op's copies' reads
-        (`outside`)."""
+        None where an input starting before `window_start` (if given) does not keep its op's copies'
+        reads (`outside`)."""
         keep = has_input[lo:hi]
         if not keep.any():
             return UNBOUNDED
         a, b = first[lo:hi], second[lo:hi]
         binding = np.maximum(ext[a], ext[b])
-        for x in (a, b):
+        for x in (a, b) if window_start is not None else ():
             far = keep & (x < len(ext) - 1) & (initial[x] < window_start)
             if far.any() and not outside(x[far], binding[far], ext[x[far]] == binding[far], window_start):
                 return None
         return int(binding[keep].min()) + 1
-
-    def bound_raw(lo: int, hi: int) -> int:
-        """The earliest slot the ops of visit positions [lo, hi) read (one past their inputs' slots)."""
-        keep = has_input[lo:hi]
-        if not keep.any():
-            return UNBOUNDED
-        return int(np.maximum(ext[first[lo:hi]], ext[second[lo:hi]])[keep].min()) + 1
 
     latest = upto - 6
     # the checked period and what follows it must lie where the grid repeats; the window behind it need
@@ -223,7 +216,7 @@ def longer(
     run.run(done, run.size)
     for s, top, before, now, then, after in reversed(seen):  # the latest first: the most settled
         check = (at, then, after, before, now, run.size, ops, n, bound, has_input, ranks)
-        for window in _windows(s, top, bound_raw(before, now), bound_raw(now, run.size)):
+        for window in _windows(s, top, bound(before, now), bound(now, run.size)):
             if _holds(s, window, check):
                 return _slots(ext, ops, start, before, now, d, n, long_ops, size)
     return None
