@@ -66,6 +66,8 @@ _F, _B, _W = 0, 1, 2
 STEP = 2
 #: pointers tried before giving up
 TRIES = 2
+#: `outside`'s fills of slots it does not compare
+_LEAST, _MOST = v_rows.INT(np.iinfo(v_rows.INT).min), v_rows.INT(np.iinfo(v_rows.INT).max)
 #: `longer`'s bound where no op of a stretch has inputs
 UNBOUNDED = 1 << 62
 #: an extension runs where m is at least this many times m0 + 1: it squeezes one short order (m0), the
@@ -73,17 +75,19 @@ UNBOUNDED = 1 << 62
 RATIO = 2
 
 
-#: microbatches per p past `v_period.starts` the check needs to find a window before the shorter order's
-#: grid stops repeating (measured at the V family's caps, p = 4..64: zb's block p / 6.4, half's p / 4.3
-#: and min's p / 5.8 or less, half's with up to 3 more at small p; kept with margin); others p / 2
-LEADS = {"zb": 1 / 6, "half": 1 / 3, "min": 1 / 5}
+#: microbatches past `v_period.starts` the check needs to find a window before the shorter order's grid
+#: stops repeating, per block: (a fraction of p, a margin, a least). Measured at the V family's caps, p =
+#: 4..64: zb's block p / 6.4 or less from p = 11 on (within one of it; 4 at p = 7..10, where both squeezes
+#: run), half's p / 4.3 and min's p / 5.8 or less, half's with up to 3 more at small p; others p / 2
+LEADS = {"zb": (1 / 6.4, 1, 4), "half": (1 / 3, 2, 0), "min": (1 / 5, 2, 0)}
 
 
 def lead(p: int, block: str) -> int:
-    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`, two more for margin):
-    too few and the check finds no window (the longer order is then squeezed too), each one more costs
-    about 1 / m0 of the shorter squeeze."""
-    return math.ceil(p * LEADS.get(block, 1 / 2)) + 2
+    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`): too few and the check
+    finds no window (the longer order is then squeezed too), each one more costs about 1 / m0 of the
+    shorter squeeze."""
+    fraction, margin, least = LEADS.get(block, (1 / 2, 2, 0))
+    return max(least, math.ceil(p * fraction) + margin)
 
 
 def _repeats(grid: np.ndarray, shift: int) -> np.ndarray:
@@ -150,12 +154,15 @@ def longer(
     ranks = run.columns[-1]
     stopping = sorted(set(ranks[~has_input].tolist()))  # ranks with ops without inputs
 
+    kind = start.dtype.type  # (a search key of the array's own type: no conversion of the array)
+
     def at(x: int) -> int:
-        return int(np.searchsorted(start, x))
+        return int(start.searchsorted(kind(x)))
 
     cells = 3 * n  # ops per microbatch: op = mb * cells + cell
     count = (len(ext) - 1) // cells
     starts_by_mb = initial[:-1].reshape(count, cells)
+    by_mb = ext[:-1].reshape(count, cells)  # (read once the run is over)
 
     def outside(xs: np.ndarray, binding: np.ndarray, binds: np.ndarray, window_start: int) -> bool:
         """Whether inputs `xs`, starting before `window_start` (outside the compared window), keep the
@@ -164,21 +171,29 @@ def longer(
         the induction shifts them) sits no later than the op's binding slot `binding` that many periods
         later (exactly there where x is the binding input, `binds`). Along each cell's chain of copies
         the slot less 6 per microbatch is compared through suffix maxima and minima."""
-        before = starts_by_mb < window_start  # starts ascend along a chain
-        last = before.sum(axis=0)  # each chain's first copy inside the window (count: none)
-        cols = np.arange(cells)
-        keep = before.copy()
-        keep[np.minimum(last, count - 1), cols] |= last < count
-        level = ext[:-1].reshape(count, cells) - 6 * np.arange(count)[:, None]
-        high = np.maximum.accumulate(np.where(keep, level, np.iinfo(np.int64).min)[::-1], axis=0)[::-1]
-        low = np.minimum.accumulate(np.where(keep, level, np.iinfo(np.int64).max)[::-1], axis=0)[::-1]
-        mb, cell = xs // cells, xs % cells
-        if (mb + 1 >= count).any() or (last[cell] >= count).any():
+        mb = xs // cells
+        cell = xs - mb * cells
+        if int(mb.max()) + 1 >= count:
             return False  # a chain that ends before the window: nothing to induce from
+        last = (starts_by_mb < window_start).sum(axis=0)  # each chain's first copy inside the window
+        reach = last[cell]
+        top = int(reach.max())
+        if top >= count:
+            return False
+        # the copies compared, latest first: the latest first copy inside down to one after the earliest x
+        rows = np.arange(top, int(mb.min()), -1, dtype=v_rows.INT)
+        level = by_mb[rows]
+        level -= (6 * rows)[:, None]
+        keep = rows[:, None] <= last
+        high = np.where(keep, level, _LEAST)
+        np.maximum.accumulate(high, axis=0, out=high)  # the latest copies' maximum from each row on
+        low = np.where(keep, level, _MOST)
+        np.minimum.accumulate(low, axis=0, out=low)
+        at_mb = top - 1 - mb  # row mb + 1
         limit = binding - 6 * mb
-        late = high[mb + 1, cell] > limit
-        off = binds & (low[mb + 1, cell] != limit)
-        return not late.any() and not off.any()
+        if (high[at_mb, cell] > limit).any():
+            return False
+        return not (binds & (low[at_mb, cell] != limit)).any()
 
     def bound(lo: int, hi: int, window_start: int | None = None) -> int | None:
         """The earliest slot the ops of visit positions [lo, hi) read (one past their inputs' slots), or
@@ -189,10 +204,16 @@ def longer(
             return UNBOUNDED
         a, b = first[lo:hi], second[lo:hi]
         binding = np.maximum(ext[a], ext[b])
-        for x in (a, b) if window_start is not None else ():
-            far = keep & (x < len(ext) - 1) & (initial[x] < window_start)
-            if far.any() and not outside(x[far], binding[far], ext[x[far]] == binding[far], window_start):
-                return None
+        if window_start is not None:  # both inputs' far ones at once
+            x = np.concatenate((a, b))
+            both = np.concatenate((binding, binding))
+            far = np.concatenate((keep, keep))
+            far &= x < len(ext) - 1
+            far &= initial[x] < window_start
+            if far.any():
+                x, both = x[far], both[far]
+                if not outside(x, both, ext[x] == both, window_start):
+                    return None
         return int(binding[keep].min()) + 1
 
     latest = upto - 6
@@ -453,7 +474,9 @@ def squeezed(p: int, m0: int, m1: int, name: str, offs, cap: int, variants: tupl
     the block needs more than `cap`; the longer one's moves copied from the shorter one's where proven."""
     from primuspp.algorithms.vshape import SlotSchedule, _squeezed
 
-    bases = SlotSchedule(p, m0, *offs), SlotSchedule(p, m1, *offs)
+    short = SlotSchedule(p, m0, *offs, keep_raw=True)  # the longer one tightened from it where it can
+    bases = short, SlotSchedule(p, m1, *offs, like=short.tightened_from())
+    short.raw = None
     if any(base.peak() > cap for base in bases):
         return _squeezed(p, m0, name, offs, cap, variants)[1], _squeezed(p, m1, name, offs, cap, variants)[1]
     out: tuple[list, list] = ([], [])

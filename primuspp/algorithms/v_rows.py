@@ -214,14 +214,76 @@ def tighten(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> 
         return slot.copy()
     if slot.size % (3 * n) or (slot < 0).any():
         return tighten_by_slots(occ, slot, n)
-    f, b, w = (slot.reshape(-1, n, 3)[:, :, k] for k in range(3))  # by microbatch and stage
-    # each op's inputs (`inputs`) sit in earlier slots: the previous stage's F, the cell's F or B, the
-    # next stage's B
-    if not ((f[:, 1:] > f[:, :-1]).all() and (b > f).all() and (w > b).all()):
-        return None
-    if not (b[:, :-1] > b[:, 1:]).all():
+    if not _inputs_before(slot, n):
         return None
     return by_ranks(occ, slot, n, sweeps)
+
+
+def _inputs_before(slot: np.ndarray, n: int) -> bool:
+    """Whether each op's inputs (`inputs`) sit in earlier slots: the previous stage's F, the cell's F or
+    B, the next stage's B (whole microbatches, every op placed)."""
+    f, b, w = (slot.reshape(-1, n, 3)[:, :, k] for k in range(3))  # by microbatch and stage
+    return bool(
+        (f[:, 1:] > f[:, :-1]).all() and (b > f).all() and (w > b).all() and (b[:, :-1] > b[:, 1:]).all()
+    )
+
+
+def tighten_from(
+    short_new: np.ndarray, short_occ: np.ndarray, occ: np.ndarray, slot: np.ndarray, n: int
+) -> np.ndarray | None:
+    """`tighten(occ, slot, n)` for a raw repetition d microbatches longer than one already tightened
+    (`short_new`, the new slots of the raw repetition `short_occ`), without solving it again; None where
+    the guess below is wrong (the caller then runs `tighten`).
+
+    The guess: the short one with d periods inserted where the two raw grids first differ (column t). An
+    op before t keeps its slot (its inputs and rank predecessors all sit before it: the same ops in both);
+    from t on each op takes the slot of its copy k microbatches earlier plus 6 k, k = 1 for the first
+    period from t, 2 for the next, up to d. It is kept only if it solves `by_ranks`' system (every op ends
+    one slot after the later of its input on another rank and its rank predecessor), whose solution is
+    unique: then it is the tightened repetition. It holds where the short one repeats (one microbatch
+    later, 6 slots later) around t, as the steady state does once settled."""
+    cells = 3 * n
+    d, left = divmod(slot.size - short_new.size, cells)
+    if d <= 0 or left or slot.size % cells or (slot < 0).any() or not _inputs_before(slot, n):
+        return None
+    width = short_occ.shape[1]
+    differ = np.flatnonzero((short_occ != occ[:, :width]).any(axis=0))
+    t = int(differ[0]) if differ.size else width
+    k = slot - t  # each op's periods past t: 0 before t, 1 in [t, t + 6), ..., d from t + 6 (d - 1) on
+    k //= 6
+    k += 1
+    np.clip(k, 0, d, out=k)
+    source = np.arange(slot.size, dtype=np.int64) - cells * k
+    if source.min() < 0 or source.max() >= short_new.size:
+        return None
+    guess = short_new[source]
+    guess += 6 * k
+    return guess if solves(occ, slot, guess, n) else None
+
+
+def solves(occ: np.ndarray, slot: np.ndarray, new: np.ndarray, n: int) -> bool:
+    """Whether `new` solves `by_ranks`' system for the raw repetition (`occ`, `slot`: every op placed, its
+    inputs in earlier slots): each op, its rank's ops in raw slot order, ends one slot after the later of
+    its input on another rank and its rank predecessor (the equations `by_ranks` checks before it
+    resumes)."""
+    mask = occ >= 0
+    ops = occ[mask]  # rank-major, each rank's ops in slot order
+    total, none = ops.size, slot.size
+    count = np.count_nonzero(mask, axis=1)
+    inp = _links(ops, n, none)[0]
+    pos = np.empty(none + 1, dtype=np.intp)  # each op's index in `ops`; a missing input: the 0 at the end
+    pos[ops] = np.arange(total)
+    pos[none] = total
+    end = np.empty(total + 1, dtype=INT)
+    np.add(new[ops], 1, out=end[:-1])
+    end[total] = 0
+    after = np.empty(total, dtype=INT)  # each op's rank predecessor's end (0 for a rank's first op)
+    after[1:] = end[:-2]
+    firsts = np.cumsum(count) - count
+    after[firsts[count > 0]] = 0
+    need = np.maximum(end[pos[inp]], after)
+    need += 1
+    return bool(np.array_equal(need, end[:-1]))
 
 
 def _links(ops: np.ndarray, n: int, none: int) -> tuple[np.ndarray, np.ndarray]:

@@ -146,7 +146,20 @@ class SlotSchedule:
     """Ops of a V schedule on unit slots. An op id is (mb * stages + stage) * 3 + kind; `occ[r][t]` is the
     op rank r runs in slot t (-1: free), `slot[op]` the inverse."""
 
-    def __init__(self, p: int, m: int, fo: list[int], bo: list[int], tighten: bool = True) -> None:
+    def __init__(
+        self,
+        p: int,
+        m: int,
+        fo: list[int],
+        bo: list[int],
+        tighten: bool = True,
+        like: tuple | None = None,
+        keep_raw: bool = False,
+    ) -> None:
+        """The block (F and B offsets `fo`, `bo` per stage) repeated m times, W's in the free slots, then
+        (`tighten`) every op as early as its inputs and its rank allow. `like`: (the new slots, the raw
+        grid) of the same block tightened for fewer microbatches (`tightened_from`, of a schedule made
+        with `keep_raw`), which the tightening tries first (`v_rows.tighten_from`)."""
         import numpy as np
 
         from primuspp.algorithms import v_rows
@@ -167,11 +180,20 @@ class SlotSchedule:
         occ[rows, f_t], occ[rows, b_t] = f_op, f_op + _B
         v_rows.fill_ws(occ, slot)  # `_ws_slots` on every rank
         if tighten:
-            new = v_rows.tighten(occ, slot, n)  # `_tighten_reference`, a slot at a time
+            new = None if like is None else v_rows.tighten_from(*like, occ, slot, n)
+            if new is None:
+                new = v_rows.tighten(occ, slot, n)  # `_tighten_reference`, a slot at a time
             if new is None:
                 new = np.array(self._tightened(slot, occ), dtype=v_rows.INT)
+            if keep_raw:
+                self.raw = occ
             slot, occ = new, v_rows.grid(new, np.asarray(rank, dtype=np.int64), n, p, width)
         self._set_arrays(slot, occ)
+
+    def tightened_from(self) -> tuple:
+        """(the tightened slots, the raw grid) as `like` takes them: made with `keep_raw`, read before any
+        squeeze."""
+        return self._arr[0], self.raw
 
     # The ops' places are kept as arrays (`_arr`: the slot array and the grid, what the fast passes read
     # and write) or as the lists `slot` and `occ` (what the readable references edit in place), or both
@@ -181,6 +203,7 @@ class SlotSchedule:
     _arr = None
     _slot = None
     _occ = None
+    raw = None  # the raw repetition's grid, kept with `keep_raw`
 
     @property
     def slot(self) -> list[int]:

@@ -92,3 +92,53 @@ def test_an_input_in_a_later_slot_gives_none():
     bad[op] = bad[op - 1] - 1
     assert v_rows.tighten(occ, bad, 2 * p) is None
     assert v_rows.tighten_by_slots(occ, bad, 2 * p) is None
+
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 8, 16])
+def test_a_longer_repetition_tightened_from_a_shorter_one_is_the_tightened_one(p):
+    # `tighten_from`'s guess (here built op by op) is `tighten`'s slots where it solves the system; where it
+    # does not (a short repetition not yet settled), `tighten_from` says None
+    solved = unsolved = 0
+    for block in BLOCKS:
+        for m0 in (1, p, 2 * p + 2):
+            slot0, occ0 = _raw(p, m0, block)
+            new0 = v_rows.tighten(occ0, slot0, 2 * p)
+            for d in (1, 2, 7):
+                slot, occ = _raw(p, m0 + d, block)
+                got = v_rows.tighten_from(new0, occ0, occ, slot, 2 * p)
+                guess = _inserted(new0, occ0, occ, slot, 2 * p)
+                if got is None:
+                    unsolved += 1
+                    assert not v_rows.solves(occ, slot, guess, 2 * p), (p, block.name, m0, d)
+                else:
+                    solved += 1
+                    assert np.array_equal(got, guess), (p, block.name, m0, d)
+                    assert np.array_equal(got, v_rows.tighten(occ, slot, 2 * p)), (p, block.name, m0, d)
+    assert solved and unsolved  # both sides taken over the blocks
+
+
+@pytest.mark.parametrize("p", [3, 8])
+def test_a_slot_off_by_one_does_not_solve_the_system(p):
+    slot, occ = _raw(p, 2 * p + 2, vshape.ZB)
+    new = v_rows.tighten(occ, slot, 2 * p)
+    assert v_rows.solves(occ, slot, new, 2 * p)
+    for op in range(0, slot.size, 7):
+        for step in (-1, 1):
+            wrong = new.copy()
+            wrong[op] += step
+            assert not v_rows.solves(occ, slot, wrong, 2 * p), (op, step)
+
+
+def _inserted(new0: np.ndarray, occ0: np.ndarray, occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray:
+    """`tighten_from`'s guess the plain way: t the first column where the raw grids differ, then each op
+    the slot of its copy k microbatches earlier plus 6 k (k: its periods from t, 0 before t, at most d)."""
+    cells = 3 * n
+    d = (slot.size - new0.size) // cells
+    width = occ0.shape[1]
+    t = next((c for c in range(width) if occ0[:, c].tolist() != occ[:, c].tolist()), width)
+    out = []
+    for op, raw in enumerate(slot.tolist()):
+        k = min(max((raw - t) // 6 + 1, 0), d)
+        out.append(int(new0[op - cells * k]) + 6 * k if op - cells * k >= 0 else -1)
+    return np.array(out, dtype=v_rows.INT)
