@@ -94,7 +94,6 @@ def test_an_input_in_a_later_slot_gives_none():
     assert v_rows.tighten_by_slots(occ, bad, 2 * p) is None
 
 
-
 @pytest.mark.parametrize("p", [2, 3, 5, 8, 16])
 def test_a_longer_repetition_tightened_from_a_shorter_one_is_the_tightened_one(p):
     # `tighten_from`'s guess (here built op by op) is `tighten`'s slots where it solves the system; where it
