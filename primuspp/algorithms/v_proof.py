@@ -337,14 +337,15 @@ def explicit_counts(run) -> tuple[Callable, Callable]:
         return [*run.lows, *(run.highs or ())]
 
     def stop_at(r: int, a: int, b: int) -> Callable[[int, int], bool]:
-        low = np.frombuffer(bytes(run.lows[r][a:b]), dtype=np.uint8).astype(np.int64)
-        if run.highs is not None:
-            low += 255 * np.frombuffer(bytes(run.highs[r][a:b]), dtype=np.uint8)
-        zeros = np.flatnonzero(low == 0) + a  # slots without headroom
+        low = bytes(run.lows[r][a:b])  # copies: the run goes on
+        high = None if run.highs is None else bytes(run.highs[r][a:b])
 
-        def any_in(lo: int, c: int) -> bool:
-            i = int(np.searchsorted(zeros, lo))
-            return i < zeros.size and zeros[i] < c
+        def any_in(lo: int, c: int) -> bool:  # a slot without headroom (low and high digit 0) in [lo, c)
+            end = c - a
+            j = low.find(0, max(lo - a, 0), end) if end > 0 else -1
+            while j >= 0 and high is not None and high[j]:
+                j = low.find(0, j + 1, end)
+            return j >= 0
 
         return any_in
 
@@ -359,15 +360,22 @@ def derived_counts(run, cap: int) -> tuple[Callable, Callable]:
         return [*run.counts.pends, *run.counts.lives]
 
     def stop_at(r: int, a: int, b: int) -> Callable[[int, int], bool]:
-        free = np.flatnonzero(np.frombuffer(bytes(run.rows[r][a:b]), dtype=np.uint8) == v_squeeze._FREE) + a
-        full = np.flatnonzero(np.asarray(run.counts.lives[r][a:b]) == cap) + a
+        kinds = bytes(run.rows[r][a:b])  # copies: the run goes on
+        lives = run.counts.lives[r][a:b]
+        if isinstance(lives, bytearray):  # counts in bytes: the cap is a byte to find
+            full = None
+        else:  # int32 counts
+            lives, full = None, np.flatnonzero(np.asarray(lives) == cap)
 
         def any_in(lo: int, c: int) -> bool:  # a free slot from lo on, then a full one before c
-            i = int(np.searchsorted(free, lo))
-            if i == free.size:
+            f = kinds.find(v_squeeze._FREE, max(lo - a, 0))
+            end = c - a
+            if f < 0 or f >= end:
                 return False
-            j = int(np.searchsorted(full, free[i]))
-            return j < full.size and full[j] < c
+            if lives is not None:
+                return lives.find(cap, f, end) >= 0
+            j = int(full.searchsorted(f))
+            return j < full.size and full[j] < end
 
         return any_in
 

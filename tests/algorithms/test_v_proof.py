@@ -9,7 +9,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from primuspp.algorithms import v_period, v_proof, vshape
+from primuspp.algorithms import v_period, v_proof, v_squeeze, vshape
 from tests.algorithms.v_orders import BLOCKS
 from tests.algorithms.v_orders import same as _same
 
@@ -154,3 +154,47 @@ def test_the_runs_state_is_a_function_of_the_slots(block, p, m, cap):
         assert [list(x) for x in derived.rows] == code.tolist()
         free = np.concatenate((grid < 0, np.ones((p, 1), dtype=bool)), axis=1)
         assert [list(x) for x in derived.idles] == (free & (pend == 0)).astype(int).tolist()
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_a_stop_is_found_in_the_noted_stretch_only(wide):
+    # `stop_at` on made-up states (headroom in one or two digits; live counts in bytes or int32) against the
+    # plain definition, for every query stretch in and around the noted one
+    rng = np.random.default_rng(7)
+    cap, width, a, b = (300 if wide else 5), 40, 9, 31
+    room = rng.integers(0, 3, width) * (0 if wide else 1) + rng.integers(0, 3, width) * (255 if wide else 1)
+    kinds = rng.choice([v_squeeze._FREE, v_squeeze._FK, v_squeeze._BK], width, p=[0.3, 0.4, 0.3])
+    live = np.where(rng.random(width) < 0.3, cap, rng.integers(0, cap, width))
+    lows, highs = (room % 255, room // 255) if wide else (room, None)
+
+    class Counts:
+        lives = (
+            [memoryview(bytearray(live.astype(np.int32).tobytes())).cast("i")]
+            if wide
+            else [bytearray(live.astype(np.uint8).tobytes())]
+        )
+
+    class Run:
+        pass
+
+    run = Run()
+    run.lows = [bytearray(np.asarray(lows, dtype=np.uint8).tobytes())]
+    run.highs = None if highs is None else [bytearray(np.asarray(highs, dtype=np.uint8).tobytes())]
+    run.rows = [bytearray(kinds.astype(np.uint8).tobytes())]
+    run.counts = Counts()
+    no_room = v_proof.explicit_counts(run)[1](0, a, b)
+    full_after_free = v_proof.derived_counts(run, cap)[1](0, a, b)
+    run.lows[0][:] = bytes(width)  # later writes do not reach the noted stretch
+    run.rows[0][:] = bytes(width)
+    if not wide:
+        run.counts.lives[0][:] = bytes(width)
+    hits = 0
+    for lo in range(a - 2, b + 2):
+        for c in range(a - 2, b + 3):
+            zero = [t for t in range(max(lo, a), min(c, b)) if room[t] == 0]
+            assert no_room(lo, c) == bool(zero), (lo, c)
+            free = [t for t in range(max(lo, a), b) if kinds[t] == v_squeeze._FREE]
+            full = [t for t in range(free[0], min(c, b)) if live[t] == cap] if free else []
+            assert full_after_free(lo, c) == bool(full), (lo, c)
+            hits += bool(zero) + bool(full)
+    assert hits
