@@ -76,10 +76,12 @@ RATIO = 2
 
 
 #: microbatches past `v_period.starts` the check needs to find a window before the shorter order's grid
-#: stops repeating, per block: (a fraction of p, a margin, a least). Measured at the V family's caps, p =
-#: 4..64: zb's block p / 6.4 or less from p = 11 on (within one of it; 4 at p = 7..10, where both squeezes
-#: run), half's p / 4.3 and min's p / 5.8 or less, half's with up to 3 more at small p; others p / 2
-LEADS = {"zb": (1 / 6.4, 1, 4), "half": (1 / 3, 2, 0), "min": (1 / 5, 2, 0)}
+#: stops repeating, per block: (a fraction of p, a margin, a least). Measured at the V family's caps: zb's
+#: block needs 2-5 at p = 11..32 (4 at p = 7..10, where both squeezes run), 10 at p = 64, 16 / 21 / 26 /
+#: 32 / 37 / 42 at p = 96 / 128 / 160 / 192 / 224 / 256 (about p / 6 there): ceil(p / 6) + 1, at least 4,
+#: is one or more above each; half's p / 4.3 and min's p / 5.8 or less (p = 4..64), half's with up to 3
+#: more at small p; others p / 2
+LEADS = {"zb": (1 / 6, 1, 4), "half": (1 / 3, 2, 0), "min": (1 / 5, 2, 0)}
 
 
 def lead(p: int, block: str) -> int:
