@@ -63,6 +63,7 @@ from itertools import pairwise
 import numpy as np
 
 from primuspp.schedule.array_order import ArrayOrder
+from primuspp.schedule.timing_arrays import UNIT_STARTS
 
 PERIOD = 6  # ops per microbatch on a rank: F, B, W of each of its two chunks
 
@@ -209,8 +210,11 @@ def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> Arra
     stage = np.empty(total, dtype=np.int64)
     mb = np.empty(total, dtype=np.int64)
     step = np.arange(k, dtype=np.int64)[:, None]  # each inserted period one microbatch later
+    # the unit slots (`timing_arrays.UNIT_STARTS`) where both orders have them: 6 slots a microbatch
+    slots_a, slots_b = (_rank_cuts(x.rows.memo.get(UNIT_STARTS), x) for x in (a, b))
+    slot = np.empty(total, dtype=np.int64) if slots_a and slots_b else None
     o = 0  # the rank's first row in the output; written in place (no per-rank pieces to concatenate)
-    for (ka, sa, ma), (kb, sb, mbb), x in zip(cols_a, cols_b, at, strict=True):
+    for r, ((ka, sa, ma), (kb, sb, mbb), x) in enumerate(zip(cols_a, cols_b, at, strict=True)):
         n, y = len(ka), x + PERIOD * k
         kind[o : o + x], stage[o : o + x], mb[o : o + x] = ka[:x], sa[:x], ma[:x]
         kind[o + x : o + y].reshape(k, PERIOD)[:] = kb[x : x + PERIOD]
@@ -219,8 +223,24 @@ def extend(a: ArrayOrder, b: ArrayOrder, at: list[int], m0: int, m: int) -> Arra
         kind[o + y : o + n + PERIOD * k] = ka[x:]
         stage[o + y : o + n + PERIOD * k] = sa[x:]
         np.add(ma[x:], k, out=mb[o + y : o + n + PERIOD * k])
+        if slot is not None:
+            ta, tb = slots_a[r], slots_b[r]
+            slot[o : o + x] = ta[:x]
+            slot[o + x : o + y].reshape(k, PERIOD)[:] = tb[x : x + PERIOD] + PERIOD * step
+            np.add(ta[x:], PERIOD * k, out=slot[o + y : o + n + PERIOD * k])
         o += n + PERIOD * k
-    return ArrayOrder.from_flat(kind, mb, stage, lengths)
+    out = ArrayOrder.from_flat(kind, mb, stage, lengths)
+    if slot is not None:
+        out.rows.memo[UNIT_STARTS] = slot
+    return out
+
+
+def _rank_cuts(column, order: ArrayOrder) -> list | None:
+    """A per-node column cut into each rank's part (None stays None)."""
+    if column is None:
+        return None
+    first = np.asarray(order.first).tolist()
+    return [column[lo:hi] for lo, hi in pairwise(first)]
 
 
 def extended(

@@ -603,6 +603,7 @@ class SlotSchedule:
         import numpy as np
 
         from primuspp.schedule.array_order import KINDS
+        from primuspp.schedule.timing_arrays import UNIT_STARTS
 
         codes = np.array([KINDS.index(k) for k in _KINDS], dtype=np.int8)
         occ = self._arrays()[1]
@@ -613,7 +614,10 @@ class SlotSchedule:
         mb = key // self.n
         key -= self.n * mb  # the stage
         lengths = np.count_nonzero(placed, axis=1).tolist()
-        return ArrayOrder.from_flat(codes[flat], mb, key, lengths)
+        order = ArrayOrder.from_flat(codes[flat], mb, key, lengths)
+        # each node's slot: the timing's guess of its unit-cost start (checked there)
+        order.rows.memo[UNIT_STARTS] = np.nonzero(placed)[1]
+        return order
 
     def peak(self) -> int:
         """Most live chunk activations of any rank in any slot (`_profile`)."""

@@ -17,7 +17,9 @@ fixed point without a check.)
 What depends on the order alone (each node's cross-rank inputs, the producers, which ranks feed which:
 `TimingGraph`) is kept in the rows' memo (`rows.Rows`), as are the last ends: a build times its order twice
 (unit costs for lowering, the real costs for the simulation), and under equal costs the second run is the
-first one scaled, accepted once it passes the same check (`_rescaled`).
+first one scaled, accepted once it passes the same check (`_rescaled`). A generator that placed its nodes on
+unit slots (the V family) notes each node's slot in the memo (`UNIT_STARTS`): under unit durations that is
+a guess of the starts, accepted the same way instead of the sweeps (`_from_unit_starts`).
 
 The scan adds in another order than the loop, so it is used only where that cannot change a bit: every
 duration and `comm` a multiple of 2^-20 and every time below 2^32 (then every sum is exact). Where a table
@@ -58,6 +60,8 @@ from primuspp.schedule.semantics import (
 )
 
 _QUANTUM = 2.0**20  # durations and comm must be multiples of 1 / _QUANTUM
+#: the rows' memo key of a generator's unit slots: each node's start if every node took one unit of time
+UNIT_STARTS = "unit starts"
 _LIMIT = 2.0**32  # and every time below this: sums then stay below 2^52 quanta, exact in a float64
 #: up to this many nodes the index columns are numpy's native intp (indexing with int32 converts them
 #: first, which costs more than the copy saves on small tables); above, int32 (the memo's memory)
@@ -228,6 +232,8 @@ def solve(
     key = ("ends", placement, num_microbatches, len(graph.first) - 1)
     ext = _rescaled(memo.get(key), graph, d, comm, table)
     if ext is None:
+        ext = _from_unit_starts(memo.get(UNIT_STARTS), graph, d, comm)
+    if ext is None:
         ext = _sweep(graph, d, comm)
         if ext is None:
             return None
@@ -299,6 +305,22 @@ def _rescaled(known: Any, graph: TimingGraph, d: Any, comm: float, table: Any = 
     if not float(cand.max(initial=0.0)) < _LIMIT:
         return None
     return ext if _whole_quanta(cand) and _solves(graph, d, comm, ext) else None
+
+
+def _from_unit_starts(starts: Any, graph: TimingGraph, d: Any, comm: float) -> Any:
+    """The ends (with the extra slot) a generator's unit slots give (`UNIT_STARTS`: each node's start), where
+    every duration is one unit and there is no comm delay, and they obey the recurrence (`_solves`: whole
+    numbers below 2^32 are exact); else None. A slot grid that left a node later than its inputs and its
+    rank allow (v-min's squeeze may) fails the check: the sweeps run."""
+    n = len(d)
+    if starts is None or len(starts) != n or comm or n == 0 or not (d.min() == d.max() == 1.0):
+        return None
+    ext = np.empty(n + 1, dtype=np.float64)
+    np.add(starts, 1.0, out=ext[:n])
+    ext[n] = 0.0
+    if not float(ext[:n].max()) < _LIMIT or float(starts.min()) < 0:
+        return None
+    return ext if _solves(graph, d, comm, ext) else None
 
 
 def _solves(graph: TimingGraph, d: Any, comm: float, ext: Any) -> bool:

@@ -151,6 +151,38 @@ def test_a_rescaling_is_taken_unchecked_only_where_the_scaling_proves_it():
     assert timing_arrays._rescaled((0, 1.0, 0.0, wrong, basis), graph, d2, 0.0, tab2) is None  # checked
 
 
+def test_a_generators_unit_slots_are_taken_only_where_they_solve_the_recurrence(monkeypatch):
+    """The V family notes each node's unit slot (`UNIT_STARTS`); under unit costs the timing takes them, no
+    sweep, where they obey the recurrence, and sweeps where one is off; under other costs it ignores them.
+    The times are the loop's either way."""
+    from primuspp.algorithms.base import GenerationRequest
+    from primuspp.algorithms.registry import get_algorithm
+    from primuspp.schedule.costs import unit_costs
+    from primuspp.schedule.rows import Rows
+
+    sweeps: list[int] = []
+    real_sweep = timing_arrays._sweep
+    monkeypatch.setattr(timing_arrays, "_sweep", lambda *a: sweeps.append(1) or real_sweep(*a))
+    p, m = 6, 40  # m long enough for the period extension: its order's slots are extended too
+    for name in ("zbv", "v-half"):
+        algo = get_algorithm(name)
+        order = algo.generate(GenerationRequest(p, 2, m, CostModel(1, 1, 1), {}))
+        rows = order.rows
+        slots = rows.memo[timing_arrays.UNIT_STARTS]
+        pl = make_placement(algo.placement, p, 2)
+        for hint, costs, swept in (
+            (slots, unit_costs(pl), False),  # taken
+            (np.where(np.arange(len(slots)) == len(slots) // 2, slots + 1, slots), unit_costs(pl), True),
+            (slots, CostModel(1000, 1000, 1000).for_placement(pl), True),  # not unit: ignored
+        ):
+            fresh = Rows(dict(rows))
+            fresh.memo[timing_arrays.UNIT_STARTS] = hint
+            sweeps.clear()
+            got = timing_arrays.solve(pl, m, order, costs, fresh)
+            assert got is not None and bool(sweeps) == swept, (name, swept)
+            _same(pl, m, order, costs, got)
+
+
 @pytest.mark.parametrize("name", ["1f1b", "zbv", "dualpipe-v"])
 def test_the_compact_forms_of_large_orders_time_the_same(monkeypatch, name):
     """Above `_NATIVE_MAX` nodes the graph's indices are int32, whole ends are kept as int32 and the
