@@ -313,7 +313,7 @@ def _from_unit_starts(starts: Any, graph: TimingGraph, d: Any, comm: float) -> A
     numbers below 2^32 are exact); else None. A slot grid that left a node later than its inputs and its
     rank allow (v-min's squeeze may) fails the check: the sweeps run."""
     n = len(d)
-    if starts is None or len(starts) != n or comm or n == 0 or not (d.min() == d.max() == 1.0):
+    if starts is None or len(starts) != n or comm or n == 0 or d[0] != 1.0 or not d.min() == d.max() == 1.0:
         return None
     ext = np.empty(n + 1, dtype=np.float64)
     np.add(starts, 1.0, out=ext[:n])
