@@ -15,6 +15,13 @@ validate) plus `simulate`, F = B = W = 1000 per rank (Primus: per chunk // v), b
 of this process (the machine is shared: wall time would measure the other sessions). Prints both, the
 speed-up, both step times (equal where the schedules agree) and which branch of our search ran (`full` or
 `fast`, see `primuspp.algorithms.effort`; `-` where the algorithm does not search), and the load average.
+
+`--warmup SECONDS` (default 0: none, as the figures of docs/design.md were taken) first runs each side of
+each cell untimed until that much CPU time has passed (at least once). On this machine a process's first
+runs of a path are slower than its later ones (zbv at p = 16: about 20-25 ms for the second to fourth run,
+10-11 ms from about the eighth; the first runs take fresh memory pages, which a virtual machine charges
+for on first touch, until the allocator keeps what it freed), which a best of 5 does not always leave
+behind; a warm-up times both sides in their steady state, as a sweep of many layouts runs.
 """
 
 from __future__ import annotations
@@ -101,6 +108,16 @@ def ours_run(name: str, p: int, m: int) -> tuple[float, str]:
     return simulate(table, costs).metrics.step_time, effort
 
 
+def warm(seconds: float, fn) -> None:
+    """Run `fn` untimed until `seconds` of CPU time have passed (nothing where 0)."""
+    start = time.process_time()
+    while seconds > 0:
+        forget()
+        fn()
+        if time.process_time() - start >= seconds:
+            break
+
+
 def best(repeat: int, fn) -> tuple[float, float]:
     times, value = [], None
     for _ in range(repeat):
@@ -120,6 +137,7 @@ def main() -> int:
     ap.add_argument("--mb-per-pp", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--algo", action="append", choices=list(PAIRS))
+    ap.add_argument("--warmup", type=float, default=0.0, help="untimed CPU seconds per side and cell first")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = args.primus
@@ -136,10 +154,12 @@ def main() -> int:
             m = args.mb_per_pp * p
             for ours in args.algo or PAIRS:
                 theirs, v = PAIRS[ours]
-                t_ours, (step_ours, search) = best(args.repeat, partial(ours_run, ours, p, m))
-                t_theirs, step_theirs = best(
-                    args.repeat, partial(primus_run, factory, simulator, theirs, p, v, m)
-                )
+                run_ours = partial(ours_run, ours, p, m)
+                run_theirs = partial(primus_run, factory, simulator, theirs, p, v, m)
+                warm(args.warmup, run_ours)
+                t_ours, (step_ours, search) = best(args.repeat, run_ours)
+                warm(args.warmup, run_theirs)
+                t_theirs, step_theirs = best(args.repeat, run_theirs)
                 ratio = t_theirs / t_ours if t_ours > 0 else float("inf")
                 worst = min(worst, ratio)
                 table.add_row(
@@ -154,7 +174,8 @@ def main() -> int:
                     search,
                 )
         Console(width=130).print(table)
-    print(f"smallest speed-up {worst:.1f}x (target 20x); load average {os.getloadavg()[0]:.2f}")
+    warmed = f"; {args.warmup:g} s warm-up per side and cell" if args.warmup else ""
+    print(f"smallest speed-up {worst:.1f}x (target 20x); load average {os.getloadavg()[0]:.2f}{warmed}")
     return 0
 
 
