@@ -76,18 +76,26 @@ RATIO = 2
 
 
 #: microbatches past `v_period.starts` the check needs to find a window before the shorter order's grid
-#: stops repeating, per block: (a fraction of p, a margin, a least). Measured at the V family's caps: zb's
-#: block needs 2-5 at p = 11..32 (4 at p = 7..10, where both squeezes run), 10 at p = 64, 16 / 21 / 26 /
-#: 32 / 37 / 42 at p = 96 / 128 / 160 / 192 / 224 / 256 (about p / 6 there): ceil(p / 6) + 1, at least 4,
-#: is one or more above each; half's p / 4.3 and min's p / 5.8 or less (p = 4..64), half's with up to 3
-#: more at small p; others p / 2
+#: stops repeating, per block: (a fraction of p, a margin, a least), where both squeezes run. Measured at
+#: the V family's caps: zb's block with both squeezes needs 2-4 at p = 4..17 and 5-6 at p = 18..22 (there
+#: the formula falls short by one or two: those short squeezes are not proven, the longer one is squeezed
+#: too); half's p / 4.3 and min's p / 5.8 or less (p = 4..64), half's with up to 3 more at small p; others
+#: p / 2
 LEADS = {"zb": (1 / 6, 1, 4), "half": (1 / 3, 2, 0), "min": (1 / 5, 2, 0)}
+#: the same where only the block's own squeeze runs (zb's: explicit, then derived), per block: (a divisor
+#: of p, a margin). zb's block at its cap 2p needs exactly p // 6 there: at every p from 4 to 33, at p = 34,
+#: 37, 40, 43, 47, 50, 53, 57, 61, 64, 96, 128, 160, 192, 224 and 256, p // 6 - 1 fails the check and
+#: p // 6 passes it (so no margin: one too few costs the longer squeeze, not a wrong order)
+OWN_LEADS = {"zb": (6, 0)}
 
 
-def lead(p: int, block: str) -> int:
-    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`): too few and the check
-    finds no window (the longer order is then squeezed too), each one more costs about 1 / m0 of the
-    shorter squeeze."""
+def lead(p: int, block: str, both: bool = True) -> int:
+    """Microbatches added to `v_period.starts` for `block` (a name) at p (`LEADS`; `OWN_LEADS` where only
+    the block's own squeeze runs, `both=False`): too few and the check finds no window (the longer order
+    is then squeezed too), each one more costs about 1 / m0 of the shorter squeeze."""
+    if not both and block in OWN_LEADS:
+        divisor, margin = OWN_LEADS[block]
+        return p // divisor + margin
     fraction, margin, least = LEADS.get(block, (1 / 2, 2, 0))
     return max(least, math.ceil(p * fraction) + margin)
 

@@ -668,7 +668,7 @@ def squeezed_orders(
 
     offs = offsets(p, block)
     variants = ("derived", "explicit") if both else (block.squeeze,)
-    lead, ratio = v_proof.lead(p, block.name), v_proof.RATIO
+    lead, ratio = v_proof.lead(p, block.name, both), v_proof.RATIO
     if period and v_period.applies(m, v_period.starts(cap)[0] + lead, ratio):
         from primuspp.algorithms import v_rows
 

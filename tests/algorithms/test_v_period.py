@@ -87,10 +87,10 @@ def test_squeezed_orders_same_with_and_without_period(p, m):
 
 
 def test_squeezed_orders_reports_the_period_path():
-    # the first start, 18, plus the proof's lead (`v_proof.lead`: 4 for zb's block at p = 8)
+    # the first start, 18, plus the proof's lead (`v_proof.lead`: 1 for zb's block alone at p = 8)
     report: dict = {}
     vshape.squeezed_orders(8, 64, vshape.ZB, 16, both=False, report=report)
-    assert report == {"squeeze": "period (from m = 22)"}
+    assert report == {"squeeze": "period (from m = 19)"}
     vshape.squeezed_orders(8, 32, vshape.ZB, 16, both=False, report=report)
     assert report == {"squeeze": "full"}
 

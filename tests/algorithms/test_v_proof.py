@@ -55,8 +55,22 @@ def test_both_sides_of_the_proof(proofs):
     _check(p, block, cap, start, ("explicit",))
     assert proofs == [False, True]
     proofs.clear()
-    _check(p, block, cap, start + v_proof.lead(p, block.name), ("explicit",))
+    _check(p, block, cap, start + v_proof.lead(p, block.name, both=False), ("explicit",))
     assert proofs == [True, True]
+
+
+@pytest.mark.parametrize("p", [6, 12, 13, 17, 18])
+def test_the_own_squeezes_lead_is_the_least(p, proofs):
+    # zb's block alone (explicit, then derived) at zbv's cap 2p: `OWN_LEADS`' p // 6 is proven, one fewer
+    # is not (the longer explicit squeeze then runs too, with the same orders)
+    block, cap = vshape.ZB, 2 * p
+    lead = v_proof.lead(p, block.name, both=False)
+    assert lead == p // 6
+    _check(p, block, cap, v_period.starts(cap)[0] + lead, ("explicit",))
+    assert proofs == [True, True]
+    proofs.clear()
+    _check(p, block, cap, v_period.starts(cap)[0] + lead - 1, ("explicit",))
+    assert proofs[0] is False
 
 
 @pytest.mark.parametrize(
@@ -64,7 +78,7 @@ def test_both_sides_of_the_proof(proofs):
 )
 def test_the_v_familys_blocks_are_copied(block, p, cap, proofs):
     # zbv, v-half and v-min at their caps (2p, 2 ((p + 2) // 2), 2 ((p + 4) // 3) live chunks)
-    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p, block.name), (block.squeeze,))
+    _check(p, block, cap, v_period.starts(cap)[0] + v_proof.lead(p, block.name, both=False), (block.squeeze,))
     assert proofs and all(proofs)
 
 
