@@ -16,12 +16,12 @@ of this process (the machine is shared: wall time would measure the other sessio
 speed-up, both step times (equal where the schedules agree) and which branch of our search ran (`full` or
 `fast`, see `primuspp.algorithms.effort`; `-` where the algorithm does not search), and the load average.
 
-`--warmup SECONDS` (default 0: none, as the figures of docs/design.md were taken) first runs each side of
-each cell untimed until that much CPU time has passed (at least once). On this machine a process's first
-runs of a path are slower than its later ones (zbv at p = 16: about 20-25 ms for the second to fourth run,
-10-11 ms from about the eighth; the first runs take fresh memory pages, which a virtual machine charges
-for on first touch, until the allocator keeps what it freed), which a best of 5 does not always leave
-behind; a warm-up times both sides in their steady state, as a sweep of many layouts runs.
+`--warmup SECONDS` (default 0: none, as the cold figures of docs/design.md were taken) first runs each side
+of each cell untimed until that much CPU time has passed (at least once). On this machine a process's first
+runs of a path are slower than its later ones (zbv at p = 16: 12-25 ms for the first few, about 7.5 ms
+steady): the virtual machine backs memory on first use (a never-used page costs about 10 us to touch, a
+reused one 1.6 us; docs/design.md), which a best of 5 does not always leave behind; a warm-up times both
+sides in their steady state, as a sweep of many layouts runs.
 """
 
 from __future__ import annotations
