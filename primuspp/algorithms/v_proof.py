@@ -77,10 +77,11 @@ RATIO = 2
 
 #: microbatches past `v_period.starts` the check needs to find a window before the shorter order's grid
 #: stops repeating, per block: (a fraction of p, a margin, a least), where both squeezes run. Measured at
-#: the V family's caps: zb's block with both squeezes needs 2-4 at p = 4..17 and 5-6 at p = 18..22 (there
-#: the formula falls short by one or two: those short squeezes are not proven, the longer one is squeezed
-#: too); half's p / 4.3 and min's p / 5.8 or less (p = 4..64), half's with up to 3 more at small p; others
-#: p / 2
+#: the V family's caps: zb's block with both squeezes (its derived-only variant needs more) needs 2-4 at
+#: p = 4..17 and 23..29, 5-7 at p = 18..22 and 30, more than 7 from 31 (where the formula falls short, the
+#: longer short squeeze runs too; at the default effort both squeezes take the period path only up to about
+#: p = 21); half's p / 4.3 and min's p / 5.8 or less (p = 4..64), half's with up to 3 more at small p;
+#: others p / 2
 LEADS = {"zb": (1 / 6, 1, 4), "half": (1 / 3, 2, 0), "min": (1 / 5, 2, 0)}
 #: the same where only the block's own squeeze runs (zb's: explicit, then derived), per block: (a divisor
 #: of p, a margin). zb's block at its cap 2p needs exactly p // 6 there: at every p from 4 to 33, at p = 34,
