@@ -129,10 +129,23 @@ class EmulatedExecutor:
     def boundary_spec(self, microbatch: int, stage: int) -> TensorSpec:
         return _BOUNDARY
 
-    def _deadline(self, ms: float, key: tuple[int, int], fb: dict[tuple[int, int], float]) -> float:
+    def planned_ms(self, kind: NodeKind, microbatch: int, stage: int) -> float:
+        """How long a node (F, B, W or BW; an FB's F and B parts as F and B) of this rank waits, in ms: its
+        cost-model duration, an FB part's times the composite's overlap factor."""
+        sc, key = self.stage_costs, (microbatch, stage)
+        if kind is NodeKind.F:
+            return sc.forward[stage] * self._fb_f.get(key, 1.0)
+        if kind is NodeKind.B:
+            return sc.backward[stage] * self._fb_b.get(key, 1.0)
+        if kind is NodeKind.W:
+            return sc.wgrad[stage]
+        if kind is NodeKind.BW:
+            return (sc.backward[stage] + sc.wgrad[stage]) * self._fb_b.get(key, 1.0)
+        raise ValueError(f"{kind.text} is not a node the emulator waits for")
+
+    def _deadline(self, kind: NodeKind, cell: Cell) -> float:
         """When the node started now should end (perf_counter seconds)."""
-        ms *= fb.get(key, 1.0)
-        return time.perf_counter() + ms / 1000.0
+        return time.perf_counter() + self.planned_ms(kind, cell.microbatch, cell.stage) / 1000.0
 
     def _buffer(self, nbytes: int) -> torch.Tensor:
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
@@ -145,7 +158,7 @@ class EmulatedExecutor:
 
     def forward(self, cell: Cell, x: torch.Tensor | None) -> torch.Tensor | None:
         s = cell.stage
-        deadline = self._deadline(self.stage_costs.forward[s], (cell.microbatch, s), self._fb_f)
+        deadline = self._deadline(NodeKind.F, cell)
         held = []
         for nbytes in (self._b_bytes[s], self._w_bytes[s]):
             # saved through the meter's hooks, as a real forward's activations are
@@ -157,7 +170,7 @@ class EmulatedExecutor:
 
     def backward_input(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
         s = cell.stage
-        deadline = self._deadline(self.stage_costs.backward[s], (cell.microbatch, s), self._fb_b)
+        deadline = self._deadline(NodeKind.B, cell)
         cell.data[0] = None  # the part B frees
         if self._b_extra[s]:  # what B leaves for W beyond the forward's activations (freed by W)
             cell.wgrad.put(_noop, self._buffer(self._b_extra[s]))
@@ -166,15 +179,13 @@ class EmulatedExecutor:
         return g
 
     def backward_weight(self, cell: Cell) -> None:
-        deadline = self._deadline(self.stage_costs.wgrad[cell.stage], (cell.microbatch, cell.stage), {})
+        deadline = self._deadline(NodeKind.W, cell)
         cell.data = None
         cell.wgrad.run()
         wait_until(deadline, self.spin)
 
     def backward_full(self, cell: Cell, grad: torch.Tensor | None) -> torch.Tensor | None:
-        s = cell.stage
-        bw = self.stage_costs.backward[s] + self.stage_costs.wgrad[s]
-        deadline = self._deadline(bw, (cell.microbatch, s), self._fb_b)
+        deadline = self._deadline(NodeKind.BW, cell)
         cell.data = None
         g = None if cell.first else self._boundary()
         wait_until(deadline, self.spin)
