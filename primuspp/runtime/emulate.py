@@ -48,7 +48,7 @@ from primuspp.runtime.runner import RankStep, ScheduleRunner
 from primuspp.runtime.trace import step_timeline
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
-from primuspp.schedule.semantics import SEMANTICS
+from primuspp.schedule.semantics import SEMANTICS, kind_durations
 from primuspp.schedule.table import ScheduleTable
 from primuspp.sim.iterations import optimizer_per_rank
 from primuspp.trace.pp_data import write_pp_data
@@ -112,36 +112,24 @@ class EmulatedExecutor:
         self._b_bytes = [round(act[s] * min(max(frac[s], 0.0), 1.0)) for s in range(n)]
         self._w_bytes = [act[s] - self._b_bytes[s] for s in range(n)]
         self._b_extra = [round(act[s] * -frac[s]) if frac[s] < 0 else 0 for s in range(n)]
-        # the parts of composite nodes (FB) on this rank: each waits its own duration times the composite's
-        # overlap factor (`semantics`: FB's `fb_overlap`)
-        self._fb_f: dict[tuple[int, int], float] = {}
-        self._fb_b: dict[tuple[int, int], float] = {}
+        self._durations = kind_durations(sc)  # per simple kind, its time on each stage (`semantics`)
+        # the parts of composite nodes (FB) on this rank, (kind, microbatch, stage): each waits its own
+        # duration times the composite's overlap factor (`semantics`: FB's `fb_overlap`)
+        self._overlap: dict[tuple[NodeKind, int, int], float] = {}
         for node in table.ranks[rank]:
             overlap = SEMANTICS[node.kind].overlap
-            if overlap is None:
-                continue
-            factor = getattr(sc, overlap)
-            for part in node.parts:
-                into = self._fb_f if part.kind is NodeKind.F else self._fb_b
-                into[(part.microbatch, part.stage)] = factor
+            if overlap is not None:
+                for part in node.parts:
+                    self._overlap[(part.kind, part.microbatch, part.stage)] = getattr(sc, overlap)
         self._anchor = torch.zeros(1, requires_grad=True)
 
     def boundary_spec(self, microbatch: int, stage: int) -> TensorSpec:
         return _BOUNDARY
 
     def planned_ms(self, kind: NodeKind, microbatch: int, stage: int) -> float:
-        """How long a node (F, B, W or BW; an FB's F and B parts as F and B) of this rank waits, in ms: its
-        cost-model duration, an FB part's times the composite's overlap factor."""
-        sc, key = self.stage_costs, (microbatch, stage)
-        if kind is NodeKind.F:
-            return sc.forward[stage] * self._fb_f.get(key, 1.0)
-        if kind is NodeKind.B:
-            return sc.backward[stage] * self._fb_b.get(key, 1.0)
-        if kind is NodeKind.W:
-            return sc.wgrad[stage]
-        if kind is NodeKind.BW:
-            return (sc.backward[stage] + sc.wgrad[stage]) * self._fb_b.get(key, 1.0)
-        raise ValueError(f"{kind.text} is not a node the emulator waits for")
+        """How long a node (F, B, W or BW; an FB's parts as such) of this rank waits, in ms: its cost-model
+        duration, an FB part's times the composite's overlap factor."""
+        return self._durations[kind][stage] * self._overlap.get((kind, microbatch, stage), 1.0)
 
     def _deadline(self, kind: NodeKind, cell: Cell) -> float:
         """When the node started now should end (perf_counter seconds)."""
