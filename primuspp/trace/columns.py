@@ -18,21 +18,29 @@ from primuspp.gcpause import gc_paused
 
 
 class LazyList(Sequence):
-    """A list built by `build()` on first use; `length` is known up front (len() builds nothing)."""
+    """A list built by `build()` on first use, or by the subclass's `_make()` where no `build` is given;
+    `length` is known up front (len() builds nothing).
+
+    The column subclasses define `_make` rather than pass their own bound method as `build`: a view holding
+    a bound method of itself is a reference cycle, which keeps its columns (a simulated timeline's arrays)
+    alive until the cyclic collector runs instead of freeing them with the view."""
 
     __slots__ = ("_build", "_items", "_length")
 
-    def __init__(self, length: int, build: Callable[[], list[Any]]) -> None:
+    def __init__(self, length: int, build: Callable[[], list[Any]] | None = None) -> None:
         self._length = length
         self._build: Callable[[], list[Any]] | None = build
         self._items: list[Any] | None = None
 
+    def _make(self) -> list[Any]:
+        raise NotImplementedError("a LazyList needs `build` or a `_make` of its subclass")
+
     def items(self) -> list[Any]:
         """The built list (a new list is not made on each call: do not mutate it)."""
         if self._items is None:
-            assert self._build is not None
+            build = self._build if self._build is not None else self._make
             with gc_paused():  # many small acyclic objects at once (see gcpause)
-                self._items = self._build()
+                self._items = build()
             self._build = None
         return self._items
 
@@ -88,7 +96,7 @@ class IntervalColumns(LazyList):
     ) -> None:
         self.kinds, self.kind, self.mb, self.stage, self.chunk = kinds, kind, mb, stage, chunk
         self.start, self.end, self.backward, self.summary = start, end, backward, summary
-        super().__init__(len(kind), self._make)
+        super().__init__(len(kind))
 
     def _make(self) -> list[Any]:
         from primuspp.trace.timeline import Interval
@@ -121,7 +129,7 @@ class TransferColumns(LazyList):
     ) -> None:
         self.tags, self.tag, self.mb, self.stage = tags, tag, mb, stage
         self.src, self.dst, self.sent, self.arrived = src, dst, sent, arrived
-        super().__init__(len(tag), self._make)
+        super().__init__(len(tag))
 
     def _make(self) -> list[Any]:
         from primuspp.trace.timeline import Transfer
@@ -146,7 +154,7 @@ class CurveColumns(LazyList):
 
     def __init__(self, time: Any, level: Any) -> None:
         self.time, self.level = time, level
-        super().__init__(len(time) + 1, self._make)
+        super().__init__(len(time) + 1)
 
     def _make(self) -> list[tuple[float, float]]:
         return [(0.0, 0.0), *zip(self.time.tolist(), self.level.tolist(), strict=True)]

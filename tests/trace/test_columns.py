@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import pickle
 
 import numpy as np
@@ -49,3 +50,24 @@ def test_transfer_and_curve_columns():
     curve = CurveColumns(np.array([1.0, 2.0]), np.array([1.0, 0.0]))
     assert len(curve) == 3 and curve == [(0.0, 0.0), (1.0, 1.0), (2.0, 0.0)]
     assert curve[1:] == [(1.0, 1.0), (2.0, 0.0)]
+
+
+def test_views_are_freed_without_the_cyclic_collector():
+    """A view holds no reference cycle (no bound method of itself): its columns go with it, built or not,
+    even while the collector is paused (as the simulator pauses it, `primuspp.gcpause`)."""
+    gc.collect()
+    gc.disable()
+    try:
+        for built in (False, True):
+            one = [np.array([x]) for x in (1, 2, 0, 1, 0, 3.0, 3.5)]
+            views = [
+                IntervalColumns(("F",), *(np.array([x]) for x in (0, 0, 1, 0, 0.0, 1.5))),
+                TransferColumns(("F", "B"), *one),
+                CurveColumns(np.array([1.0]), np.array([1.0])),
+            ]
+            if built:
+                assert [len(view.items()) for view in views] == [1, 1, 2]
+            del views, one
+            assert gc.collect() == 0
+    finally:
+        gc.enable()
