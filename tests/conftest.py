@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,31 @@ def primus_data() -> Path:
     root = DATA / "primus"
     assert root.is_dir(), f"{root} missing: run python tests/data/make_fixtures.py"
     return root
+
+
+def _ours(obj: object) -> bool:
+    """Whether `obj` is of a primuspp type, or a method bound to such an object."""
+    owner = getattr(obj, "__self__", obj) if type(obj).__name__ == "method" else obj
+    return type(owner).__module__.startswith("primuspp")
+
+
+@pytest.fixture
+def our_cyclic_garbage() -> Callable[[], list]:
+    """A function that runs the cyclic collector and returns the unreachable objects of primuspp types (or
+    bound methods of them) it found: reference cycles of ours. Other garbage (of pytest, of another thread)
+    is collected as usual and ignored."""
+
+    def collect() -> list:
+        flags = gc.get_debug()
+        gc.set_debug(flags | gc.DEBUG_SAVEALL)
+        try:
+            gc.collect()
+            return [type(obj).__name__ for obj in gc.garbage if _ours(obj)]
+        finally:
+            gc.garbage.clear()
+            gc.set_debug(flags)
+
+    return collect
 
 
 @pytest.fixture(autouse=True)
