@@ -1,6 +1,7 @@
 """Side by side with AMD Primus: its own generators and simulator against build_schedule + simulate.
 
 Usage: python bench/vs_primus.py --mirror GIT_DIR [--pp 16 32 64] [--mb-per-pp 8] [--algo NAME ...]
+       [--repeat N] [--warmup SECONDS] [--interleave]
        python bench/vs_primus.py --primus DIR ...     (DIR holds an extracted `primus/` tree)
 
 Primus (github.com/AMD-AGI/Primus) is not part of this repository: `--mirror` names a clone (bare or not);
@@ -22,6 +23,10 @@ runs of a path are slower than its later ones (zbv at p = 16: 12-25 ms for the f
 steady): the virtual machine backs memory on first use (a never-used page costs about 10 us to touch, a
 reused one 1.6 us; docs/design.md), which a best of 5 does not always leave behind; a warm-up times both
 sides in their steady state, as a sweep of many layouts runs.
+
+`--interleave` alternates the two sides run by run (ours, Primus', ours, ...: --repeat pairs) instead of
+timing ours --repeat times and then Primus' --repeat times, each side's best still taken: on a machine
+whose speed drifts over seconds (another tenant) both sides then sample the same stretch of it.
 """
 
 from __future__ import annotations
@@ -128,6 +133,19 @@ def best(repeat: int, fn) -> tuple[float, float]:
     return min(times), value
 
 
+def best_pairs(repeat: int, ours, theirs) -> tuple[tuple[float, object], tuple[float, object]]:
+    """`best` of each side, the two run alternately (`--interleave`)."""
+    times: tuple[list[float], list[float]] = ([], [])
+    values: list[object] = [None, None]
+    for _ in range(repeat):
+        for i, fn in enumerate((ours, theirs)):
+            forget()
+            start = time.process_time()
+            values[i] = fn()
+            times[i].append(time.process_time() - start)
+    return (min(times[0]), values[0]), (min(times[1]), values[1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -138,6 +156,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--algo", action="append", choices=list(PAIRS))
     ap.add_argument("--warmup", type=float, default=0.0, help="untimed CPU seconds per side and cell first")
+    ap.add_argument("--interleave", action="store_true", help="alternate the two sides run by run")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = args.primus
@@ -156,10 +175,17 @@ def main() -> int:
                 theirs, v = PAIRS[ours]
                 run_ours = partial(ours_run, ours, p, m)
                 run_theirs = partial(primus_run, factory, simulator, theirs, p, v, m)
-                warm(args.warmup, run_ours)
-                t_ours, (step_ours, search) = best(args.repeat, run_ours)
-                warm(args.warmup, run_theirs)
-                t_theirs, step_theirs = best(args.repeat, run_theirs)
+                if args.interleave:
+                    warm(args.warmup, run_ours)
+                    warm(args.warmup, run_theirs)
+                    (t_ours, (step_ours, search)), (t_theirs, step_theirs) = best_pairs(
+                        args.repeat, run_ours, run_theirs
+                    )
+                else:
+                    warm(args.warmup, run_ours)
+                    t_ours, (step_ours, search) = best(args.repeat, run_ours)
+                    warm(args.warmup, run_theirs)
+                    t_theirs, step_theirs = best(args.repeat, run_theirs)
                 ratio = t_theirs / t_ours if t_ours > 0 else float("inf")
                 worst = min(worst, ratio)
                 table.add_row(
@@ -175,6 +201,7 @@ def main() -> int:
                 )
         Console(width=130).print(table)
     warmed = f"; {args.warmup:g} s warm-up per side and cell" if args.warmup else ""
+    warmed += "; the two sides interleaved run by run" if args.interleave else ""
     print(f"smallest speed-up {worst:.1f}x (target 20x); load average {os.getloadavg()[0]:.2f}{warmed}")
     return 0
 
