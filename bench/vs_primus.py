@@ -123,27 +123,19 @@ def warm(seconds: float, fn) -> None:
             break
 
 
-def best(repeat: int, fn) -> tuple[float, float]:
-    times, value = [], None
-    for _ in range(repeat):
-        forget()  # the floored generators' memos: each run generates
-        start = time.process_time()
-        value = fn()
-        times.append(time.process_time() - start)
-    return min(times), value
+def timed(fn) -> tuple[float, object]:
+    """(CPU seconds, value) of one run of `fn`."""
+    forget()  # the floored generators' memos: each run generates
+    start = time.process_time()
+    value = fn()
+    return time.process_time() - start, value
 
 
-def best_pairs(repeat: int, ours, theirs) -> tuple[tuple[float, object], tuple[float, object]]:
-    """`best` of each side, the two run alternately (`--interleave`)."""
-    times: tuple[list[float], list[float]] = ([], [])
-    values: list[object] = [None, None]
-    for _ in range(repeat):
-        for i, fn in enumerate((ours, theirs)):
-            forget()
-            start = time.process_time()
-            values[i] = fn()
-            times[i].append(time.process_time() - start)
-    return (min(times[0]), values[0]), (min(times[1]), values[1])
+def best(repeat: int, *fns) -> list[tuple[float, object]]:
+    """Per function, (its least CPU seconds, its last value) over `repeat` rounds; each round runs the
+    functions one after another (`--interleave` passes both sides, else one side at a time)."""
+    runs = [[timed(fn) for fn in fns] for _ in range(repeat)]
+    return [(min(t for t, _ in col), col[-1][1]) for col in zip(*runs, strict=True)]
 
 
 def main() -> int:
@@ -178,14 +170,14 @@ def main() -> int:
                 if args.interleave:
                     warm(args.warmup, run_ours)
                     warm(args.warmup, run_theirs)
-                    (t_ours, (step_ours, search)), (t_theirs, step_theirs) = best_pairs(
+                    (t_ours, (step_ours, search)), (t_theirs, step_theirs) = best(
                         args.repeat, run_ours, run_theirs
                     )
                 else:
                     warm(args.warmup, run_ours)
-                    t_ours, (step_ours, search) = best(args.repeat, run_ours)
+                    [(t_ours, (step_ours, search))] = best(args.repeat, run_ours)
                     warm(args.warmup, run_theirs)
-                    t_theirs, step_theirs = best(args.repeat, run_theirs)
+                    [(t_theirs, step_theirs)] = best(args.repeat, run_theirs)
                 ratio = t_theirs / t_ours if t_ours > 0 else float("inf")
                 worst = min(worst, ratio)
                 table.add_row(

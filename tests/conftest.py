@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import gc
 import os
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def primus_data() -> Path:
 
 def _ours(obj: object) -> bool:
     """Whether `obj` is of a primuspp type, or a method bound to such an object."""
-    owner = getattr(obj, "__self__", obj) if type(obj).__name__ == "method" else obj
+    owner = obj.__self__ if isinstance(obj, types.MethodType) else obj
     return type(owner).__module__.startswith("primuspp")
 
 

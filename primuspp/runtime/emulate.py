@@ -102,7 +102,7 @@ class EmulatedExecutor:
     ) -> None:
         self.table, self.rank = table, rank
         self.device = torch.device(device)
-        self.stage_costs = sc = costs.for_placement(table.placement)
+        sc = costs.for_placement(table.placement)
         self.spin = spin
         self.unit_bytes = unit_bytes
         n = table.num_stages

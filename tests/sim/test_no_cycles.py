@@ -10,6 +10,7 @@ import pytest
 
 from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import build_schedule
+from primuspp.gcpause import gc_paused
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 
@@ -22,8 +23,7 @@ def test_a_build_and_its_simulation_leave_no_cycles(algo, our_cyclic_garbage):
     simulate(build_schedule(algo, 4, None, 16, costs), costs)  # first use: lazy imports and caches
     forget()
     gc.collect()
-    gc.disable()
-    try:
+    with gc_paused():
         result = simulate(build_schedule(algo, 4, None, 16, costs), costs)
         timeline = result.timeline
         assert timeline.ranks[0].intervals[0].end > 0  # the lazy views built too
@@ -31,5 +31,3 @@ def test_a_build_and_its_simulation_leave_no_cycles(algo, our_cyclic_garbage):
         forget()  # the floored generators' memos hold the last order: drop it
         del result, timeline
         assert our_cyclic_garbage() == []
-    finally:
-        gc.enable()

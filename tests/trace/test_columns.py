@@ -8,6 +8,7 @@ import pickle
 import numpy as np
 import pytest
 
+from primuspp.gcpause import gc_paused
 from primuspp.trace.columns import CurveColumns, IntervalColumns, LazyList, TransferColumns
 from primuspp.trace.timeline import Interval, Transfer
 
@@ -56,8 +57,7 @@ def test_views_are_freed_without_the_cyclic_collector(our_cyclic_garbage):
     """A view holds no reference cycle (no bound method of itself): its columns go with it, built or not,
     even while the collector is paused (as the simulator pauses it, `primuspp.gcpause`)."""
     gc.collect()
-    gc.disable()
-    try:
+    with gc_paused():
         for built in (False, True):
             one = [np.array([x]) for x in (1, 2, 0, 1, 0, 3.0, 3.5)]
             views = [
@@ -69,5 +69,3 @@ def test_views_are_freed_without_the_cyclic_collector(our_cyclic_garbage):
                 assert [len(view.items()) for view in views] == [1, 1, 2]
             del views, one
             assert our_cyclic_garbage() == []
-    finally:
-        gc.enable()
