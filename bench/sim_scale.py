@@ -11,7 +11,9 @@ simulation's alone), the peak resident memory (RSS) of that process (and after t
 simulation), and the growth exponents of the times in p*m (least squares on logs). `--pages` says under
 which numpy huge-page advice those processes run: `cli` as the `primuspp` command runs (advice off unless
 the environment names a choice, see `primuspp/numpy_pages.py`), `numpy` with numpy's own default, or
-`both` (each size twice; the table's `pages` column says which).
+`both` (each size twice; the table's `pages` column says which). In `cli` mode the process also keeps the
+memory it frees for reuse, as the command's offline verbs do (`primuspp.heap`); so does the in-process
+table, unless `--default-heap`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params, build_schedule
 from primuspp.errors import ScheduleError
 from primuspp.gcpause import gc_paused
+from primuspp.heap import keep_freed_memory
 from primuspp.numpy_pages import HUGEPAGE_ADVICE
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
@@ -118,7 +121,7 @@ def growth(names: list[str], sizes: list[str], pages: str) -> None:
         for size in sizes:
             pp, mb = (int(x) for x in size.split("x"))
             out = subprocess.run(
-                [sys.executable, __file__, "--one", name, str(pp), str(mb)],
+                [sys.executable, __file__, "--one", name, str(pp), str(mb), mode],
                 check=True,
                 capture_output=True,
                 text=True,
@@ -158,14 +161,18 @@ def main() -> None:
     ap.add_argument(
         "--pages", choices=("cli", "numpy", "both"), default="both", help="numpy's huge-page advice"
     )
-    ap.add_argument("--one", nargs=3, metavar=("ALGO", "PP", "MB"), help=argparse.SUPPRESS)
+    ap.add_argument("--default-heap", action="store_true", help="malloc as it starts (not as the CLI)")
+    ap.add_argument("--one", nargs=4, metavar=("ALGO", "PP", "MB", "PAGES"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
+        if args.one[3] == "cli":
+            keep_freed_memory()
         print(json.dumps(one_run(args.one[0], int(args.one[1]), int(args.one[2]))))
         return
     if args.growth:
         growth(args.algo or ["zbv"], args.sizes, args.pages)
         return
+    kept = False if args.default_heap else keep_freed_memory()
     costs = CostModel(1000, 1000, 1000)
     table = Table(
         title=f"primuspp scale: p={args.pp}, m={args.mb} (best of {args.repeat})", title_justify="left"
@@ -212,7 +219,8 @@ def main() -> None:
             f"{result.metrics.steady_bubble_rate:.2%}",
         )
     Console(width=120).print(table)
-    print(f"load average {os.getloadavg()[0]:.2f}")
+    heap = "freed memory kept for reuse (as the CLI)" if kept else "malloc's defaults"
+    print(f"load average {os.getloadavg()[0]:.2f}; {heap}")
 
 
 if __name__ == "__main__":

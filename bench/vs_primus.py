@@ -27,6 +27,9 @@ sides in their steady state, as a sweep of many layouts runs.
 `--interleave` alternates the two sides run by run (ours, Primus', ours, ...: --repeat pairs) instead of
 timing ours --repeat times and then Primus' --repeat times, each side's best still taken: on a machine
 whose speed drifts over seconds (another tenant) both sides then sample the same stretch of it.
+
+The process keeps the memory it frees for reuse (`primuspp.heap.keep_freed_memory`), as the `primuspp`
+command's offline verbs do; both sides run in it. `--default-heap` leaves glibc's malloc as it starts.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from rich.table import Table
 
 from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import build_schedule
+from primuspp.heap import keep_freed_memory
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 
@@ -149,7 +153,9 @@ def main() -> int:
     ap.add_argument("--algo", action="append", choices=list(PAIRS))
     ap.add_argument("--warmup", type=float, default=0.0, help="untimed CPU seconds per side and cell first")
     ap.add_argument("--interleave", action="store_true", help="alternate the two sides run by run")
+    ap.add_argument("--default-heap", action="store_true", help="malloc as it starts (not as the CLI)")
     args = ap.parse_args()
+    kept = False if args.default_heap else keep_freed_memory()
     with tempfile.TemporaryDirectory() as tmp:
         root = args.primus
         if args.mirror:
@@ -194,6 +200,7 @@ def main() -> int:
         Console(width=130).print(table)
     warmed = f"; {args.warmup:g} s warm-up per side and cell" if args.warmup else ""
     warmed += "; the two sides interleaved run by run" if args.interleave else ""
+    warmed += "; freed memory kept for reuse (as the CLI)" if kept else "; malloc's defaults"
     print(f"smallest speed-up {worst:.1f}x (target 20x); load average {os.getloadavg()[0]:.2f}{warmed}")
     return 0
 

@@ -35,6 +35,9 @@ class Verb:
     function: str
     help: str
     examples: tuple[str, ...]
+    #: whether the verb builds and simulates tables in this process: it then keeps freed memory for reuse
+    #: (`primuspp.heap`); `train` and `algorithms` do not
+    builds: bool = True
 
 
 VERBS: tuple[Verb, ...] = (
@@ -95,6 +98,7 @@ VERBS: tuple[Verb, ...] = (
         "algorithms",
         "List the algorithms, their aliases, placement, allowed v, constraints and memory class.",
         ("primuspp algorithms", "primuspp algorithms --json"),
+        builds=False,
     ),
     Verb(
         "train",
@@ -106,6 +110,7 @@ VERBS: tuple[Verb, ...] = (
             "primuspp train --algo 1f1b --emulate --pp 4 --mb 8",
             "primuspp train --backend torch --algo zb1p --verify",
         ),
+        builds=False,
     ),
     Verb(
         "plan",
@@ -174,8 +179,18 @@ def _defer_coercion(params: list[Any]) -> list[Any]:
 
 
 class _Command(TyperCommand):
+    #: set from `Verb.builds` (`load`)
+    keeps_heap = False
+
     def get_params(self, ctx: Any) -> list[Any]:
         return _defer_coercion(_flags_as_flags(super().get_params(ctx)))
+
+    def invoke(self, ctx: Any) -> Any:
+        if self.keeps_heap:  # the verb runs (its --help does not get here)
+            from primuspp.heap import keep_freed_memory
+
+            keep_freed_memory()
+        return super().invoke(ctx)
 
 
 class _LazyVerb(TyperCommand):
@@ -201,7 +216,9 @@ def load(verb: Verb) -> TyperCommand:
     sub.command(verb.name, cls=_Command, epilog=_epilog(verb.examples))(function)
     if verb.name == "visualize":  # the alias: its own one-line help, viz's parameters
         sub.registered_commands[0].help = verb.help
-    return typer.main.get_command(sub)
+    command = typer.main.get_command(sub)
+    command.keeps_heap = verb.builds
+    return command
 
 
 app = typer.Typer(
