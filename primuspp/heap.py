@@ -4,9 +4,12 @@ Each build + simulation makes and frees a few hundred numpy arrays. glibc's mall
 with a fresh `mmap` (above its mmap threshold, 128 KiB at start) and gives back the free top of its heap
 after a free (above its trim threshold), so the next build asks the kernel for the same memory again and
 touches every page of it afresh: a page fault each, the kernel zeroing the page. On this project's
-machines (virtual, 2 cores) that was 170-215 faults per build at p = 16 (1f1b, zero-bubble, zbv: about
-0.7-0.9 MB), and told to keep the memory, none; the builds ran 15-20 % faster for 1f1b and zero-bubble and
-about 8 % for zbv (docs/design.md has the figures).
+machines (virtual, 2 cores) a build + simulation at p = 16, m = 128 run after one of another program's
+(Primus', in `bench/vs_primus.py`) faulted 170-215 times (1f1b, zero-bubble, zbv), and run after run alone
+66 times (1f1b); told to keep the memory, a few at most. Beside Primus' runs that made 1f1b and
+zero-bubble about 20 % faster and zbv 6-10 %; in the bench's default order (five of ours, then Primus'),
+1f1b 20-25 % and zbv 10-15 % (docs/design.md,
+"Freed memory kept").
 
 `keep_freed_memory()` sets both thresholds high for the rest of the process (glibc's `mallopt`: arrays up to
 32 MiB come from the heap, up to 256 MiB of free heap top stays mapped). Memory freed is then reused, not
