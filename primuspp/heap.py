@@ -8,8 +8,7 @@ machines (virtual, 2 cores) a build + simulation at p = 16, m = 128 run after on
 (Primus', in `bench/vs_primus.py`) faulted 170-215 times (1f1b, zero-bubble, zbv), and run after run alone
 66 times (1f1b); told to keep the memory, a few at most. Beside Primus' runs that made 1f1b and
 zero-bubble about 20 % faster and zbv 6-10 %; in the bench's default order (five of ours, then Primus'),
-1f1b 20-25 % and zbv 10-15 % (docs/design.md,
-"Freed memory kept").
+1f1b 20-25 % and zbv 10-15 % (docs/design.md, "Freed memory kept").
 
 `keep_freed_memory()` sets both thresholds high for the rest of the process (glibc's `mallopt`: arrays up to
 32 MiB come from the heap, up to 256 MiB of free heap top stays mapped). Memory freed is then reused, not
@@ -51,7 +50,7 @@ def _mallopt() -> bool:
 
     try:
         libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018 (glibc only: musl has a mallopt that ignores these)
+        libc.gnu_get_libc_version  # noqa: B018 (glibc's alone: musl's mallopt is a stub)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False

@@ -63,7 +63,7 @@ def test_the_offline_verbs_keep_memory(tmp_path, verb: list[str], kept: bool | N
     assert _run(code, cwd=str(tmp_path)) == f"0 {kept}"
 
 
-def test_train_and_algorithms_do_not_build_here() -> None:
+def test_every_verb_but_train_and_algorithms_keeps_memory() -> None:
     from primuspp.commands.app import VERBS, load
 
     keeps = {verb.name: load(verb).keeps_heap for verb in VERBS}
