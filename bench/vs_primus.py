@@ -173,17 +173,14 @@ def main() -> int:
                 theirs, v = PAIRS[ours]
                 run_ours = partial(ours_run, ours, p, m)
                 run_theirs = partial(primus_run, factory, simulator, theirs, p, v, m)
-                if args.interleave:
-                    warm(args.warmup, run_ours)
-                    warm(args.warmup, run_theirs)
-                    (t_ours, (step_ours, search)), (t_theirs, step_theirs) = best(
-                        args.repeat, run_ours, run_theirs
-                    )
-                else:
-                    warm(args.warmup, run_ours)
-                    [(t_ours, (step_ours, search))] = best(args.repeat, run_ours)
-                    warm(args.warmup, run_theirs)
-                    [(t_theirs, step_theirs)] = best(args.repeat, run_theirs)
+                # interleaved: both sides each round; else all of ours, then all of Primus'
+                rounds = [(run_ours, run_theirs)] if args.interleave else [(run_ours,), (run_theirs,)]
+                timings = []
+                for sides in rounds:
+                    for fn in sides:
+                        warm(args.warmup, fn)
+                    timings += best(args.repeat, *sides)
+                (t_ours, (step_ours, search)), (t_theirs, step_theirs) = timings
                 ratio = t_theirs / t_ours if t_ours > 0 else float("inf")
                 worst = min(worst, ratio)
                 table.add_row(
