@@ -9,9 +9,11 @@ microbatch later. Here the orders for a short m0 and for m0 + d (d = `gap(m0)`, 
 taken as the full squeeze gives them (`squeeze`; or `pair`, which squeezes m0 only and copies m0 + d's
 moves from it where `v_proof` proves them), the inserted periods are read off their difference, and the
 order for m is the order for m0 with m - m0 periods inserted, each one microbatch later than the one
-before: numpy slices, no per-op loop. The V family starts from `starts(cap)` plus `v_proof.lead` (the
-proof needs the shorter order's grid to repeat over its window) and extends from twice m0 + 1 on
-(`v_proof.RATIO`: one short squeeze to pay for, not two).
+before: numpy slices, no per-op loop. Where `v_proof` also proves m0 + d's final order m0's with d periods
+inserted at a column of m0's final grid (`Inserted`), neither short order is built: the order for m is
+that grid with m - m0 periods inserted there, decoded at once. The V family starts from `starts(cap)`
+plus `v_proof.lead` (the proof needs the shorter order's grid to repeat over its window) and extends from
+twice m0 + 1 on (`v_proof.RATIO`: one short squeeze to pay for, not two).
 
 Soundness. The squeeze visits the ops in slot order and moves each into an earlier free slot; what it
 decides for an op depends on the slots near it (inputs, free slots and memory between its earliest slot
@@ -58,6 +60,7 @@ blocks, p, m and caps, and the fallback taken where the check fails.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 
 import numpy as np
@@ -70,10 +73,43 @@ PERIOD = 6  # ops per microbatch on a rank: F, B, W of each of its two chunks
 #: an extension from m0 runs when m is at least this many times m0 + 1 (it squeezes two short orders)
 MIN_RATIO = 3
 
+
+@dataclass(frozen=True)
+class Inserted:
+    """The longer of two short orders, not built: the shorter one's final grid (`grid`: each rank's op per
+    slot, op = 3 (mb n + stage) + kind, -1 free; n stages) with d periods inserted at column `column` (its
+    columns before it, then [column - 6, column) d times, one, two, ... microbatches later, then the rest d
+    microbatches later: `v_proof.final_insertion` proves it). As orders, the longer one is the shorter one
+    with each rank's six ops of [column - 6, column) inserted d times, which passes `insertion`'s check by
+    construction (the agreement after the insertion reaches one whole period back into it: its last period
+    is the shorter order's period before it, d microbatches later)."""
+
+    grid: np.ndarray
+    column: int
+    n: int
+
+    def extended(self, k: int) -> ArrayOrder:
+        """The order with k periods inserted the same way: `extend`'s result from the shorter order and the
+        longer one (the period taken a row earlier or later within a repeating stretch inserts the same
+        rows), as one grid decoded at once (`v_rows.order_of`)."""
+        from primuspp.algorithms import v_rows
+
+        grid, c, shift = self.grid, self.column, 3 * self.n
+        copies = np.tile(grid[:, c - PERIOD : c], (1, k))  # full columns: no free slot to keep at -1
+        copies += np.repeat(shift * np.arange(1, k + 1, dtype=grid.dtype), PERIOD)
+        rest = grid[:, c:]
+        rest = np.where(rest >= 0, rest + shift * k, rest)
+        return v_rows.order_of(np.concatenate((grid[:, :c], copies, rest), axis=1), self.n)
+
+
 Named = Sequence[tuple[str, ArrayOrder]] | None
 Squeeze = Callable[[int], Named]
-#: the named orders of the full squeeze for two m at once (`v_proof.squeezed`: the longer one copied)
-Pair = Callable[[int, int], tuple[Named, Named]]
+#: the named orders of the full squeeze for two m at once (`v_proof.squeezed`: the longer one copied); a
+#: longer one proven the shorter one with periods inserted is not built (`Inserted`), nor the shorter one
+#: beside it (None)
+Pair = Callable[
+    [int, int], tuple[Sequence[tuple[str, ArrayOrder | None]], Sequence[tuple[str, ArrayOrder | Inserted]]]
+]
 
 
 def starts(cap: int) -> tuple[int, int]:
@@ -254,9 +290,9 @@ def extended(
 ) -> tuple[int, list[tuple[str, ArrayOrder]]] | None:
     """(m0, the squeezed orders for m microbatches) from those for m0 and m0 + `gap(m0)` (`squeeze(k)`: the
     named orders of the full squeeze for k microbatches, None or empty if the block needs more than the
-    cap; `pair(m0, m1)`, if given, both at once), m0 the first of `starts(cap)[skip:]`, each plus `lead`,
-    that passes the check (skip 1 where the first is `late`); None where none that `applies` (at `ratio`)
-    does: the caller then squeezes m in full."""
+    cap; `pair(m0, m1)`, if given, both at once, the longer ones built or `Inserted`), m0 the first of
+    `starts(cap)[skip:]`, each plus `lead`, that passes the check (skip 1 where the first is `late`); None
+    where none that `applies` (at `ratio`) does: the caller then squeezes m in full."""
     for m0 in starts(cap)[skip:]:
         m0 += lead
         if not applies(m, m0, ratio):
@@ -276,6 +312,9 @@ def _extended_from(
         return None
     out = []
     for (name, a), (_, b) in zip(short, longer, strict=True):
+        if isinstance(b, Inserted):  # proven: `insertion`'s check holds by construction
+            out.append((name, b.extended(m - m0)))
+            continue
         at = insertion(a, b, d)
         if at is None:
             return None

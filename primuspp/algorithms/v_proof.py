@@ -45,6 +45,11 @@ window by the induction, the rest is the unvisited grid, equal by the insertion)
 of m1 reads what its counterpart in m0 read: m1's moves are m0's before s, the checked period's moves d
 times, then m0's moves from s on, d microbatches later. Where the check fails at every pointer tried, the
 caller runs the longer squeeze. tests/algorithms/test_v_proof.py holds the result equal to the squeeze.
+
+For the period extension (`squeezed` with `build` False) the longer schedule is not finished where its final
+order is shown to be the shorter one's with d periods inserted (`final_insertion`: the F and B grids after
+the derived squeeze, and the W queue at the insertion column; the argument is there): the extension needs
+only the shorter final grid and the column where the periods go (`v_period.Inserted`).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from primuspp.algorithms import v_rows, v_squeeze
+from primuspp.algorithms.v_period import Inserted
 
 if TYPE_CHECKING:
     from primuspp.algorithms.vshape import SlotSchedule
@@ -409,12 +415,53 @@ def _derived_start(sched: SlotSchedule, cap: int):
     return None if run is None else (run, ext, occ)
 
 
-def _derived_finish(sched: SlotSchedule, ext: np.ndarray) -> None:
-    """The moved F's and B's, W's re-placed (`SlotSchedule.squeeze_derived`'s end)."""
+def _derived_finish(sched: SlotSchedule, ext: np.ndarray, occ: np.ndarray | None = None) -> None:
+    """The moved F's and B's, W's re-placed (`SlotSchedule.squeeze_derived`'s end); `occ`: their grid, if
+    at hand (the W's are placed in it)."""
     slot = ext[:-1]
-    occ = v_rows.grid(slot, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
+    if occ is None:
+        occ = _grid(sched, slot)
     v_rows.fill_ws(occ, slot)
     sched._set_arrays(slot, occ)
+
+
+def _grid(sched: SlotSchedule, slot: np.ndarray) -> np.ndarray:
+    return v_rows.grid(slot, np.asarray(sched.rank, dtype=np.int64), sched.n, sched.p, sched.width)
+
+
+def final_insertion(
+    short_fb: np.ndarray, short_final: tuple[np.ndarray, np.ndarray], long_fb: np.ndarray, n: int, d: int
+) -> int | None:
+    """The column c where the longer schedule's final grid (W's placed) is the shorter one's with d periods
+    inserted (`inserted`'s sense: the same before c, then [c - 6, c) d times, one, two, ... microbatches
+    later, then the rest d microbatches later); None where this is not shown. `short_fb`, `long_fb`: the
+    two F and B grids after the derived squeeze, before the W placement; `short_final`: the shorter one's
+    slots and grid after it.
+
+    Shown by two checks: the longer F and B grid is the shorter one with d periods inserted at column c
+    (`inserted`: the same before c, then d copies of [c - 6, c) each one microbatch later, then the rest d
+    microbatches later), and on every rank the W queue before slot c (the B's before c whose W runs from c
+    on) is the queue before c - 6, one microbatch later. Why that suffices: the W placement
+    (`v_rows.fill_ws`) walks each rank's slots in order, each free slot running the W of the oldest pending
+    B; its state before a slot is that queue. Before c the two grids agree, so the longer walk meets c with
+    the shorter one's queue there, which is the queue of c - 6 one microbatch later; the first inserted
+    period is [c - 6, c) one microbatch later, so the walk places its W's one microbatch and 6 slots later
+    than the shorter walk did there and leaves the queue of c one microbatch later, which the next period
+    meets in turn; after d periods the rest (the shorter grid from c on, d microbatches later) meets the
+    queue of c d microbatches later and is walked as the shorter one was, shifted. So the final grid is the
+    shorter final grid with d periods inserted at c, and each rank's order (its ops by slot) is the shorter
+    order with its ops of [c - 6, c) inserted d times before its first op from c on (six of them: the
+    columns are full, checked)."""
+    c = inserted(short_fb, long_fb, n, d)
+    slot, grid = short_final
+    if c is None or not (grid[:, c - 6 : c] >= 0).all():
+        return None
+    b, w = slot[_B::3], slot[_W::3]  # each (microbatch, stage)'s B and W slots
+    now = ((b < c) & (w >= c)).reshape(-1, n)
+    then = ((b < c - 6) & (w >= c - 6)).reshape(-1, n)
+    if now[0].any() or then[-1].any() or not np.array_equal(now[1:], then[:-1]):
+        return None
+    return c
 
 
 def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
@@ -452,9 +499,11 @@ def explicit(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
     return True
 
 
-def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
+def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int, build: bool = True) -> bool:
     """`squeeze_derived(cap)` on both schedules, the longer one's moves copied where the check proves
-    them; whether they were."""
+    them; whether they were. `build` False: where `final_insertion` also proves the longer final order the
+    shorter one with d periods inserted, the longer schedule is left unfinished (no W's placed) and
+    `long.inserted` says where (`v_period.Inserted`)."""
     started = _derived_start(short, cap)
     if started is None:
         short.squeeze_derived(cap)
@@ -480,17 +529,29 @@ def derived(short: SlotSchedule, long: SlotSchedule, cap: int, d: int) -> bool:
         long_ops,
         len(stripped) + 1,
     )
-    _derived_finish(short, ext)
+    short_fb = _grid(short, ext[:-1])  # the moved F's and B's (W's stripped), before the W placement
+    _derived_finish(short, ext, short_fb if build or slots is None else short_fb.copy())
     if slots is None:
         long.squeeze_derived(cap)
         return False
-    _derived_finish(long, slots)
+    long_fb = _grid(long, slots[:-1])
+    if not build:
+        c = final_insertion(short_fb, short._arrays(), long_fb, short.n, d)
+        if c is not None:
+            long.inserted = Inserted(short._arrays()[1], c, short.n)
+            return True
+    _derived_finish(long, slots, long_fb)
     return True
 
 
-def squeezed(p: int, m0: int, m1: int, name: str, offs, cap: int, variants: tuple[str, ...]):
+def squeezed(
+    p: int, m0: int, m1: int, name: str, offs, cap: int, variants: tuple[str, ...], build: bool = True
+):
     """`vshape._squeezed(p, m, ...)[1]` for m = m0 and m1 (m0 < m1): the named squeezed orders, empty where
-    the block needs more than `cap`; the longer one's moves copied from the shorter one's where proven."""
+    the block needs more than `cap`; the longer one's moves copied from the shorter one's where proven.
+    `build` False: a longer order proven the shorter one with periods inserted is not built but given as
+    `v_period.Inserted` (`derived`), as `v_period.extended` takes it, and the shorter one beside it is not
+    built either (None: the `Inserted` holds its grid)."""
     from primuspp.algorithms.vshape import SlotSchedule, _squeezed
 
     short = SlotSchedule(p, m0, *offs, keep_raw=True)  # the longer one tightened from it where it can
@@ -504,7 +565,11 @@ def squeezed(p: int, m0: int, m1: int, name: str, offs, cap: int, variants: tupl
         short, long = (base if last else base.copy() for base in bases)
         if variant == "explicit":
             explicit(short, long, cap, m1 - m0)
-        derived(short, long, cap, m1 - m0)
-        out[0].append((f"{name}/{variant}", short.order()))
-        out[1].append((f"{name}/{variant}", long.order()))
+        derived(short, long, cap, m1 - m0, build)
+        if long.inserted is None:
+            out[0].append((f"{name}/{variant}", short.order()))
+            out[1].append((f"{name}/{variant}", long.order()))
+        else:
+            out[0].append((f"{name}/{variant}", None))
+            out[1].append((f"{name}/{variant}", long.inserted))
     return out

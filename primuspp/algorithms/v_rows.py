@@ -12,8 +12,12 @@ tests/algorithms/test_v_squeeze.py holds each equal to its per-rank reference.
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from primuspp.schedule.array_order import ArrayOrder
 
 _F, _B, _W = 0, 1, 2
 
@@ -133,6 +137,27 @@ def _cells(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     row = cell // mask.shape[1]
     cell -= row * mask.shape[1]
     return row, cell
+
+
+def order_of(occ: np.ndarray, n: int) -> ArrayOrder:
+    """Each rank's occupied slots of the grid `occ` (n stages) in slot order, as an `ArrayOrder`: columns
+    straight from the op ids (op = 3 * (mb * n + stage) + kind), each node's slot kept as the timing's guess
+    of its unit-cost start (`timing_arrays.UNIT_STARTS`, checked there)."""
+    from primuspp.schedule.array_order import KINDS, ArrayOrder
+    from primuspp.schedule.nodes import NodeKind
+    from primuspp.schedule.timing_arrays import UNIT_STARTS
+
+    codes = np.array([KINDS.index(k) for k in (NodeKind.F, NodeKind.B, NodeKind.W)], dtype=np.int8)
+    placed = occ >= 0
+    flat = occ[placed].astype(np.int64)  # row-major: rank by rank, each in slot order
+    key = flat // 3
+    flat -= 3 * key  # the kind: flat % 3 by divisions alone (numpy's remainder is a slow division)
+    mb = key // n
+    key -= n * mb  # the stage
+    lengths = np.count_nonzero(placed, axis=1).tolist()
+    order = ArrayOrder.from_flat(codes[flat], mb, key, lengths)
+    order.rows.memo[UNIT_STARTS] = np.nonzero(placed)[1]
+    return order
 
 
 def profiles(occ: np.ndarray) -> np.ndarray:

@@ -26,11 +26,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from primuspp.schedule.array_order import ArrayOrder
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.nodes import Node
 
 PERIOD = 6
 _F, _B, _W = 0, 1, 2
-_KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
 
 
 @dataclass(frozen=True)
@@ -204,6 +203,9 @@ class SlotSchedule:
     _slot = None
     _occ = None
     raw = None  # the raw repetition's grid, kept with `keep_raw`
+    #: where a schedule left unfinished is proven the shorter one's final order with periods inserted
+    #: (`v_proof.derived` with `build` False: a `v_period.Inserted`)
+    inserted = None
 
     @property
     def slot(self) -> list[int]:
@@ -598,26 +600,11 @@ class SlotSchedule:
     # -- result ---------------------------------------------------------------------------------------------
 
     def order(self) -> ArrayOrder:
-        """Each rank's occupied slots in slot order, as an `ArrayOrder` (columns straight from the codes of
-        `occ`: op = 3 * (mb * n + stage) + kind; no Node is built until someone reads one)."""
-        import numpy as np
+        """Each rank's occupied slots in slot order, as an `ArrayOrder` (`v_rows.order_of`: no Node is
+        built until someone reads one)."""
+        from primuspp.algorithms import v_rows
 
-        from primuspp.schedule.array_order import KINDS
-        from primuspp.schedule.timing_arrays import UNIT_STARTS
-
-        codes = np.array([KINDS.index(k) for k in _KINDS], dtype=np.int8)
-        occ = self._arrays()[1]
-        placed = occ >= 0
-        flat = occ[placed].astype(np.int64)  # row-major: rank by rank, each in slot order
-        key = flat // 3
-        flat -= 3 * key  # the kind: flat % 3 by divisions alone (numpy's remainder is a slow division)
-        mb = key // self.n
-        key -= self.n * mb  # the stage
-        lengths = np.count_nonzero(placed, axis=1).tolist()
-        order = ArrayOrder.from_flat(codes[flat], mb, key, lengths)
-        # each node's slot: the timing's guess of its unit-cost start (checked there)
-        order.rows.memo[UNIT_STARTS] = np.nonzero(placed)[1]
-        return order
+        return v_rows.order_of(self._arrays()[1], self.n)
 
     def peak(self) -> int:
         """Most live chunk activations of any rank in any slot (`_profile`)."""
@@ -688,7 +675,7 @@ def squeezed_orders(
             return _squeezed(p, k, block.name, offs, cap, variants)[1]
 
         def pair(k: int, k1: int):  # the longer one's moves copied from the shorter one's where proven
-            return v_proof.squeezed(p, k, k1, block.name, offs, cap, variants)
+            return v_proof.squeezed(p, k, k1, block.name, offs, cap, variants, False)
 
         found = v_period.extended(squeeze, m, cap, ratio, skip=skip, pair=pair, lead=lead)
         if found is not None:

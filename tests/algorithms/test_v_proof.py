@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from primuspp.algorithms import v_period, v_proof, v_squeeze, vshape
+from primuspp.schedule.timing_arrays import UNIT_STARTS
 from tests.algorithms.v_orders import BLOCKS
 from tests.algorithms.v_orders import same as _same
 
@@ -212,3 +213,75 @@ def test_a_stop_is_found_in_the_noted_stretch_only(wide):
             assert full_after_free(lo, c) == bool(full), (lo, c)
             hits += bool(zero) + bool(full)
     assert hits
+
+
+def _unit_slots(order):
+    return np.asarray(order.rows.memo[UNIT_STARTS]).tolist()
+
+
+@pytest.mark.parametrize(
+    ("block", "p", "cap", "variants"),
+    [
+        (vshape.ZB, 16, 32, ("explicit",)),
+        (vshape.ZB, 9, 18, ("derived", "explicit")),
+        (vshape.HALF, 12, 14, ("derived",)),
+        (vshape.MIN, 19, 14, ("derived",)),
+    ],
+)
+def test_an_unbuilt_longer_order_is_the_built_one(block, p, cap, variants):
+    # `build` False: the longer final order proven the shorter one with d periods inserted, not built; its
+    # grid with d periods inserted is the order built (and the full squeeze's), with k periods the extension
+    # from the built pair
+    m0 = v_period.starts(cap)[0] + v_proof.lead(p, block.name, len(variants) > 1)
+    m1 = m0 + v_period.gap(m0)
+    offs = vshape.offsets(p, block)
+    built = v_proof.squeezed(p, m0, m1, block.name, offs, cap, variants)
+    short, longer = v_proof.squeezed(p, m0, m1, block.name, offs, cap, variants, False)
+    assert [n for n, _ in short] == [n for n, _ in built[0]] and all(a is None for _, a in short)
+    assert _same(built[1], _separate(p, m0, m1, block, cap, variants)[1])
+    d = m1 - m0
+    for (_, a), (_, b), (_, want) in zip(built[0], longer, built[1], strict=True):
+        assert isinstance(b, v_period.Inserted)
+        assert _same([("x", b.extended(0))], [("x", a)])  # its grid is the shorter order
+        at = v_period.insertion(a, want, d)
+        assert at is not None  # the check it stands for holds
+        for k in (d, 1, 2, 3 * d + 1):  # the longer order itself, and the extension to any m from the pair
+            got, expected = b.extended(k), v_period.extend(a, want, at, m0, m0 + k)
+            assert _same([("x", got)], [("x", expected)]) and _unit_slots(got) == _unit_slots(expected)
+
+
+def _derived_grids(p, block, cap, m0, m1):
+    """(the shorter F and B grid before the W placement, its final slots and grid, the longer F and B grid,
+    n, d) of zb's block, explicit squeeze then derived, the longer one copied."""
+    offs = vshape.offsets(p, block)
+    short = vshape.SlotSchedule(p, m0, *offs, keep_raw=True)
+    long = vshape.SlotSchedule(p, m1, *offs, like=short.tightened_from())
+    v_proof.explicit(short, long, cap, m1 - m0)
+    built = long.copy()
+    assert v_proof.derived(short, built, cap, m1 - m0)  # the longer one copied and finished
+    grid = built._arrays()[1]
+    fb = np.where(grid % 3 == 2, -1, grid)  # its F's and B's (W's removed; a free cell stays -1)
+    final = short._arrays()
+    short_fb = np.where(final[1] % 3 == 2, -1, final[1])
+    return short_fb, final, fb, 2 * p, m1 - m0
+
+
+def test_final_insertion_checks_the_grid_and_the_w_queue():
+    p, block, cap = 10, vshape.ZB, 20
+    m0 = v_period.starts(cap)[0] + v_proof.lead(p, block.name, False)
+    short_fb, (slot, grid), long_fb, n, d = _derived_grids(p, block, cap, m0, m0 + v_period.gap(m0))
+    c = v_proof.final_insertion(short_fb, (slot, grid), long_fb, n, d)
+    assert c is not None and c == v_proof.inserted(short_fb, long_fb, n, d)
+    assert v_proof.final_insertion(short_fb, (slot, grid), long_fb, n, d - 1) is None  # periods miscounted
+    # a W queue that differs at c: one B before c whose W ran at c - 6 or later now waits past c (its W
+    # moved to a free column far to the right, the grid left as it was): the check no longer holds
+    b, w = slot[1::3], slot[2::3]
+    late = np.flatnonzero((b < c - 6) & (w >= c - 6) & (w < c))  # pending at c - 6, run by c
+    assert late.size
+    moved = slot.copy()
+    moved[3 * int(late[0]) + 2] = grid.shape[1] + 5
+    assert v_proof.final_insertion(short_fb, (moved, grid), long_fb, n, d) is None
+    # a column before c that is not full: the inserted periods would not be six ops a rank
+    holed = grid.copy()
+    holed[0, c - 1] = -1
+    assert v_proof.final_insertion(short_fb, (slot, holed), long_fb, n, d) is None
