@@ -1,7 +1,7 @@
 """Side by side with AMD Primus: its own generators and simulator against build_schedule + simulate.
 
 Usage: python bench/vs_primus.py --mirror GIT_DIR [--pp 16 32 64] [--mb-per-pp 8] [--algo NAME ...]
-       [--repeat N] [--warmup SECONDS] [--interleave]
+       [--repeat N] [--sample-time SECONDS] [--warmup SECONDS] [--interleave]
        python bench/vs_primus.py --primus DIR ...     (DIR holds an extracted `primus/` tree)
 
 Primus (github.com/AMD-AGI/Primus) is not part of this repository: `--mirror` names a clone (bare or not);
@@ -27,6 +27,14 @@ sides in their steady state, as a sweep of many layouts runs.
 `--interleave` alternates the two sides run by run (ours, Primus', ours, ...: --repeat pairs) instead of
 timing ours --repeat times and then Primus' --repeat times, each side's best still taken: on a machine
 whose speed drifts over seconds (another tenant) both sides then sample the same stretch of it.
+
+`--sample-time SECONDS` (default 0: one run a sample) makes each of the --repeat timed samples of a side run
+it again and again until SECONDS of CPU time have passed and take the mean per run (pyperf's loops); the
+best sample is reported. With one run a sample, ours (2-10 ms at p = 16) is timed over a stretch of a few
+tens of milliseconds and Primus' (0.05-0.4 s) over a second or more: a burst of another tenant's work can
+cover all of ours and only one of Primus' runs, and on this machine such bursts moved single cells at p = 16
+by a fifth from one run of the bench to the next. With equal sample times both sides are exposed alike; a
+run of ours stays one build and one simulation from scratch (`forget()` before each, outside the timing).
 
 The process keeps the memory it frees for reuse (`primuspp.heap.keep_freed_memory`), as the `primuspp`
 command's offline verbs do; both sides run in it. `--default-heap` leaves glibc's malloc as it starts.
@@ -127,18 +135,26 @@ def warm(seconds: float, fn) -> None:
             break
 
 
-def timed(fn) -> tuple[float, object]:
-    """(CPU seconds, value) of one run of `fn`."""
-    forget()  # the floored generators' memos: each run generates
-    start = time.process_time()
-    value = fn()
-    return time.process_time() - start, value
+def timed(fn, sample: float = 0.0) -> tuple[float, object]:
+    """(CPU seconds per run, value) of one sample of `fn`: one run, or (`sample` > 0) as many runs as take
+    `sample` CPU seconds, their mean (pyperf's loops: a side whose run is short is then timed over as long a
+    stretch as a side whose run is long, so a burst of another tenant's work weighs on both alike)."""
+    total, runs = 0.0, 0
+    while True:
+        forget()  # the floored generators' memos: each run generates (not timed)
+        start = time.process_time()
+        value = fn()
+        total += time.process_time() - start
+        runs += 1
+        if total >= sample:
+            return total / runs, value
 
 
-def best(repeat: int, *fns) -> list[tuple[float, object]]:
-    """Per function, (its least CPU seconds, its last value) over `repeat` rounds; each round runs the
-    functions one after another (`--interleave` passes both sides, else one side at a time)."""
-    runs = [[timed(fn) for fn in fns] for _ in range(repeat)]
+def best(repeat: int, *fns, sample: float = 0.0) -> list[tuple[float, object]]:
+    """Per function, (its least CPU seconds per run, its last value) over `repeat` rounds of one sample
+    each (`timed`); each round runs the functions one after another (`--interleave` passes both sides, else
+    one side at a time)."""
+    runs = [[timed(fn, sample) for fn in fns] for _ in range(repeat)]
     return [(min(t for t, _ in col), col[-1][1]) for col in zip(*runs, strict=True)]
 
 
@@ -153,6 +169,7 @@ def main() -> int:
     ap.add_argument("--algo", action="append", choices=list(PAIRS))
     ap.add_argument("--warmup", type=float, default=0.0, help="untimed CPU seconds per side and cell first")
     ap.add_argument("--interleave", action="store_true", help="alternate the two sides run by run")
+    ap.add_argument("--sample-time", type=float, default=0.0, help="CPU s of runs a sample (0: one)")
     ap.add_argument("--default-heap", action="store_true", help="malloc as it starts (not as the CLI)")
     args = ap.parse_args()
     kept = False if args.default_heap else keep_freed_memory()
@@ -179,7 +196,7 @@ def main() -> int:
                 for sides in rounds:
                     for fn in sides:
                         warm(args.warmup, fn)
-                    timings += best(args.repeat, *sides)
+                    timings += best(args.repeat, *sides, sample=args.sample_time)
                 (t_ours, (step_ours, search)), (t_theirs, step_theirs) = timings
                 ratio = t_theirs / t_ours if t_ours > 0 else float("inf")
                 worst = min(worst, ratio)
@@ -197,6 +214,7 @@ def main() -> int:
         Console(width=130).print(table)
     warmed = f"; {args.warmup:g} s warm-up per side and cell" if args.warmup else ""
     warmed += "; the two sides interleaved run by run" if args.interleave else ""
+    warmed += f"; each sample {args.sample_time:g} CPU s of runs, their mean" if args.sample_time else ""
     warmed += "; freed memory kept for reuse (as the CLI)" if kept else "; malloc's defaults"
     print(f"smallest speed-up {worst:.1f}x (target 20x); load average {os.getloadavg()[0]:.2f}{warmed}")
     return 0
