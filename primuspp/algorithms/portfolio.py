@@ -55,7 +55,7 @@ def order_peak(
 ) -> float:
     """Highest activation (in `units`) any rank holds: the simulator's memory model (`semantics.order_peak`)
     in microbatch units. `b_free`: the part B frees, one value per stage (or one for all). An ArrayOrder is
-    counted as array passes (`sim.memory_curve.memory_levels`, the same events and float operations)."""
+    counted as array passes (`schedule.memory_levels`, the same events and float operations)."""
     b_free = semantics.per_stage(b_free, len(units))
     if isinstance(order, ArrayOrder):
         peaks = array_rank_peaks(order, units, b_free)
@@ -68,11 +68,11 @@ def array_rank_peaks(
     order: ArrayOrder, units: Sequence[float], b_free: Sequence[float]
 ) -> list[float] | None:
     """Each rank's peak (`semantics.order_memory`'s) of an ArrayOrder as array passes
-    (`sim.memory_curve.memory_levels`, the same events and float operations), or None where the arrays
+    (`schedule.memory_levels`, the same events and float operations), or None where the arrays
     cannot reproduce it (the caller walks the Nodes). `b_free`: one value per stage."""
     import numpy as np
 
-    from primuspp.sim.memory_curve import memory_levels
+    from primuspp.schedule.memory_levels import memory_levels
 
     at = np.zeros(order.num_nodes())  # the peak does not depend on when the events happen
     levels = memory_levels(order.rows, order.first, at, at, units, b_free)

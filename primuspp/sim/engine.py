@@ -16,11 +16,11 @@ import numpy as np
 from primuspp.schedule.compact import KINDS, LoweredRanks, kinds_present, one_row_per_node, order_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import stage_peers
+from primuspp.schedule.memory_levels import memory_levels
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, order_memory
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing import node_time_arrays
 from primuspp.schedule.timing_arrays import kind_stage
-from primuspp.sim.memory_curve import memory_levels
 from primuspp.trace.columns import CurveColumns, IntervalColumns, TransferColumns
 from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.timeline import RankTimeline, Timeline

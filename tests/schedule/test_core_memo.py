@@ -11,12 +11,13 @@ import pytest
 
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule import compact, compact_validation, timing_arrays
+from primuspp.schedule import memory_levels as memory_curve
 from primuspp.schedule.compact import LoweredRanks, _compute_before, kinds_present
 from primuspp.schedule.costs import CostModel, unit_costs
 from primuspp.schedule.rows import Rows, memo_of
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing import node_times_events
-from primuspp.sim import memory_curve, simulate
+from primuspp.sim import simulate
 from primuspp.trace.metrics import timeline_metrics
 
 EQUAL = CostModel(1000, 1000, 1000)

@@ -96,7 +96,7 @@ def test_the_timeline_views_build_nothing_until_read():
 
 def test_memory_events_grouped_by_kind_sort_to_the_same_curve(monkeypatch):
     """The general event path (kinds with several effects) sorts to the curve the one-effect path reads."""
-    from primuspp.sim import memory_curve
+    from primuspp.schedule import memory_levels as memory_curve
 
     for name in ("zbv", "dualpipe", "1f1b-interleaved"):
         costs = _costs(4)["per-rank"]
@@ -116,7 +116,7 @@ def test_exact_running_levels_are_the_blockwise_ones(monkeypatch, few):
     changes and empty ranks included."""
     import numpy as np
 
-    from primuspp.sim import memory_curve
+    from primuspp.schedule import memory_levels as memory_curve
 
     monkeypatch.setattr(memory_curve, "_FEW_EVENTS", few)
     rng = random.Random(4)

@@ -7,7 +7,7 @@ import pytest
 
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule.costs import CostModel
-from primuspp.sim.memory_curve import memory_levels
+from primuspp.schedule.memory_levels import memory_levels
 
 
 @pytest.mark.parametrize("b_free", [0.0, 0.5, (1.0, 0.25, 0.0, 0.5)])
