@@ -3,6 +3,7 @@ validated ScheduleTable from an algorithm name."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from primuspp.errors import ConfigError, ScheduleError, ValidationError
 from primuspp.gcpause import without_gc
 from primuspp.inputs import parse_json, read_text
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.formats import from_json_dict, from_text
+from primuspp.schedule.formats import from_csv, from_json_dict, from_text
 from primuspp.schedule.limits import (
     DEFAULT_MAX_NODES,
     MAX_COST,
@@ -189,7 +190,8 @@ def _resolve_params(algo: Algorithm, params: dict[str, Any]) -> dict[str, Any]:
 def load_table(
     path: str | Path, pp: int | None = None, vpp: int | None = None, micro_batches: int | None = None
 ) -> ScheduleTable:
-    """Read a table written by `primuspp dump --format json` (or text) and validate it.
+    """Read a table as `primuspp dump` writes it (text, JSON, or torch's compute_only CSV) and validate it.
+    A compute-only order (no SEND/RECV nodes: torch's CSV, sail-sg's and Primus' exports) is lowered first.
 
     The file goes through primuspp.inputs: a regular file (a FIFO is refused, not waited on) of at most
     MAX_INPUT_BYTES, UTF-8, JSON without NaN/Infinity and nested at most MAX_NESTING deep."""
@@ -199,14 +201,16 @@ def load_table(
         text = read_text(path)
     except ConfigError as err:  # "PATH: not a regular file ..." -> "file:PATH: ..."
         raise ConfigError(f"file:{err}", key="algorithm") from None
-    if text.startswith("# primuspp schedule"):
-        try:
-            table = from_text(text)
-        except (ValidationError, ScheduleError) as err:
-            raise ValidationError(f"{where}: {err}") from None
-    else:
+    if text.lstrip()[:1] in ("{", "["):
         table = from_json_dict(parse_json(text, where, "algorithm"), where)
+    else:
+        try:
+            table = from_text(text) if text.startswith("# primuspp schedule") else from_csv(text, where)
+        except (ValidationError, ScheduleError) as err:
+            raise ValidationError(f"{where}: {str(err).removeprefix(where + ': ')}") from None
     try:
+        if not any(n.kind.is_comm for nodes in table.ranks for n in nodes):
+            table = replace(table, ranks=lower_comms(table.placement, table.num_microbatches, table.ranks))
         validate(table)
     except ValidationError as err:
         raise ValidationError(f"{where}: {err}") from None

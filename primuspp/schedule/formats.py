@@ -5,13 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from typing import Any
 
 from primuspp.errors import ConfigError, ValidationError
 from primuspp.inputs import parse_json
 from primuspp.schedule.compact import LoweredRanks
 from primuspp.schedule.limits import MAX_MB, MAX_PP, MAX_VPP
-from primuspp.schedule.nodes import Node, NodeKind, format_node, parse_node
+from primuspp.schedule.nodes import Node, NodeKind, format_node, fused, parse_node
 from primuspp.schedule.placement import PLACEMENT_KINDS, Placement, make_placement
 from primuspp.schedule.table import ScheduleTable
 
@@ -52,8 +53,7 @@ def from_text(text: str) -> ScheduleTable:
         raise ValidationError(f"text schedule header: missing or bad field {err}") from None
     for key, value, high in (("pp", pp, MAX_PP), ("vpp", vpp, MAX_VPP), ("micro_batches", m, MAX_MB)):
         _check_int(value, key, high, "text schedule header")
-    _check_kind(kind, "text schedule header")
-    placement = make_placement(kind, pp, vpp)
+    placement = make_placement(_kind(kind, "text schedule header"), pp, vpp)
     ranks = _nodes([ln.split() for ln in lines[1:]], "text schedule")
     _check_ranges(ranks, placement, m, "text schedule")
     return ScheduleTable(placement, m, ranks, fields.get("algorithm", "custom"))
@@ -66,30 +66,21 @@ def _nodes(ranks: list[list[Any]], source: str) -> tuple[tuple[Node, ...], ...]:
         raise ValidationError(f"{source}: bad node ({' '.join(str(err).split())})") from None
 
 
-def to_json_dict(table: ScheduleTable, texts: bool = True) -> dict[str, Any]:
-    """The JSON document of `table`; `texts=False` leaves "ranks" empty (its caller writes them)."""
+def to_json_dict(table: ScheduleTable) -> dict[str, Any]:
+    """The JSON document of `table`."""
     return {
         "format": JSON_FORMAT,
         "algorithm": table.algorithm,
         "params": table.params,
         "micro_batches": table.num_microbatches,
         "placement": table.placement.to_dict(),
-        "ranks": node_texts(table) if texts else [],
+        "ranks": node_texts(table),
     }
 
 
-def to_json_text(table: ScheduleTable, fast: bool = True) -> str:
-    """`json.dumps(to_json_dict(table))` (one line, as result directories hold it). `fast`: a compact table's
-    node list is written from its arrays (`formats_fast.ranks_json`, the same bytes)."""
-    ranks = None
-    if fast:
-        from primuspp.schedule.formats_fast import ranks_json
-
-        ranks = ranks_json(table)
-    if ranks is None:
-        return json.dumps(to_json_dict(table))
-    head = {k: v for k, v in to_json_dict(table, texts=False).items() if k != "ranks"}
-    return json.dumps(head)[:-1] + f', "ranks": {ranks}}}'
+def to_json_text(table: ScheduleTable) -> str:
+    """`json.dumps(to_json_dict(table))`: one line, as result directories hold it."""
+    return json.dumps(to_json_dict(table))
 
 
 def to_json(table: ScheduleTable) -> str:
@@ -101,11 +92,19 @@ def _check_int(value: Any, key: str, high: int, source: str) -> None:
         raise ValidationError(f"{source}: {key}={value!r}: expected an integer from 1 to {high:,}")
 
 
-def _check_kind(kind: Any, source: str) -> None:
+#: the names users give placements (Megatron's "interleaved", torch's "looped" schedules)
+_KIND_ALIASES = {"interleaved": "loop", "1f1b-interleaved": "loop", "looped": "loop", "v-shape": "v"}
+
+
+def _kind(kind: Any, source: str) -> str:
+    """The placement kind `kind` names (a PLACEMENT_KINDS entry or an alias), or a one-line refusal."""
+    kind = _KIND_ALIASES.get(kind, kind) if isinstance(kind, str) else kind
     if kind not in PLACEMENT_KINDS:
         raise ValidationError(
-            f"{source}: placement.kind={kind!r}: unknown placement (allowed: {', '.join(PLACEMENT_KINDS)})"
+            f"{source}: placement.kind={kind!r}: unknown placement (allowed: {', '.join(PLACEMENT_KINDS)}, "
+            f"or {', '.join(_KIND_ALIASES)})"
         )
+    return kind
 
 
 def _check_placement(placement: Placement, source: str) -> None:
@@ -154,10 +153,15 @@ def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
         raise ValidationError(
             f"{source}: placement={place!r}: expected an object (as `dump --format json` writes)"
         )
-    _check_kind(place.get("kind"), source)
+    place = {**place, "kind": _kind(place.get("kind"), source)}
     for key, high in (("pp", MAX_PP), ("vpp", MAX_VPP)):
         if key in place:
             _check_int(place[key], f"placement.{key}", high, source)
+    ranks = data["ranks"]
+    if "stage_rank" not in place:  # a hand-written table names its placement by kind, pp and vpp
+        place = make_placement(
+            place["kind"], place.get("pp", max(len(ranks), 1)), place.get("vpp", 1)
+        ).to_dict()
     for key in ("stage_rank", "stage_chunk", "routes", "model_part"):
         if key in place and not isinstance(place[key], list):
             raise ValidationError(f"{source}: placement.{key}: expected a list")
@@ -170,7 +174,6 @@ def from_json_dict(data: Any, source: str = "schedule") -> ScheduleTable:
     except ValidationError as err:  # name the file and the key (placement.stage_rank, .routes)
         raise ValidationError(f"{source}: placement.{_placement_key(str(err))}: {err}") from None
     _check_placement(placement, source)
-    ranks = data["ranks"]
     if not isinstance(ranks, list) or not all(isinstance(r, list) for r in ranks):
         raise ValidationError(f"{source}: 'ranks' must be a list of lists of node strings")
     if len(ranks) != placement.pp:
@@ -206,6 +209,63 @@ def _torch_action(node: Node) -> str:
         inner = ";".join(_torch_action(p) for p in node.parts)
         return f"({inner})OVERLAP_F_B"
     return f"{node.stage}{_TORCH_KIND[node.kind]}{node.microbatch}"
+
+
+_FROM_TORCH = {text: kind for kind, text in _TORCH_KIND.items()}
+_TORCH_ACTION = re.compile(r"(\d{1,9})([FIBW])(\d{1,9})")
+_OVERLAP = ")OVERLAP_F_B"
+
+
+def from_csv(text: str, source: str = "csv") -> ScheduleTable:
+    """A compute-only table from torch.distributed.pipelining's CSV (`_load_csv`'s compute_only format, as
+    `to_csv` writes it): a row per rank, actions `<stage><F|I|B|W><microbatch>`, empty cells idle. p, the
+    stage count and m are read off the rows; the placement is the kind whose stage ranks and routes the
+    actions follow. The comm nodes are left to lowering."""
+    rows = list(csv.reader(io.StringIO(text)))
+    while rows and not any(cell.strip() for cell in rows[-1]):
+        rows.pop()
+    if not rows:
+        raise ValidationError(f"{source}: no rows (expected one row of actions per rank, e.g. 0F0,0F1,0I0)")
+    _check_int(len(rows), "rows (pp)", MAX_PP, source)
+    ranks = tuple(
+        tuple(_csv_node(c, source, r, i) for i, c in enumerate(row) if c.strip())
+        for r, row in enumerate(rows)
+    )
+    parts = [(r, p) for r, nodes in enumerate(ranks) for n in nodes for p in n.parts or (n,)]
+    pp, n = len(ranks), max((p.stage for _, p in parts), default=0) + 1
+    m = max((p.microbatch for _, p in parts), default=0) + 1
+    _check_int(m, "micro_batches (largest microbatch + 1)", MAX_MB, source)
+    # the narrowest first: a bidirectional table also fits a V (same ranks), a linear one a loop of v=1
+    for kind in ("linear", "bidirectional", "loop", "v") if n % pp == 0 and n // pp <= MAX_VPP else ():
+        placement = make_placement(kind, pp, n // pp)
+        routes = [set(route) for route in placement.routes]
+        if placement.num_stages == n and all(
+            placement.stage_rank[p.stage] == r and p.stage in routes[p.microbatch % len(routes)]
+            for r, p in parts
+        ):
+            return ScheduleTable(placement, m, ranks)
+    raise ValidationError(
+        f"{source}: the stages' ranks ({n} stages on {pp} rows) match no placement "
+        f"(allowed: {', '.join(PLACEMENT_KINDS)}: stage s on rank s, s % pp, or a V)"
+    )
+
+
+def _csv_node(cell: str, source: str, rank: int, pos: int) -> Node:
+    cell = cell.strip()
+    if cell.startswith("(") and cell.endswith(_OVERLAP):
+        pair = [_csv_node(c, source, rank, pos) for c in cell[1 : -len(_OVERLAP)].split(";")]
+        try:
+            return fused(*pair)
+        except (TypeError, ValueError):  # not one F and one B/BW: refused below
+            pass
+    match = _TORCH_ACTION.fullmatch(cell)
+    if match:
+        stage, kind, mb = match.groups()
+        return Node(_FROM_TORCH[kind], int(mb), int(stage))
+    raise ValidationError(
+        f"{source}: rank {rank}, action {pos}: {cell[:40]!r}: expected a compute action such as 0F1, 0I1, "
+        "0W1, 0B1 or (0F2;1I0)OVERLAP_F_B (torch's compute_only CSV; comm actions are inserted here)"
+    )
 
 
 def to_csv(table: ScheduleTable) -> str:

@@ -37,8 +37,8 @@ def results_dir(out_dir: str | Path, names: Sequence[str]) -> Iterator[Path]:
 
 def write_result(result: SimResult, out_dir: str | Path, fast: bool = True) -> Path:
     """Write one run's directory; an earlier one of the same name (ours) is replaced only once all is
-    written. `fast`: written from the simulator's columns and the table's arrays (the same bytes; False
-    writes through the readable reference writers, `pp_data.rank_record` and `formats.to_json_dict`)."""
+    written. `fast`: pp_data written from the simulator's columns (the same bytes; False writes through the
+    readable reference writer, `pp_data.rank_record`)."""
     name = safe_component(result.name, "run name")  # again here: no name may leave `out_dir`
 
     def write(tmp: Path) -> None:
@@ -49,6 +49,6 @@ def write_result(result: SimResult, out_dir: str | Path, fast: bool = True) -> P
         }
         write_pp_data([result.timeline], tmp, extra, fast=fast)
         (tmp / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n")
-        (tmp / "schedule.json").write_text(to_json_text(result.table, fast=fast) + "\n")
+        (tmp / "schedule.json").write_text(to_json_text(result.table) + "\n")
 
     return replace_dir(Path(out_dir) / name, "result", write, KEY)

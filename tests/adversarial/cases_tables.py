@@ -4,6 +4,7 @@ unknown placement kind (item 10), and broken shapes (own)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -278,4 +279,61 @@ cases.append(
         lambda ctx: ["simulate", "--algo", _table(ctx), "--pp", "8", "--out", str(ctx.out)],
         ERR("--pp", "pp"),
     )
+)
+# -- issue 34: compute-only orders (torch's compute_only CSV as `dump --format csv` writes it, text, JSON) --
+
+
+def _compute_only(ctx: Ctx, fmt: str) -> str:
+    """The golden table without its comm nodes, as torch CSV, text or JSON: lowered when read."""
+    from primuspp.schedule.formats import from_json, to_csv, to_json, to_text
+
+    table = from_json((ctx.golden / "table.json").read_text())
+    if fmt == "csv":
+        return _table(ctx, raw=to_csv(table), name="t.csv")
+    bare = dataclasses.replace(table, ranks=table.compute_order())
+    return _table(ctx, raw=(to_text if fmt == "txt" else to_json)(bare), name=f"t.{fmt}")
+
+
+for _fmt in ("csv", "txt", "json"):
+    _add(f"compute-only-{_fmt}", "own", ("dump",), lambda ctx, f=_fmt: _compute_only(ctx, f), OK())
+_add("compute-only-sim", "own", ("simulate",), lambda ctx: _compute_only(ctx, "csv"), OK(), outputs=SIM_OUT)
+_add(
+    "csv-comm-action",
+    "own",
+    ("dump", "train-torch"),
+    lambda ctx: _table(ctx, raw="0F0,0SEND_F0\n1RECV_F0,1F0\n", name="t.csv"),
+    ERR("t.csv", "0SEND_F0"),
+)
+_add(
+    "csv-mb-huge",
+    "own",
+    ("dump",),
+    lambda ctx: _table(ctx, raw="0F999999999,0I999999999\n", name="t.csv"),
+    ERR("t.csv", "micro_batches"),
+)
+_add(
+    "csv-digits-5000",
+    "own",
+    ("dump",),
+    lambda ctx: _table(ctx, raw="0F" + "9" * 5000 + "\n", name="t.csv"),
+    ERR("t.csv"),
+)
+_add(
+    "csv-no-placement",
+    "own",
+    ("dump",),
+    lambda ctx: _table(ctx, raw="0F0,0B0\n2F0,2B0\n", name="t.csv"),
+    ERR("t.csv", "placement"),
+)
+_add("csv-cycle", "own", ("dump",), lambda ctx: _table(ctx, raw="0B0,0F0\n", name="t.csv"), ERR("t.csv"))
+_add(
+    "text-placement-alias",
+    "own",
+    ("dump",),
+    lambda ctx: _table(
+        ctx,
+        raw="# primuspp schedule placement=interleaved pp=1 vpp=2 micro_batches=1\nF0.0 F0.1 BW0.1 BW0.0\n",
+        name="t.txt",
+    ),
+    OK(),
 )

@@ -86,6 +86,23 @@ def test_dump_formats(capsys, tmp_path):
     assert {e["ph"] for e in trace["traceEvents"]} >= {"X", "M", "s", "f"}
 
 
+def test_file_reads_what_dump_writes_and_compute_only_orders(capsys, tmp_path):
+    """Issue 34: `dump --format csv` (torch's compute_only CSV) reads back through file:, and a hand-written
+    compute-only text order is lowered (p2p nodes inserted) and validated."""
+    path = tmp_path / "zb.csv"
+    args = ("--algo", "zero-bubble", "--pp", "2", "--mb", "3", "--format", "csv", "--out", str(path))
+    assert run_cli(capsys, "dump", *args)[0] == 0
+    code, out, err = run_cli(capsys, "dump", "--algo", f"file:{path}", "--check")
+    assert code == 0 and "valid zb: custom (placement=linear, pp=2, vpp=1, micro_batches=3)" in out, err
+    mine = tmp_path / "mine.txt"
+    mine.write_text(
+        "# primuspp schedule algorithm=custom placement=linear pp=2 vpp=1 micro_batches=1\n"
+        "F0.0 B0.0 W0.0\nF0.1 B0.1 W0.1\n"
+    )
+    code, out, err = run_cli(capsys, "dump", "--algo", f"file:{mine}", "--check")
+    assert code == 0 and "10 nodes (4 p2p)" in out, err
+
+
 def test_dump_several_tables_to_a_directory(capsys, tmp_path):
     code, _, _ = run_cli(capsys, "dump", "--format", "json", "--out", str(tmp_path / "d"))
     assert code == 0
