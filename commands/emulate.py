@@ -13,7 +13,7 @@ from primuspp.config.loader import emulation_costs
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
 from primuspp.sim.engine import simulate
-from primuspp.sim.iterations import simulate_iterations
+from primuspp.sim.iterations import MAX_ITERATIONS, simulate_iterations
 
 
 class EmulateBackend:
@@ -32,8 +32,10 @@ class EmulateBackend:
         refuse(opts, ("verify", "inject_fault", "clip_grad"), "the emulated cluster computes nothing")
         steps = 3 if opts.steps is None else opts.steps
         check_outputs(opts.dump_pp_data)
-        if steps < 1:
-            raise ConfigError(f"--steps must be >= 1 (got {steps})", key="steps")
+        if steps > MAX_ITERATIONS:  # laid out by sim.iterations: refused before the table is built
+            raise ConfigError(
+                f"--steps {steps}: the emulated cluster runs at most {MAX_ITERATIONS:,}", key="steps"
+            )
         if opts.post_validation and steps < 2:
             raise ConfigError(
                 f"--steps {steps}: --post-validation overlaps consecutive steps; give --steps 2 or more",

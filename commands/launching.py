@@ -43,30 +43,40 @@ def run_table(
 
 #: largest value of any model-size option (beyond it sizes overflow torch's int64 shapes)
 MAX_MODEL_DIM = 1 << 24
+#: most experts of an MoE layer (DeepSeek-V3 has 256, Kimi K2 384)
+MAX_EXPERTS = 1024
 
 
-def check_model_size(sizes: dict[str, int], vocab: int, micro_batches: int, ranks: int) -> None:
-    """Refuse, before any rank starts, a model this machine cannot hold: each `--key value` of `sizes`
-    (layers, hidden, seq-len, micro-batch-size) at most MAX_MODEL_DIM, and an estimate of the run's bytes
-    (fp32 parameters with gradients and Adam state, 16 B each: 12·L·h² + 2·vocab·h; activations of every
-    microbatch in flight, about 34·s·b·h per layer plus 4·s·b·vocab of logits, times one rank's layers
+def check_model_size(
+    sizes: dict[str, int], vocab: int, micro_batches: int, ranks: int, experts: tuple[int, int] | None = None
+) -> None:
+    """Refuse, before any rank starts, a model this machine cannot hold: `--hidden` a multiple of `--heads`,
+    and an estimate of the run's bytes (fp32 parameters with gradients and Adam state, 16 B each:
+    12·L·h² + 2·vocab·h, or with `experts` (N experts of FFN size f each) 4·L·h² + 2·N·L·h·f; activations of
+    every microbatch in flight, about 34·s·b·h per layer plus 4·s·b·vocab of logits, times one rank's layers
     and at most every microbatch) within the machine's memory."""
-    for key, value in sizes.items():
-        if value > MAX_MODEL_DIM:
-            raise ConfigError(f"--{key} {value}: at most {MAX_MODEL_DIM:,}", key=key)
-    layers, hidden = sizes["layers"], sizes["hidden"]
+    layers, hidden, heads = sizes["layers"], sizes["hidden"], sizes["heads"]
+    if hidden % heads:
+        raise ConfigError(f"--hidden {hidden} must be a multiple of --heads {heads}", key="heads")
     tokens = sizes["seq-len"] * sizes["micro-batch-size"]
-    params = 12 * layers * hidden * hidden + 2 * vocab * hidden
+    if experts is None:
+        params = 12 * layers * hidden * hidden + 2 * vocab * hidden
+    else:
+        params = (
+            4 * layers * hidden * hidden + 2 * experts[0] * layers * hidden * experts[1] + 2 * vocab * hidden
+        )
     activations = (34 * tokens * hidden * layers + 4 * tokens * vocab) * micro_batches
     need = 16 * params + activations
     have = _physical_memory()
     if have and need > have:
         given = " ".join(f"--{k} {v}" for k, v in sizes.items())
+        if experts is not None:
+            given = f"--moe-experts {experts[0]} --moe-ffn {experts[1]} {given}"
         raise ConfigError(
             f"{given}: the run needs an estimated {need / 2**30:,.1f} GiB ({params:,} parameters, "
             f"{activations / 2**30:,.1f} GiB of activations over {ranks} ranks), over this machine's "
             f"{have / 2**30:,.1f} GiB",
-            key="hidden",
+            key="moe-experts" if experts is not None else "hidden",
         )
 
 
@@ -80,9 +90,7 @@ def _physical_memory() -> int:
 
 
 def _check_local_ranks(pp: int | None) -> None:
-    from primuspp.runtime.launch import under_torchrun
-
-    if pp is not None and pp > MAX_LOCAL_RANKS and not under_torchrun():
+    if pp is not None and pp > MAX_LOCAL_RANKS and not _under_torchrun():
         raise ConfigError(
             f"--pp {pp}: a local run starts one process per rank, at most {MAX_LOCAL_RANKS} "
             "(start larger pipelines with torchrun, one process per rank)",
@@ -92,14 +100,18 @@ def _check_local_ranks(pp: int | None) -> None:
 
 def check_tp_ranks(tp: int, pp: int) -> None:
     """A local launch of tp x pp processes: at most MAX_LOCAL_RANKS."""
-    from primuspp.runtime.launch import under_torchrun
-
-    if tp * pp > MAX_LOCAL_RANKS and not under_torchrun():
+    if tp * pp > MAX_LOCAL_RANKS and not _under_torchrun():
         raise ConfigError(
             f"--tp {tp} x --pp {pp} = {tp * pp} ranks: a local run starts one process per rank, at most "
             f"{MAX_LOCAL_RANKS} (start larger runs with torchrun, one process per rank)",
             key="tp",
         )
+
+
+def _under_torchrun() -> bool:
+    from primuspp.runtime.launch import under_torchrun  # imports torch: only past the local limit
+
+    return under_torchrun()
 
 
 @contextmanager

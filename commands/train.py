@@ -14,11 +14,23 @@ from typing import Annotated
 
 import typer
 
-from primuspp.commands.launching import launched
-from primuspp.commands.options import finite_check
+from primuspp.backends.kernels import CHOICES as KERNELS
+from primuspp.commands.launching import MAX_EXPERTS, MAX_LOCAL_RANKS, MAX_MODEL_DIM, launched
+from primuspp.commands.options import finite_check, int_check
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_dir_target, check_writable_dir, default_pp_data_dir, replace_dir
 from primuspp.runtime.backend import TrainBackend, TrainOptions
+
+#: most steps a run may ask for (the emulated cluster lays out at most sim.iterations.MAX_ITERATIONS)
+MAX_STEPS = 1_000_000
+_STEPS, _RANKS, _DIM = int_check(1, MAX_STEPS), int_check(1, MAX_LOCAL_RANKS), int_check(1, MAX_MODEL_DIM)
+_EXPERTS = int_check(1, MAX_EXPERTS)
+
+
+def _kernels(value: str) -> str:
+    if value not in KERNELS:  # which of them runs here is asked once the rest is checked (it imports torch)
+        raise ConfigError(f"--kernels {value}: expected one of {', '.join(KERNELS)}", key="kernels")
+    return value
 
 
 class Backend(StrEnum):
@@ -46,7 +58,8 @@ def train(
         ),
     ] = None,
     steps: Annotated[
-        int | None, typer.Option("--steps", help="Training steps (default: megatron 100, torch 3).")
+        int | None,
+        typer.Option("--steps", callback=_STEPS, help="Training steps (default: megatron 100, torch 3)."),
     ] = None,
     backend: Annotated[
         Backend,
@@ -72,17 +85,25 @@ def train(
     ] = False,
     layers: Annotated[
         int | None,
-        typer.Option("--layers", help="Transformer layers (default: megatron 8, torch one block per stage)."),
+        typer.Option(
+            "--layers",
+            callback=_DIM,
+            help="Transformer layers (default: megatron 8, torch one block per stage).",
+        ),
     ] = None,
     hidden: Annotated[
-        int | None, typer.Option("--hidden", help="Hidden size (default: megatron 128, torch 64).")
+        int | None,
+        typer.Option("--hidden", callback=_DIM, help="Hidden size (default: megatron 128, torch 64)."),
     ] = None,
-    heads: Annotated[int, typer.Option("--heads", help="Attention heads.")] = 4,
+    heads: Annotated[int, typer.Option("--heads", callback=_DIM, help="Attention heads.")] = 4,
     seq_len: Annotated[
-        int | None, typer.Option("--seq-len", help="Tokens per sequence (default: megatron 128, torch 32).")
+        int | None,
+        typer.Option(
+            "--seq-len", callback=_DIM, help="Tokens per sequence (default: megatron 128, torch 32)."
+        ),
     ] = None,
     micro_batch_size: Annotated[
-        int, typer.Option("--micro-batch-size", help="Sequences per microbatch.")
+        int, typer.Option("--micro-batch-size", callback=_DIM, help="Sequences per microbatch.")
     ] = 2,
     lr: Annotated[
         float | None,
@@ -102,7 +123,8 @@ def train(
         ),
     ] = None,
     save_interval: Annotated[
-        int | None, typer.Option("--save-interval", help="Megatron: also checkpoint every N steps.")
+        int | None,
+        typer.Option("--save-interval", callback=_STEPS, help="Megatron: also checkpoint every N steps."),
     ] = None,
     load: Annotated[
         Path | None,
@@ -112,7 +134,11 @@ def train(
     ] = None,
     tp: Annotated[
         int,
-        typer.Option("--tp", help="Megatron: tensor-parallel ranks per pipeline rank (processes: tp x pp)."),
+        typer.Option(
+            "--tp",
+            callback=_RANKS,
+            help="Megatron: tensor-parallel ranks per pipeline rank (processes: tp x pp).",
+        ),
     ] = 1,
     sequence_parallel: Annotated[
         bool,
@@ -146,22 +172,31 @@ def train(
     ] = None,
     moe_experts: Annotated[
         int | None,
-        typer.Option("--moe-experts", help="Megatron: MoE layers of N experts (a router and experts each)."),
+        typer.Option(
+            "--moe-experts",
+            callback=_EXPERTS,
+            help="Megatron: MoE layers of N experts (a router and experts each).",
+        ),
     ] = None,
     moe_topk: Annotated[
-        int | None, typer.Option("--moe-topk", help="Megatron MoE: experts per token (K <= N).")
+        int | None,
+        typer.Option("--moe-topk", callback=_EXPERTS, help="Megatron MoE: experts per token (K <= N)."),
     ] = None,
     moe_ffn: Annotated[
-        int | None, typer.Option("--moe-ffn", help="Megatron MoE: expert FFN size (default 4 x hidden).")
+        int | None,
+        typer.Option("--moe-ffn", callback=_DIM, help="Megatron MoE: expert FFN size (default 4 x hidden)."),
     ] = None,
     moe_shared_ffn: Annotated[
         int | None,
-        typer.Option("--moe-shared-ffn", help="Megatron MoE: add a shared expert of this FFN size."),
+        typer.Option(
+            "--moe-shared-ffn", callback=_DIM, help="Megatron MoE: add a shared expert of this FFN size."
+        ),
     ] = None,
     ep: Annotated[
         int,
         typer.Option(
             "--ep",
+            callback=_RANKS,
             help="Megatron MoE: expert-parallel ranks per pipeline rank (divides N; world = pp x ep, dense "
             "layers data-parallel over them).",
         ),
@@ -170,6 +205,7 @@ def train(
         str,
         typer.Option(
             "--kernels",
+            callback=_kernels,
             help="Megatron: GEMM kernels of the B/W split: auto (turbo, else te, else torch: what runs "
             "here), torch, turbo (Primus-Turbo, ROCm), te (Transformer Engine, CUDA).",
         ),
@@ -302,13 +338,6 @@ def refuse(opts: TrainOptions, names: tuple[str, ...], why: str) -> None:
     """A one-line error for the first of the options `names` that was given: `--flag why`."""
     for name in opts.given(*names):
         raise ConfigError(f"{flag(name)} {why}", key=flag(name)[2:])
-
-
-def at_least(values: dict[str, int | None], low: int = 1) -> None:
-    """Each `--key value` given must be >= `low`."""
-    for key, value in values.items():
-        if value is not None and value < low:
-            raise ConfigError(f"--{key} must be >= {low} (got {value})", key=key)
 
 
 def check_clip(opts: TrainOptions) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 
 from rich.table import Table
 
+from primuspp.backends.megatron import moe as moe_layers
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, check_tp_ranks, run_table, step_bar
 from primuspp.commands.train import (
     EMULATION_FLAGS,
-    at_least,
     check_clip,
     check_outputs,
     refuse,
@@ -20,6 +20,9 @@ from primuspp.commands.train import (
 )
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
+
+#: the Megatron GPT's vocabulary (bytes), known before the model module (torch) is imported
+VOCAB = 256
 
 
 class MegatronBackend:
@@ -39,17 +42,6 @@ class MegatronBackend:
         seq_len = 128 if opts.seq_len is None else opts.seq_len
         lr = 1e-3 if opts.lr is None else opts.lr
         heads, mbs, save = opts.heads, opts.micro_batch_size, opts.save
-        at_least(
-            {
-                "steps": steps,
-                "layers": layers,
-                "hidden": hidden,
-                "heads": heads,
-                "seq-len": seq_len,
-                "micro-batch-size": mbs,
-                "save-interval": opts.save_interval,
-            }
-        )
         if opts.save_interval is not None and save is None:
             raise ConfigError("--save-interval needs --save DIR", key="save-interval")
         if not 0 < lr < float("inf"):
@@ -58,8 +50,6 @@ class MegatronBackend:
         tp, sp, sp_wgrad = opts.tp, opts.sequence_parallel, opts.sp_wgrad
         if sp_wgrad not in ("keep", "regather"):
             raise ConfigError(f"--sp-wgrad {sp_wgrad}: expected keep or regather", key="sp-wgrad")
-        if tp < 1:
-            raise ConfigError(f"--tp must be >= 1 (got {tp})", key="tp")
         if sp and tp <= 1:
             raise ConfigError(
                 "--sequence-parallel needs --tp > 1 (it splits the sequence over the tensor-parallel ranks)",
@@ -71,16 +61,26 @@ class MegatronBackend:
                 "split between the two threads of an overlapped FB node",
                 key="fb-overlap",
             )
+        moe = (opts.moe_experts, opts.moe_topk, opts.moe_ffn, opts.moe_shared_ffn)
+        moe_layers.check(moe[0], moe[1], opts.ep, moe[2], moe[3])  # no torch: before the imports below
+        table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
+        check_tp_ranks(tp, table.pp)
+        sizes = {
+            "layers": layers,
+            "hidden": hidden,
+            "heads": heads,
+            "seq-len": seq_len,
+            "micro-batch-size": mbs,
+        }
+        experts = (moe[0], moe[2] or 4 * hidden) if moe[0] is not None else None
+        check_model_size(sizes, VOCAB, table.num_microbatches, table.pp, experts)
         check_outputs(opts.dump_pp_data, save)
 
         from primuspp.backends.megatron import require
 
         require()  # one line with the install hint when megatron-core is missing
         from primuspp.backends import kernels as providers
-        from primuspp.backends.megatron import moe as moe_layers
 
-        moe = (opts.moe_experts, opts.moe_topk, opts.moe_ffn, opts.moe_shared_ffn)
-        moe_layers.check(moe[0], moe[1], opts.ep, moe[2], moe[3])
         kernels = providers.resolve(opts.kernels)
         from primuspp.backends.megatron.model import GPTSpec
         from primuspp.backends.megatron.session import parse_settings
@@ -90,14 +90,17 @@ class MegatronBackend:
         if moe[0] is not None:  # --megatron KEY=VALUE overrides
             merged = {**dict(moe_layers.settings(*moe)), **dict(model_settings)}
             model_settings = tuple(sorted(merged.items()))
-        table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
-        check_tp_ranks(tp, table.pp)
-        sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}
-        check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
         self.describe, self.save = table.describe(), save
         return TrainSpec(
             table,
-            GPTSpec(layers=layers, hidden=hidden, heads=heads, seq_len=seq_len, settings=model_settings),
+            GPTSpec(
+                vocab=VOCAB,
+                layers=layers,
+                hidden=hidden,
+                heads=heads,
+                seq_len=seq_len,
+                settings=model_settings,
+            ),
             micro_batch_size=mbs,
             steps=steps,
             lr=lr,

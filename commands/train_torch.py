@@ -12,7 +12,6 @@ from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, run_table, step_bar
 from primuspp.commands.train import (
     EMULATION_FLAGS,
-    at_least,
     check_clip,
     check_outputs,
     refuse,
@@ -41,23 +40,19 @@ class TorchBackend:
         seq_len = 32 if opts.seq_len is None else opts.seq_len
         lr = 0.1 if opts.lr is None else opts.lr
         heads, mbs = opts.heads, opts.micro_batch_size
-        at_least(
-            {"steps": steps, "hidden": hidden, "heads": heads, "seq-len": seq_len, "micro-batch-size": mbs}
-        )
-        if hidden % heads:
-            raise ConfigError(f"--hidden {hidden} must be a multiple of --heads {heads}", key="hidden")
         fault = parse_fault(opts.inject_fault) if opts.inject_fault else None
         check_clip(opts)
         check_outputs(opts.dump_pp_data)
-
-        # torch is imported here, not at CLI start-up: the other verbs run without it
-        from primuspp.backends.torch.gpt import GPTConfig
-        from primuspp.backends.torch.train import TrainSpec
-
         table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
         parts = len(set(table.placement.model_part))
         n_layers = parts if opts.layers is None else opts.layers
-        sizes = {"layers": n_layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}
+        sizes = {
+            "layers": n_layers,
+            "hidden": hidden,
+            "heads": heads,
+            "seq-len": seq_len,
+            "micro-batch-size": mbs,
+        }
         check_model_size(sizes, 64, table.num_microbatches, table.pp)
         if n_layers + 2 < parts:
             raise ConfigError(
@@ -65,6 +60,11 @@ class TorchBackend:
                 f"than the {parts} stages of this table",
                 key="layers",
             )
+
+        # torch is imported here, once every option is checked: the other verbs run without it
+        from primuspp.backends.torch.gpt import GPTConfig
+        from primuspp.backends.torch.train import TrainSpec
+
         self.verify, self.describe = bool(opts.verify), table.describe()
         return TrainSpec(
             table,

@@ -374,3 +374,28 @@ _add(
     timeout=180,
     check=_trained,
 )
+
+# -- issue 34: every size and name refused at once, before torch or megatron is imported ----------------
+_FAST = (
+    15  # a refusal takes ~1 s; importing megatron and setting up took 17-33 s, building 1e6 experts minutes
+)
+for _id, _argv, _keys in (
+    ("megatron-algo-typo", [*MEGA, *NEVER, "--algo", "zbvv"], ("zbvv",)),
+    ("torch-algo-typo", [*TORCH, *NEVER, "--algo", "zbvv"], ("zbvv",)),
+    (
+        "megatron-moe-experts-million",
+        [*MEGA, *NEVER, "--moe-experts", "1000000", "--moe-topk", "2"],
+        ("--moe-experts",),
+    ),
+    (
+        "megatron-moe-memory",
+        [*MEGA, *NEVER, "--moe-experts", "1024", "--moe-topk", "2", "--moe-ffn", "1000000"],
+        ("--moe-experts",),
+    ),
+    ("megatron-tp-million", [*MEGA, *NEVER, "--tp", "1000000"], ("--tp",)),
+    ("megatron-ep-million", [*MEGA, *NEVER, "--ep", "1000000"], ("--ep",)),
+    ("megatron-heads-indivisible", [*MEGA, *NEVER, "--heads", "3"], ("--heads",)),
+    ("torch-steps-trillion", [*TORCH, "--steps", "1000000000000"], ("--steps",)),
+    ("emulate-steps-over-iterations", [*EMU, "--steps", "20000"], ("--steps",)),
+):
+    _add(f"train-{_id}", "own", lambda ctx, a=_argv: a, ERR(*_keys), timeout=_FAST)

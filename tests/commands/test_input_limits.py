@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -256,7 +258,7 @@ CASES = [
     (
         "train-model-too-big",
         lambda t: ["train", "--backend", "torch", "--hidden", "200000", "--heads", "1"],
-        "--hidden 200000 --seq-len 32",
+        "--hidden 200000 --heads 1 --seq-len 32",
     ),
     ("emulate-too-many-local-ranks", lambda t: ["train", "--emulate", "--pp", "200"], "--pp 200"),
 ]
@@ -278,3 +280,46 @@ def test_refused_in_one_line(capsys, tmp_path, build, names):
         and names in lines[0]
         and not (tmp_path / "out").exists()
     ), (code, captured.err)
+
+
+# issue 34: every train flag is refused before torch or megatron is imported (and so before any rank starts)
+TRAIN_REFUSALS = [
+    (["--algo", "zbvv"], "zbvv"),
+    (["--backend", "torch", "--algo", "zbvv"], "zbvv"),
+    (["--emulate", "--algo", "zbvv"], "zbvv"),
+    (["--steps", "1000000000000"], "--steps"),
+    (["--emulate", "--steps", "20000"], "--steps"),
+    (["--moe-experts", "1000000", "--moe-topk", "2"], "--moe-experts"),
+    (["--moe-experts", "8", "--moe-topk", "9"], "--moe-topk"),
+    (["--moe-experts", "8", "--moe-topk", "2", "--ep", "3"], "--ep"),
+    (["--moe-experts", "1024", "--moe-topk", "2", "--hidden", "4096"], "--moe-experts 1024"),
+    (["--tp", "1000000"], "--tp"),
+    (["--ep", "1000000"], "--ep"),
+    (["--layers", "100000000"], "--layers"),
+    (["--hidden", "100", "--heads", "3"], "--heads 3"),
+    (["--kernels", "bogus"], "--kernels"),
+    (["--pp", "4", "--tp", "8", "--hidden", "100000", "--heads", "1"], "--hidden 100000"),
+]
+
+
+def test_train_refuses_before_importing_torch():
+    script = (
+        "import contextlib, io, json, sys\n"
+        "from primuspp.commands.app import main\n"
+        "out = []\n"
+        f"for argv, _ in {TRAIN_REFUSALS!r}:\n"
+        "    err = io.StringIO()\n"
+        "    with contextlib.redirect_stderr(err):\n"
+        "        code = main(['train', '--no-dump', *argv])\n"
+        "    heavy = [m for m in ('torch', 'megatron') if m in sys.modules]\n"
+        "    out.append((code, err.getvalue(), heavy))\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    for (argv, names), (code, err, heavy) in zip(TRAIN_REFUSALS, json.loads(done.stdout), strict=True):
+        lines = err.splitlines()
+        assert code == 2 and len(lines) == 1 and names in lines[0] and not heavy, (argv, code, err, heavy)

@@ -21,8 +21,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import torch
-
 from primuspp.errors import ConfigError
 
 #: the load-balancing aux-loss coefficient (Megatron's default is 0: no aux loss, nothing to check)
@@ -120,6 +118,8 @@ def number_layers(model: Any, layers: range, total: int) -> None:
         entry = tracker.setdefault(name, {})
         values = entry.get("values")
         if values is None or values.numel() < total:
+            import torch
+
             grown = torch.zeros(total)
             if values is not None:
                 grown[: values.numel()] = values.cpu()
@@ -172,6 +172,7 @@ def local_experts(settings_: Any) -> tuple[int, int]:
 
 @functools.cache
 def _grouped_experts_class() -> type:
+    import torch
     from megatron.core.transformer.moe.experts import SequentialMLP
 
     from primuspp.backends.kernels.grouped import grouped_linear
