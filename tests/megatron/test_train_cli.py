@@ -35,6 +35,30 @@ def six_steps(tmp_path_factory):
     return tmp, [*args, "--json", "--dump-pp-data", str(tmp / "pp")]
 
 
+def test_pp_data_config_records_the_parallel_sizes():
+    """config.json of a Megatron run names its world, DP, TP, EP and CP sizes as Primus' does, and the MoE
+    shape (issue 34): here pp 2 x tp 2 x ep 2 with 4 experts, top-2, sequence parallel."""
+    from primuspp.algorithms.registry import build_schedule
+    from primuspp.backends.megatron import moe
+    from primuspp.backends.megatron.model import GPTSpec
+    from primuspp.backends.megatron.session import pp_data_config
+    from primuspp.backends.megatron.train import TrainSpec
+
+    model = GPTSpec(layers=4, hidden=32, heads=2, seq_len=32, settings=moe.settings(4, 2))
+    spec = TrainSpec(build_schedule("zbv", 2, None, 4), model, tp=2, ep=2, sequence_parallel=True)
+    config = pp_data_config(spec)
+    assert {k: config[k] for k in ("world_size", "dp_size", "tp_size", "ep_size", "cp_size")} == {
+        "world_size": 8,
+        "dp_size": 2,
+        "tp_size": 2,
+        "ep_size": 2,
+        "cp_size": 1,
+    }
+    assert (
+        config["num_experts"] == 4 and config["moe_router_topk"] == 2 and config["sequence_parallel"] is True
+    )
+
+
 def _run(args: list[str], capsys) -> dict:
     code = main(args)
     captured = capsys.readouterr()
@@ -52,6 +76,10 @@ def test_json_summary_pp_data_and_resume(six_steps, capsys):
     assert doc["tokens_per_s"] > 0 and 0 <= doc["bubble_rate"] < 1
     assert len(doc["peak_activation_bytes"]) == 2 and all(b > 0 for b in doc["peak_activation_bytes"])
     assert [s["step"] for s in doc["steps"]] == list(range(6))
+    config = json.loads((tmp / "pp" / "config.json").read_text())  # Primus' size keys, and ours
+    sizes = {"world_size": 2, "dp_size": 1, "tp_size": 1, "ep_size": 1, "cp_size": 1, "pp_size": 2}
+    assert {k: config[k] for k in sizes} == sizes and config["vpp_size"] == 2
+    assert config["num_experts"] is None and config["sequence_parallel"] is False
     timelines = read_pp_data(tmp / "pp")
     assert [tl.iteration for tl in timelines] == [str(i) for i in range(1, 7)]  # steps from 1, as the table
     assert {iv.kind for rt in timelines[0].ranks for iv in rt.intervals} == {"F", "B", "W"}

@@ -201,6 +201,24 @@ def run_training(
 def dump_pp_data(run: TrainingRun, directory: Path) -> None:
     """Primus' pp_data layout (one entry per step), memory in bytes."""
     directory.mkdir(parents=True, exist_ok=True)
-    model = run.spec.model
-    extra = {"backend": "megatron", "memory_unit": "bytes", "model": "megatron-gpt", "hidden": model.hidden}
-    write_pp_data(run.timelines, directory, extra)
+    write_pp_data(run.timelines, directory, pp_data_config(run.spec))
+
+
+def pp_data_config(spec: TrainSpec) -> dict[str, Any]:
+    """config.json's run fields: the parallel sizes under Primus' names (dense layers are data-parallel over
+    the EP ranks: dp = world / (tp x pp x cp)), the MoE shape under Megatron-LM's argument names."""
+    settings = dict(spec.model.settings)
+    return {
+        "backend": "megatron",
+        "memory_unit": "bytes",
+        "model": "megatron-gpt",
+        "hidden": spec.model.hidden,
+        "world_size": spec.world,
+        "dp_size": spec.ep,
+        "tp_size": spec.tp,
+        "ep_size": spec.ep,
+        "cp_size": 1,
+        "num_experts": settings.get("num_moe_experts"),
+        "moe_router_topk": settings.get("moe_router_topk"),
+        "sequence_parallel": spec.sequence_parallel,
+    }
