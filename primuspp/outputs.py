@@ -195,14 +195,28 @@ def write_file(path: str | Path, data: str | bytes, key: str = "--out") -> Path:
 
 
 def _replace_regular(p: Path, raw: bytes, mode: int | None, key: str) -> None:
+    """Write an unnamed file in the target's directory (O_TMPFILE), name it only to rename it over `p`: a run
+    killed while writing leaves nothing behind. Where the file system has no unnamed files: a named temp."""
+    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:50]}.", suffix=".tmp", dir=p.parent)
+        try:
+            fd = os.open(p.parent, os.O_TMPFILE | os.O_WRONLY, 0o600)
+        except OSError:
+            fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:50]}.", suffix=".tmp", dir=p.parent)
     except OSError as err:
         raise _fail(key, p, f"cannot write in {p.parent} ({err.strerror})") from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
-        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+            f.flush()
+            os.fchmod(fd, mode if mode is not None else 0o666 & ~_umask())
+            if tmp is None:
+                tmp = f"{p.parent}/.{p.name[:50]}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+                root = os.open("/", os.O_RDONLY)  # a dir fd makes os.link call linkat(AT_SYMLINK_FOLLOW)
+                try:
+                    os.link(f"/proc/self/fd/{fd}", tmp, src_dir_fd=root)
+                finally:
+                    os.close(root)
         # the path may have become something else meanwhile: replace only a regular file or nothing
         with contextlib.suppress(FileNotFoundError):
             now = os.lstat(p)
@@ -212,8 +226,9 @@ def _replace_regular(p: Path, raw: bytes, mode: int | None, key: str) -> None:
     except OSError as err:
         raise _fail(key, p, f"cannot write ({err.strerror})") from None
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
 
 
 def _umask() -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -255,3 +256,33 @@ def test_console_script_runs():
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["algorithms"]
+
+
+def test_a_killed_write_leaves_no_temp_file(tmp_path):
+    """Issue 34: a `dump` killed while it writes its file (SIGKILL: no handler runs) leaves nothing in the
+    directory for the next run to trip on. The writer is killed once it holds a file open there."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "d"
+    out.mkdir()
+    script = (
+        "import sys; from primuspp.outputs import write_file\n"
+        "print(flush=True); write_file(sys.argv[1], b'x' * (1 << 28), '--out')\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script, str(out / "t.json")], stdout=subprocess.PIPE)
+    try:
+        child.stdout.readline()
+        fds = f"/proc/{child.pid}/fd"
+        deadline = time.monotonic() + 60
+        while child.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                if any(os.readlink(f"{fds}/{n}").startswith(str(out)) for n in os.listdir(fds)):
+                    break
+        assert child.poll() is None, "the write ended before it was seen"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.wait()
+    assert sorted(p.name for p in out.iterdir()) == []
