@@ -20,14 +20,17 @@ import hashlib
 import json
 import sys
 from dataclasses import asdict
+from pathlib import Path
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.errors import ScheduleError
 from primuspp.schedule import compact_validation
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import to_json
-from primuspp.schedule.lowering import lower_comms_reference
 from primuspp.sim import simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: tests/oracles
+from tests.oracles.lowering import lower_comms_reference
 
 SKIP = {"zb-optimal"}
 SIZES = ((2, 4), (4, 8), (4, 10), (8, 32), (16, 64))

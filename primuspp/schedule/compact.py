@@ -402,7 +402,7 @@ def lower_compact(
     timing,
     rows: dict | None = None,
 ) -> LoweredRanks:
-    """The fast lowering (same nodes, same places as `lowering.lower_comms_reference`): `timing` is the
+    """The fast lowering (same nodes, same places as `tests/oracles/lowering.py`): `timing` is the
     unit-cost run of `order`, as `timing.node_times` gives it (per-rank lists) or as
     `timing.node_time_arrays` does (flat arrays: nothing to convert); `rows`: `order_arrays(order)` when
     the caller has them."""

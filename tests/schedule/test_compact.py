@@ -21,12 +21,13 @@ from primuspp.schedule.compact import (
     order_arrays,
 )
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.lowering import lower_comms, lower_comms_reference
+from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing_arrays import kind_stage
 from primuspp.schedule.validation import validate_reference
+from tests.oracles.lowering import lower_comms_reference
 
 SIZES = ((1, 1), (1, 3), (2, 4), (3, 6), (4, 10), (8, 16))
 COSTS = CostModel(1000, 1200, 800, comm=10.0)

@@ -144,3 +144,18 @@ def test_bad_csv_tables_are_refused_in_one_line(tmp_path, csv_text, message):
 def test_composite_and_memory_nodes_round_trip(algorithm, params):
     table = build_schedule(algorithm, 4, None, 8, **params)
     assert from_json(to_json_text(table)).ranks == table.ranks
+
+
+def test_a_hand_written_json_names_its_placement_by_kind(tmp_path):
+    order = build_schedule("1f1b-interleaved", 2, 2, 4).compute_order()
+    doc = {
+        "format": "primuspp.schedule/1",
+        "micro_batches": 4,
+        "placement": {"kind": "interleaved", "pp": 2, "vpp": 2},
+        "ranks": [[format_node(n) for n in nodes] for nodes in order],
+    }
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    table = load_table(path)
+    assert table.placement == build_schedule("1f1b-interleaved", 2, 2, 4).placement
+    assert table.ranks == build_schedule("1f1b-interleaved", 2, 2, 4).ranks

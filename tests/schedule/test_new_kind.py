@@ -50,7 +50,8 @@ from rich.console import Console
 from primuspp.errors import ValidationError
 from primuspp.schedule.formats import from_json, from_text, to_json, to_text
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.lowering import lower_comms, lower_comms_reference
+from primuspp.schedule.lowering import lower_comms
+from tests.oracles.lowering import lower_comms_reference
 from primuspp.schedule.nodes import NodeKind, parse_node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
