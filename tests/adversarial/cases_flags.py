@@ -16,7 +16,7 @@ def _args(verb: str, ctx: Ctx, *flags: str) -> list[str]:
     if verb in ("simulate", "dump"):
         return [verb, *flags, "--out", str(ctx.cwd / "t.txt" if verb == "dump" else ctx.out)]
     if verb == "train":
-        return ["train", "--emulate", "--steps", "100000", *flags]
+        return ["train", "--emulate", "--steps", "10000", *flags]
     return [verb, *flags]
 
 

@@ -46,7 +46,7 @@ def _argv(reader: str, ctx: Ctx, path: Path, *more: str) -> list[str]:
             str(ctx.out),
             *more,
         ]
-    return ["train", "--emulate", "--costs-from", str(path), "--pp", "4", "--steps", "100000", *more]
+    return ["train", "--emulate", "--costs-from", str(path), "--pp", "4", "--steps", "10000", *more]
 
 
 def _verb(reader: str) -> str:

@@ -39,8 +39,8 @@ def _argv(verb: str, ctx: Ctx, algo: str, *more: str) -> list[str]:
     if verb == "compare":
         return ["compare", "--algo", algo, *more]
     if verb == "train-emulate":
-        return ["train", "--emulate", "--algo", algo, "--steps", "100000", *more]
-    return ["train", "--backend", "torch", "--algo", algo, "--steps", "100000", *more]
+        return ["train", "--emulate", "--algo", algo, "--steps", "10000", *more]
+    return ["train", "--backend", "torch", "--algo", algo, "--steps", "10000", *more]
 
 
 def _add(id_: str, item: str, verbs: tuple[str, ...], make: Callable[[Ctx], str], expect, **kw) -> None:

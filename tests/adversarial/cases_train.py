@@ -2,8 +2,8 @@
 dump swapped in whole (item 4, item 9), checkpoints that could run code or do not fit (item 6), values to
 refuse (item 10), and the usual hostile values (own).
 
-Cases that must be refused before any rank starts ask for 100,000 steps: a refusal is immediate, a run
-that starts its ranks instead never ends within the time limit."""
+Cases that must be refused before any rank starts ask for 10,000 steps (the most the emulated cluster runs):
+a refusal is immediate, a run that starts its ranks instead never ends within the time limit."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from tests.adversarial.harness import EITHER, ERR, OK, Case, Ctx, Outcome, run_cli
 
 cases: list[Case] = []
-NEVER = ["--steps", "100000"]
+NEVER = ["--steps", "10000"]
 TORCH = ["train", "--backend", "torch", "--pp", "2", "--mb", "2"]
 EMU = ["train", "--emulate", "--pp", "2", "--mb", "2", "--fwd", "1", "--bwd", "1", "--wgrad", "1"]
 MEGA_MODEL = {"layers": 2, "hidden": 32, "heads": 4, "seq_len": 16}
