@@ -201,7 +201,7 @@ def _replace_regular(p: Path, raw: bytes, mode: int | None, key: str) -> None:
     try:
         try:
             fd = os.open(p.parent, os.O_TMPFILE | os.O_WRONLY, 0o600)
-        except OSError:
+        except (OSError, AttributeError):  # AttributeError: not Linux
             fd, tmp = tempfile.mkstemp(prefix=f".{p.name[:50]}.", suffix=".tmp", dir=p.parent)
     except OSError as err:
         raise _fail(key, p, f"cannot write in {p.parent} ({err.strerror})") from None
