@@ -50,6 +50,7 @@ class LayerCost:
     wgrad: float
     flops: float  # model FLOPs of F + B + W (no recompute), this rank
     memory: LayerMemory
+    comm: float = 0.0  # of `forward` (and again of `backward`): exposed TP / EP communication, ms
 
 
 def _gemm_ms(flops: float, hw: Hardware, par: Parallel) -> float:
@@ -182,7 +183,8 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
             for f in mlp_gemms(spec, tokens, spec.shared_experts * spec.expert_ffn):
                 gemm_ms += _gemm_ms(f / tp, hw, par)
                 gemm_flops += f / tp
-        a2a_f = 2 * a2a_ms(spec, par, hw)
+        # dispatch + combine; in fp8 runs the dispatch moves fp8 tokens (DeepSeek-V3, Megatron's fp8 dispatch)
+        a2a_f = (1.5 if par.dtype == "fp8" else 2.0) * a2a_ms(spec, par, hw)
         width = spec.top_k * spec.expert_ffn + spec.shared_experts * spec.expert_ffn
     else:
         for f in mlp_gemms(spec, tokens, spec.ffn):
@@ -206,7 +208,7 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
         backward += forward
     flops = 3 * gemm_flops + (1 + ATTENTION_BACKWARD) * core
     wgrad = gemm_ms + sp_regather_ms(spec, moe, par, hw)
-    return LayerCost(forward, backward, wgrad, flops, layer_memory(spec, moe, par))
+    return LayerCost(forward, backward, wgrad, flops, layer_memory(spec, moe, par), comm_f)
 
 
 def head_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:

@@ -164,6 +164,7 @@ class PartCosts:
     flops: tuple[float, ...]
     dense_params: tuple[float, ...]
     expert_params: tuple[float, ...]
+    comm: tuple[float, ...]  # of forward (and of backward): exposed communication
 
 
 def layer_kinds(spec: ModelSpec) -> list[bool]:
@@ -221,6 +222,7 @@ def part_costs(spec: ModelSpec, par: Parallel, hw: Hardware, layout: Layout) -> 
         out["activation"].append(act)
         out["b_free"].append(1.0 - kept / act if act else 1.0)
         out["flops"].append(sum(c.flops for c in members))
+        out["comm"].append(sum(c.comm for c in members))
         out["dense_params"].append(dense)
         out["expert_params"].append(experts)
     return PartCosts(**{k: tuple(v) for k, v in out.items()})
@@ -282,6 +284,11 @@ def stage_plan(
         return tuple(values[p] for p in stage)
 
     o = hw.overhead.compute * 1e3
+    # an FB node (dualpipe): each part's communication hides behind the other part's compute
+    pairs = [
+        (f + b, min(2 * c, f + b - 2 * c)) for f, b, c in zip(pc.forward, pc.backward, pc.comm, strict=True)
+    ]
+    fb = 1.0 - sum(h for _, h in pairs) / max(sum(t for t, _ in pairs), 1e-12)
     costs = CostModel(
         forward=per_stage(tuple(x + o for x in pc.forward)),
         backward=per_stage(tuple(x + o for x in pc.backward)),
@@ -289,6 +296,7 @@ def stage_plan(
         comm=p2p_ms(spec, par, hw) + hw.overhead.p2p * 1e3,
         activation=per_stage(pc.activation),
         b_free_fraction=per_stage(pc.b_free),
+        fb_overlap=fb,
     )
     return StagePlan(costs, cut, pc, placement, replace(costs, wgrad=per_stage(pc.wgrad)))
 
