@@ -130,6 +130,7 @@ class Projection:
             "optimizer_ms": self.optimizer_ms,
             "bubble_rate": self.bubble_rate,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tokens_per_s": self.tokens_per_s_per_gpu * p.gpus,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu,
             "peak_memory_bytes": int(self.peak_memory_bytes),
