@@ -3,10 +3,11 @@ schedule simulated with them (time in ms, activation memory in bytes), then the 
 each rank's peak memory against HBM.
 
 Every compute node costs the profile's `overhead.compute` beyond its work, every p2p transfer
-`overhead.p2p`; a split W node runs its GEMMs at `efficiency.wgrad` of the fused backward's. V schedules
-are built under their budgets in F-activation units of a chunk (sail-sg's and Primus' meaning: what W
-keeps beyond F's activations is not counted against the budget) and simulated with the honest bytes; a
-rank whose activations pass the budget gets a note saying by how much.
+`overhead.p2p`; a split W node runs its GEMMs at `efficiency.wgrad` of the fused backward's. Schedules are
+built under their budgets in F-activation units of a chunk (sail-sg's and Primus' meaning: what W keeps
+beyond F's activations is not counted against the budget, so ZB-H2 and the V family do not serialise on
+layers where W keeps more) and simulated with the honest bytes; a V-family rank whose activations pass its
+budget gets a note saying by how much.
 
 Step time = the simulated pipeline makespan + what the data-parallel gradient reduce-scatter and
 parameter all-gather (distributed optimizer; an all-reduce without it) leave exposed + the optimizer step.
@@ -304,7 +305,7 @@ def stage_plan(
 
 def splits_w(table: ScheduleTable) -> bool:
     """Whether the table runs W nodes of its own (else B and W are fused, BW)."""
-    return any(n.kind is NodeKind.W for seq in table.compute_order() for n in seq)
+    return any(n.kind is NodeKind.W for n in table.compute_order()[0])  # every rank runs the same kinds
 
 
 def project(
@@ -329,10 +330,9 @@ def project(
     key = (algo.name, par.pp, par.vpp, m, tuple(sorted((params or {}).items())))
     cached = tables.get(key) if tables is not None and not algo.uses_costs else None
     if cached is None:
-        build = costs
-        if placement.kind == "v":  # budgets in F-activation units of a chunk: W's growth not counted
-            fractions = costs.for_placement(placement).fractions()
-            build = replace(costs, b_free_fraction=tuple(max(0.0, f) for f in fractions))
+        # budgets in F-activation units of a chunk (the reference implementations'): W's growth not counted
+        fractions = costs.for_placement(placement).fractions()
+        build = replace(costs, b_free_fraction=tuple(max(0.0, f) for f in fractions))
         table = build_schedule(algo.name, par.pp, par.vpp, m, build, **(params or {}))
         cached = (table, splits_w(table))
         if tables is not None and not algo.uses_costs:
@@ -427,7 +427,10 @@ def _dp_exposed_ms(result: SimResult, syncs: list[tuple[float, float]], par: Par
         if not par.overlap_param_gather or not par.distributed_optimizer:
             reduce, gather = reduce + gather, 0.0
         if par.overlap_grad_reduce and rank.intervals:
-            backs = [i.start for i in rank.intervals if i.microbatch == last_mb and i.kind in ("B", "BW")]
+            # the last microbatch's nodes are among a rank's last few (its F comes at most ~2 x its stages
+            # x p nodes before the end): scan only those
+            tail_nodes = rank.intervals[-(8 * par.pp * par.vpp + 8) :]
+            backs = [i.start for i in tail_nodes if i.microbatch == last_mb and i.kind in ("B", "BW")]
             start = min(backs) if backs else rank.intervals[-1].end
             tail = max(tail, start + reduce - end)
         else:
