@@ -18,6 +18,7 @@ from primuspp.models.parallel import Parallel
 from primuspp.models.runs import (
     ModelRun,
     assumption_lines,
+    comm_line,
     model_header,
     model_parallel,
     model_runs,
@@ -183,6 +184,7 @@ def print_breakdown(records: list[dict[str, Any]]) -> None:
         f"{first['name']}'s most loaded rank ({rank['rank']}), GB: {parts}; total {_gb(rank['total'])}",
         highlight=False,
     )
+    out.print(f"{first['name']}'s {comm_line(first)}", highlight=False, soft_wrap=True)
     for line in schedule_notes(records):
         out.print(line, highlight=False, soft_wrap=True)
 

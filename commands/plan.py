@@ -20,7 +20,7 @@ from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, candidates, evaluat
 from primuspp.models.plan_html import plan_page
 from primuspp.models.presets import resolve_model
 from primuspp.models.project import project
-from primuspp.models.runs import assumption_lines, assumptions, schedule_notes
+from primuspp.models.runs import assumption_lines, assumptions, comm_line, schedule_notes
 from primuspp.viz.html import write_file
 
 IntList = Annotated[list[int] | None, typer.Option(help="Only these values (repeatable).")]
@@ -237,7 +237,8 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         )
         out.print(f"#1's most loaded rank ({rank['rank']}), GB: {parts}; total {rank['total'] / 1e9:.1f}")
         out.print(
-            f"#1: {best['tokens_per_s']:,.0f} tokens/s in total, {best['tokens_per_s_per_gpu']:,.0f} per GPU",
+            f"#1: {best['tokens_per_s']:,.0f} tokens/s in total, {best['tokens_per_s_per_gpu']:,.0f} per "
+            f"GPU; {comm_line(best)}",
             highlight=False,
         )
     dropped = record["dropped"]

@@ -51,6 +51,7 @@ class LayerCost:
     flops: float  # model FLOPs of F + B + W (no recompute), this rank
     memory: LayerMemory
     comm: float = 0.0  # of `forward` (and again of `backward`): exposed TP / EP communication, ms
+    comm_hidden: float = 0.0  # TP / EP communication of F (and again of B) hidden behind its compute, ms
 
 
 def _gemm_ms(flops: float, hw: Hardware, par: Parallel) -> float:
@@ -200,6 +201,7 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
     tp_f = 2 * tp_collective_ms(spec, par, hw)
     comm_f = max(0.0, tp_f - gemm_ms) if par.tp_comm_overlap else tp_f
     comm_f += max(0.0, a2a_f - gemm_ms - core_ms) if par.ep_comm_overlap else a2a_f
+    hidden = tp_f + a2a_f - comm_f
     forward = gemm_ms + core_ms + elem_ms + comm_f + cp_f
     backward = gemm_ms + ATTENTION_BACKWARD * core_ms + 2 * elem_ms + comm_f + cp_b
     if par.recompute == "selective":
@@ -208,7 +210,7 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
         backward += forward
     flops = 3 * gemm_flops + (1 + ATTENTION_BACKWARD) * core
     wgrad = gemm_ms + sp_regather_ms(spec, moe, par, hw)
-    return LayerCost(forward, backward, wgrad, flops, layer_memory(spec, moe, par), comm_f)
+    return LayerCost(forward, backward, wgrad, flops, layer_memory(spec, moe, par), comm_f, hidden)
 
 
 def head_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:

@@ -80,6 +80,9 @@ class Projection:
     peak_tflops: float
     result: SimResult | None  # the simulated run (timeline, table); None once a sweep has dropped it
     dp_hidden_ms: float = 0.0  # DP communication hidden behind compute (overlap)
+    #: TP / EP communication per step on the rank with the most: inside its compute nodes, and hidden
+    comm_exposed_ms: float = 0.0
+    comm_hidden_ms: float = 0.0
     notes: tuple[str, ...] = ()  # one line each: a budget a rank's honest bytes pass
 
     @property
@@ -128,6 +131,8 @@ class Projection:
             "pipeline_ms": self.pipeline_ms,
             "dp_sync_ms": self.dp_sync_ms,
             "dp_hidden_ms": self.dp_hidden_ms,
+            "comm_exposed_ms": self.comm_exposed_ms,
+            "comm_hidden_ms": self.comm_hidden_ms,
             "optimizer_ms": self.optimizer_ms,
             "bubble_rate": self.bubble_rate,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -167,6 +172,7 @@ class PartCosts:
     dense_params: tuple[float, ...]
     expert_params: tuple[float, ...]
     comm: tuple[float, ...]  # of forward (and of backward): exposed communication
+    comm_hidden: tuple[float, ...]  # of forward (and of backward): communication hidden behind compute
 
 
 def layer_kinds(spec: ModelSpec) -> list[bool]:
@@ -225,6 +231,7 @@ def part_costs(spec: ModelSpec, par: Parallel, hw: Hardware, layout: Layout) -> 
         out["b_free"].append(1.0 - kept / act if act else 1.0)
         out["flops"].append(sum(c.flops for c in members))
         out["comm"].append(sum(c.comm for c in members))
+        out["comm_hidden"].append(sum(c.comm_hidden for c in members))
         out["dense_params"].append(dense)
         out["expert_params"].append(experts)
     return PartCosts(**{k: tuple(v) for k, v in out.items()})
@@ -410,8 +417,21 @@ def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
         hw.peak(par.dtype) / 1e12,
         result,
         max(s[0] + s[1] for s in syncs) - exposed,
-        _budget_notes(name, par, pc, placement, result),
+        *_rank_comm(par, pc, placement),
+        notes=_budget_notes(name, par, pc, placement, result),
     )
+
+
+def _rank_comm(par: Parallel, pc: PartCosts, placement: Placement) -> tuple[float, float]:
+    """(exposed, hidden) TP / EP communication of one step on the rank with the most: F and B each carry
+    their part's once per microbatch."""
+    best = (0.0, 0.0)
+    for r in range(par.pp):
+        parts = [placement.model_part[s] for s in placement.stages_of_rank(r)]
+        exposed = 2 * par.micro_batches * sum(pc.comm[p] for p in parts)
+        hidden = 2 * par.micro_batches * sum(pc.comm_hidden[p] for p in parts)
+        best = max(best, (exposed, hidden))
+    return best
 
 
 def _dp_exposed_ms(result: SimResult, syncs: list[tuple[float, float]], par: Parallel) -> float:

@@ -285,3 +285,12 @@ def schedule_notes(records: list[dict[str, Any]]) -> list[str]:
             )
         lines.extend(r.get("notes", ()))
     return list(dict.fromkeys(lines))
+
+
+def comm_line(record: dict[str, Any]) -> str:
+    """A result's communication per step, exposed (on the critical path) and hidden behind compute."""
+    return (
+        f"communication per step, ms exposed / hidden: TP+EP {record['comm_exposed_ms']:,.0f} / "
+        f"{record['comm_hidden_ms']:,.0f} (its most loaded rank), DP {record['dp_sync_ms']:,.0f} / "
+        f"{record['dp_hidden_ms']:,.0f}"
+    )

@@ -116,3 +116,13 @@ def test_assumptions_header_and_notes():
     assert schedule_notes(recs) == [
         "v-min: projects slower than 1f1b on the same configuration (0.80x, 80 vs 100 tokens/s/GPU)"
     ]
+
+
+def test_tp_overlap_hides_communication_and_reports_it():
+    spec = PRESETS["llama2-70b"].with_(layers=8)
+    par = Parallel(tp=8, pp=2, global_batch_size=8, **H100.kernels())
+    on = project(spec, H100, par, "1f1b")
+    off = project(spec, H100, dataclasses.replace(par, tp_comm_overlap=False), "1f1b")
+    assert on.comm_exposed_ms + on.comm_hidden_ms == pytest.approx(off.comm_exposed_ms)
+    assert off.comm_hidden_ms == 0 and on.comm_hidden_ms > 0 and on.step_time_ms < off.step_time_ms
+    assert on.record()["comm_hidden_ms"] == on.comm_hidden_ms
