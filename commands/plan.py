@@ -149,7 +149,11 @@ def plan(
         why, example = next(iter(result.examples.items()))
         raise ConfigError(f"no configuration can run ({why}): {example}")
     record = plan_record(spec, hw, gpus, result, top, show_all)
-    swept = {"micro_batch_size": list(mbs), "recompute": list(dict.fromkeys(recompute or ["none"]))}
+    swept = {
+        "micro_batch_size": list(mbs),
+        "recompute": list(dict.fromkeys(recompute or ["none"])),
+        "recompute_num_layers": recompute_layers,
+    }
     record["assumptions"] = assumptions(hw, base, swept)
     if html is not None:
         ranked = result.ranked()
