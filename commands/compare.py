@@ -78,6 +78,11 @@ def compare(
     ffn: o.FfnOpt = None,
     kv_heads: o.KvHeadsOpt = None,
     vocab: o.VocabOpt = None,
+    recompute_layers: o.RecomputeLayersOpt = None,
+    main_grads_dtype: o.MainGradsOpt = None,
+    moments_dtype: o.MomentsOpt = None,
+    no_distributed_optimizer: o.NoDistOptOpt = False,
+    overlap: o.OverlapOpt = None,
 ) -> None:
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
 

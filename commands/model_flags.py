@@ -39,6 +39,11 @@ class ModelFlags:
     ffn: int | None = None
     kv_heads: int | None = None
     vocab: int | None = None
+    recompute_layers: int | None = None
+    main_grads_dtype: str | None = None
+    moments_dtype: str | None = None
+    no_distributed_optimizer: bool = False
+    overlap: str | None = None
 
     _FLAGS: ClassVar[dict[str, str]] = {
         "gpu": "--gpu",
@@ -62,6 +67,11 @@ class ModelFlags:
         "ffn": "--ffn",
         "kv_heads": "--kv-heads",
         "vocab": "--vocab",
+        "recompute_layers": "--recompute-num-layers",
+        "main_grads_dtype": "--main-grads-dtype",
+        "moments_dtype": "--moments-dtype",
+        "no_distributed_optimizer": "--no-distributed-optimizer",
+        "overlap": "--overlap",
     }
 
     def spec(self) -> ModelSpec:

@@ -12,10 +12,18 @@ from rich.table import Table
 from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands.console import out
 from primuspp.commands.model_flags import ModelFlags
-from primuspp.commands.options import check_positive, first_last, sp_wgrad
+from primuspp.commands.options import check_positive, first_last, sp_wgrad, training
 from primuspp.models.hardware import Hardware
 from primuspp.models.parallel import Parallel
-from primuspp.models.runs import ModelRun, model_header, model_parallel, model_runs
+from primuspp.models.runs import (
+    ModelRun,
+    assumption_lines,
+    comm_line,
+    model_header,
+    model_parallel,
+    model_runs,
+    schedule_notes,
+)
 from primuspp.models.spec import ModelSpec
 
 DEFAULT_GPU = "h100"
@@ -97,6 +105,13 @@ def build(
         sequence_parallel=not flags.no_sequence_parallel,
         sp_wgrad=sp_wgrad(flags.sp_wgrad),
         dtype=flags.dtype or "bf16",
+        training=training(
+            flags.recompute_layers,
+            flags.main_grads_dtype,
+            flags.moments_dtype,
+            flags.no_distributed_optimizer,
+            flags.overlap,
+        ),
     )
     note = ""
     if costs_from is not None:
@@ -113,11 +128,12 @@ def build(
 def title(setup: ModelSetup, what: str) -> str:
     s, p, hw = setup.spec, setup.par, setup.hw
     cp = f" cp {p.cp}" if p.cp > 1 else ""
-    return (
+    head = (
         f"{what}: {s.name} ({s.parameters / 1e9:.3g}B parameters) on {p.gpus} x {hw.name}, "
         f"tp {p.tp}{cp} pp {p.pp} dp {p.dp} ep {p.ep}, micro-batch {p.micro_batch_size} x {p.seq_len} "
         f"tokens, global batch {p.global_batch_size}, recompute {p.recompute}"
     )
+    return "\n".join([head, *assumption_lines(setup.header()["assumptions"])])
 
 
 def _num(x: float) -> str:
@@ -168,6 +184,9 @@ def print_breakdown(records: list[dict[str, Any]]) -> None:
         f"{first['name']}'s most loaded rank ({rank['rank']}), GB: {parts}; total {_gb(rank['total'])}",
         highlight=False,
     )
+    out.print(f"{first['name']}'s {comm_line(first)}", highlight=False, soft_wrap=True)
+    for line in schedule_notes(records):
+        out.print(line, highlight=False, soft_wrap=True)
 
 
 def recommendation(records: list[dict[str, Any]]) -> tuple[str | None, str]:

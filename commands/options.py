@@ -215,6 +215,79 @@ GbsOpt = Annotated[
 RecomputeOpt = Annotated[
     str | None, typer.Option("--recompute", help="With --model: none (default), selective or full.")
 ]
+RecomputeLayersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--recompute-num-layers",
+        help="With --recompute full: only the first N layers of every pipeline part (Megatron's block "
+        "method).",
+    ),
+]
+MainGradsOpt = Annotated[
+    str | None, typer.Option("--main-grads-dtype", help="fp32 (default) or bf16 (precision-aware optimizer).")
+]
+MomentsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--moments-dtype", help="Adam's moments: fp32 (default) or bf16 (precision-aware optimizer)."
+    ),
+]
+NoDistOptOpt = Annotated[
+    bool,
+    typer.Option("--no-distributed-optimizer", help="Optimizer state whole on every DP rank (not sharded)."),
+]
+OverlapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--overlap",
+        help="Communication hidden behind compute, comma-separated: grad-reduce, param-gather, tp, ep, or "
+        "none (default grad-reduce,param-gather,tp: Megatron's recommended settings).",
+    ),
+]
+DEFAULT_OVERLAP = "grad-reduce,param-gather,tp"
+
+
+def training(
+    recompute_layers: int | None,
+    main_grads: str | None,
+    moments: str | None,
+    no_distributed_optimizer: bool,
+    overlap: str | None,
+) -> dict:
+    """The optimizer, recompute and overlap flags as `Parallel` fields, checked (one line naming the flag)."""
+    from primuspp.errors import ConfigError
+    from primuspp.models.runs import OVERLAP_FIELDS as OVERLAPS
+
+    check_positive("--recompute-num-layers", recompute_layers)
+    sizes = {}
+    for flag, value, field in (
+        ("--main-grads-dtype", main_grads, "main_grad_bytes"),
+        ("--moments-dtype", moments, "moment_bytes"),
+    ):
+        if value not in (None, "fp32", "bf16"):
+            raise ConfigError(f"{flag} {value}: expected fp32 or bf16", key=flag)
+        sizes[field] = 2 if value == "bf16" else 4
+    names = [n.strip() for n in (overlap or DEFAULT_OVERLAP).split(",")]
+    if names != ["none"]:
+        for n in names:
+            if n not in OVERLAPS:
+                allowed = ", ".join(OVERLAPS)
+                raise ConfigError(
+                    f"--overlap {overlap}: unknown '{n}' (allowed: {allowed}, or none)", key="--overlap"
+                )
+    chosen = {field: name in names for name, field in OVERLAPS.items()}
+    if no_distributed_optimizer and "param-gather" in names and overlap is not None:
+        raise ConfigError(
+            f"--overlap {overlap}: param-gather needs the distributed optimizer (without it no parameters "
+            "are gathered)",
+            key="--overlap",
+        )
+    return {
+        "recompute_layers": recompute_layers,
+        "distributed_optimizer": not no_distributed_optimizer,
+        **sizes,
+        **chosen,
+    }
 
 
 def sp_wgrad(value: str | None) -> str:

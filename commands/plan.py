@@ -20,6 +20,7 @@ from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, candidates, evaluat
 from primuspp.models.plan_html import plan_page
 from primuspp.models.presets import resolve_model
 from primuspp.models.project import project
+from primuspp.models.runs import assumption_lines, assumptions, comm_line, schedule_notes
 from primuspp.viz.html import write_file
 
 IntList = Annotated[list[int] | None, typer.Option(help="Only these values (repeatable).")]
@@ -60,6 +61,11 @@ def plan(
     no_sequence_parallel: o.NoSpOpt = False,
     sp_wgrad: o.SpWgradOpt = None,
     dtype: o.DtypeOpt = "bf16",
+    recompute_layers: o.RecomputeLayersOpt = None,
+    main_grads_dtype: o.MainGradsOpt = None,
+    moments_dtype: o.MomentsOpt = None,
+    no_distributed_optimizer: o.NoDistOptOpt = False,
+    overlap: o.OverlapOpt = None,
     top: Annotated[int, typer.Option("--top", help="Configurations to show.")] = 10,
     show_all: Annotated[
         bool,
@@ -98,8 +104,20 @@ def plan(
                 f"--recompute {value}: expected one of {', '.join(RECOMPUTE)}", key="--recompute"
             )
     algorithms = [get_algorithm(a).name for a in (algo or DEFAULT_ALGORITHMS)]
+    training = o.training(
+        recompute_layers, main_grads_dtype, moments_dtype, no_distributed_optimizer, overlap
+    )
+    if recompute_layers is not None and "full" not in (recompute or ()):
+        raise ConfigError(
+            f"--recompute-num-layers {recompute_layers}: needs --recompute full", key="--recompute-num-layers"
+        )
+    if training["ep_comm_overlap"] and not spec.moe:
+        raise ConfigError(
+            f"--overlap {overlap}: ep needs a MoE model ({spec.name} has no experts)", key="--overlap"
+        )
     items = []
     for value in dict.fromkeys(recompute or ["none"]):
+        extra = training if value == "full" else {**training, "recompute_layers": None}
         base = Parallel(
             global_batch_size=global_batch_size,
             seq_len=seq_len,
@@ -108,6 +126,7 @@ def plan(
             sp_wgrad=o.sp_wgrad(sp_wgrad),  # type: ignore[arg-type]
             dtype=dtype,
             **hw.kernels(),
+            **extra,
         )
         mbs = micro_batch_size or (1, 2, 4)
         items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, mbs, cp)
@@ -130,6 +149,12 @@ def plan(
         why, example = next(iter(result.examples.items()))
         raise ConfigError(f"no configuration can run ({why}): {example}")
     record = plan_record(spec, hw, gpus, result, top, show_all)
+    swept = {
+        "micro_batch_size": list(mbs),
+        "recompute": list(dict.fromkeys(recompute or ["none"])),
+        "recompute_num_layers": recompute_layers,
+    }
+    record["assumptions"] = assumptions(hw, base, swept)
     if html is not None:
         ranked = result.ranked()
         winner = None
@@ -143,6 +168,8 @@ def plan(
         print(json.dumps(record))
         return
     _render(record, spec.name, hw.name, gpus)
+    for line in schedule_notes(record["results"]):
+        out.print(line, highlight=False, soft_wrap=True)
 
 
 def _default_jobs() -> int:
@@ -157,6 +184,7 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         f"{model} ({m['parameters'] / 1e9:.2f}B parameters, {m['active_parameters'] / 1e9:.2f}B active) on "
         f"{gpus} x {gpu}: {record['configurations_evaluated']} configurations, {record['fitting']} fit"
     )
+    title = "\n".join([title, *assumption_lines(record["assumptions"])])
     table = Table(title=title, title_justify="left")
     for col in (
         "#",
@@ -212,6 +240,11 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
             for key in ("weights", "gradients", "optimizer", "activations", "other")
         )
         out.print(f"#1's most loaded rank ({rank['rank']}), GB: {parts}; total {rank['total'] / 1e9:.1f}")
+        out.print(
+            f"#1: {best['tokens_per_s']:,.0f} tokens/s in total, {best['tokens_per_s_per_gpu']:,.0f} per "
+            f"GPU; {comm_line(best)}",
+            highlight=False,
+        )
     dropped = record["dropped"]
     if dropped:
         out.print(

@@ -90,6 +90,11 @@ def simulate(
     ffn: o.FfnOpt = None,
     kv_heads: o.KvHeadsOpt = None,
     vocab: o.VocabOpt = None,
+    recompute_layers: o.RecomputeLayersOpt = None,
+    main_grads_dtype: o.MainGradsOpt = None,
+    moments_dtype: o.MomentsOpt = None,
+    no_distributed_optimizer: o.NoDistOptOpt = False,
+    overlap: o.OverlapOpt = None,
 ) -> None:
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm).
 

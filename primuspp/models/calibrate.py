@@ -7,10 +7,12 @@ collectives (C, left as they are). Each part is found by projecting with the oth
 measured run gives each rank's median F, B and W (sim.calibrate; a run without a separate W gives B + W),
 and a least-squares fit on the relative errors of
 
-    measured ≈ a·G + b·O + C        (per rank and per kind: F, B, W — or F and B + W)
+    measured ≈ a·G + b·O + C + n·o     (per rank and per kind: F, B, W — or F and B + W)
 
 gives a and b: the GEMM efficiencies are divided by a, the attention efficiency and the HBM bandwidth by b
-(when the fit is degenerate, one common factor). An efficiency that would pass 1 raises the peak instead
+(when the fit is degenerate, one common factor); o, the profile's per-node overhead (`overhead.compute`;
+n: the rank's nodes of that kind per microbatch), when the run tells it apart (else the profile's stays).
+An efficiency that would pass 1 raises the peak instead
 (the times stay the same; MFU is then against the fitted peak). The p2p latency of the link between
 pipeline neighbours is set so that one activation's transfer takes the measured hand-off delay.
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from primuspp.errors import ConfigError
 from primuspp.models.costs import BYTES
-from primuspp.models.hardware import Hardware
+from primuspp.models.hardware import Hardware, Overhead
 from primuspp.models.parallel import Parallel
 from primuspp.models.project import stage_plan
 from primuspp.models.spec import ModelSpec
@@ -52,13 +54,15 @@ class Fit:
         return (
             f"{hw.name} calibrated on {self.source} ({self.schedule}): GEMM efficiency {gemm}, attention "
             f"{e.attention:.3g}, memory bandwidth {hw.hbm_bandwidth / 1e9:.3g} GB/s, peak "
-            f"{peak / 1e9:.4g} GFLOP/s; p2p {self.p2p_ms:.3g} ms; "
+            f"{peak / 1e9:.4g} GFLOP/s; overhead {hw.overhead.compute * 1e3:.3g} ms per compute node; "
+            f"p2p {self.p2p_ms:.3g} ms; "
             f"fit error {self.rms_error:.1%} rms over the ranks' F, B, W"
         )
 
 
 def _variant(hw: Hardware, gemm: bool, other: bool, comm: bool) -> Hardware:
-    """`hw` with the parts not wanted switched off (model_copy: no validation, the values are internal)."""
+    """`hw` with the parts not wanted switched off, and no per-node overhead (model_copy: no validation,
+    the values are internal)."""
     eff = hw.efficiency
     new_eff = eff.model_copy(
         update={
@@ -73,6 +77,7 @@ def _variant(hw: Hardware, gemm: bool, other: bool, comm: bool) -> Hardware:
             links[name] = getattr(hw, name).model_copy(update={"latency": 0.0})
     return hw.model_copy(
         update={
+            "overhead": Overhead(),  # the fit's own unknown: never inside G, O or C
             "efficiency": new_eff,
             "hbm_bandwidth": hw.hbm_bandwidth if other else hw.hbm_bandwidth * _OFF,
             **links,
@@ -90,14 +95,31 @@ def _per_rank(values: tuple[float, ...] | float, stage_rank: list[int], pp: int)
 
 
 def _kinds(spec, hw, par, algorithm, layout) -> list[list[float]]:
-    """Per rank [F, B, W] (ms) projected on `hw`."""
+    """Per rank [F, B, W, stages] (ms; the rank's stage count) projected on `hw`."""
     plan = stage_plan(spec, hw, par, algorithm, layout)
     c, pl = plan.costs, plan.placement
     ranks = [pl.stage_rank[s] for s in range(pl.num_stages)]
     f = _per_rank(c.forward, ranks, par.pp)
     b = _per_rank(c.backward, ranks, par.pp)
     w = _per_rank(c.wgrad, ranks, par.pp)
-    return [[f[r], b[r], w[r]] for r in range(par.pp)]
+    return [[f[r], b[r], w[r], float(ranks.count(r))] for r in range(par.pp)]
+
+
+def _overhead(g, o, n, rest, y, a: float, b: float) -> tuple[float, float, float]:
+    """(a, b, o) of the fit with a per-node overhead o >= 0 too, when the run tells it apart: a least-squares
+    fit of the three; else (a, b, 0)."""
+    import numpy as np
+
+    rows = [(gi, oi, ni, yi - ri) for gi, oi, ni, ri, yi in zip(g, o, n, rest, y, strict=True) if yi > 0]
+    weights = np.array([1 / yi for yi in y if yi > 0])
+    m = np.array([r[:3] for r in rows]) * weights[:, None]
+    t = np.array([r[3] for r in rows]) * weights
+    if len(rows) < 4 or np.linalg.matrix_rank(m, tol=1e-9 * float(np.abs(m).max())) < 3:
+        return a, b, 0.0
+    (fa, fb, fo), *_ = np.linalg.lstsq(m, t, rcond=None)
+    if fa > 0 and fb > 0 and fo > 0:
+        return float(fa), float(fb), float(fo)
+    return a, b, 0.0
 
 
 def _solve(g: list[float], o: list[float], rest: list[float], y: list[float]) -> tuple[float, float]:
@@ -141,10 +163,10 @@ def fit_hardware(
 ) -> Fit:
     """Fit `hw` so that `par` under `algorithm` projects the `measured` per-rank [F, B, W] ms (W None: the
     run has no separate W; then F and B + W are fitted). `comm_ms`: the measured p2p hand-off delay."""
-    full = _kinds(spec, hw, par, algorithm, layout)
+    full = _kinds(spec, _variant(hw, True, True, True), par, algorithm, layout)
     gemm = _kinds(spec, _variant(hw, True, False, False), par, algorithm, layout)
     other = _kinds(spec, _variant(hw, False, True, False), par, algorithm, layout)
-    g, o, rest, y = [], [], [], []
+    g, o, n, rest, y = [], [], [], [], []
     for r in range(par.pp):
         m = measured[r]
         groups = [(0,), (1,), (2,)] if m[2] is not None else [(0,), (1, 2)]
@@ -156,14 +178,18 @@ def fit_hardware(
             oo = sum(other[r][i] for i in idx)
             g.append(gg)
             o.append(oo)
+            n.append(full[r][3])  # one node per stage of the rank: F, B, W or the fused BW
             rest.append(max(sum(full[r][i] for i in idx) - gg - oo, 0.0))
             y.append(meas)
     if not y:
         raise ConfigError(f"--costs-from {source}: no F/B/W time measured", key="--costs-from")
     a, b = _solve(g, o, rest, y)
-    fitted = [a * gi + b * oi + ri for gi, oi, ri in zip(g, o, rest, strict=True)]
+    a, b, per_node = _overhead(g, o, n, rest, y, a, b)
+    fitted = [a * gi + b * oi + ri + ni * per_node for gi, oi, ri, ni in zip(g, o, rest, n, strict=True)]
     rms = (sum((f / yi - 1) ** 2 for f, yi in zip(fitted, y, strict=True)) / len(y)) ** 0.5
     new = _scaled(hw, a, b)
+    if per_node > 0:
+        new = new.model_copy(update={"overhead": new.overhead.model_copy(update={"compute": per_node / 1e3})})
     if comm_ms is not None and comm_ms > 0:
         new = _with_p2p(spec, new, par, comm_ms)
     schedule = f"{algorithm} p={par.pp} v={par.vpp} m={par.micro_batches}"

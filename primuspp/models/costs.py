@@ -7,8 +7,12 @@ efficiencies, and its collectives; plus the embedding and the head (final norm, 
   2.5x the forward, all in B (it has no weights). Norms, residuals, activation functions: memory-bound
   (bytes over HBM bandwidth), all in B too.
 - TP (Megatron): two all-reduces per layer forward and two backward (with sequence parallel: all-gather +
-  reduce-scatter, the same bytes), on the critical path (not overlapped). MoE with EP: a dispatch and a
-  combine all-to-all each way. W has no communication, except under sequence parallelism with
+  reduce-scatter, the same bytes); with `tp_comm_overlap` (Megatron's --tp-comm-overlap, TE's pipelined
+  GEMM + collective) only what they take beyond the layer's GEMMs shows. MoE with EP: a dispatch and a
+  combine all-to-all each way; with `ep_comm_overlap` (Megatron's --overlap-moe-expert-parallel-comm, the
+  other microbatch's compute hides them) only what they take beyond the layer's compute shows. Experts'
+  GEMMs run at the profile's `grouped_gemm` fraction of a dense GEMM of their size.
+- W has no communication, except under sequence parallelism with
   `sp_wgrad="regather"` (the default; Megatron's own backward re-gathers too): each column-parallel
   linear's W all-gathers its input again (`sp_regather_ms`); with `keep` W reads the input F gathered, and
   memory.py counts it full-sequence.
@@ -46,6 +50,8 @@ class LayerCost:
     wgrad: float
     flops: float  # model FLOPs of F + B + W (no recompute), this rank
     memory: LayerMemory
+    comm: float = 0.0  # of `forward` (and again of `backward`): exposed TP / EP communication, ms
+    comm_hidden: float = 0.0  # TP / EP communication of F (and again of B) hidden behind its compute, ms
 
 
 def _gemm_ms(flops: float, hw: Hardware, par: Parallel) -> float:
@@ -162,7 +168,7 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
         gemm_ms += _gemm_ms(f / tp, hw, par)
         gemm_flops += f / tp
     width = spec.ffn
-    comm_f = 2 * tp_collective_ms(spec, par, hw)
+    a2a_f = 0.0
     if moe:
         router = 2 * tokens * spec.hidden * spec.experts
         gemm_ms += _gemm_ms(router, hw, par)
@@ -172,13 +178,14 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
         per_expert_tokens = tokens * spec.top_k * par.ep / spec.experts
         local_experts = spec.experts // par.ep
         for f in mlp_gemms(spec, per_expert_tokens, spec.expert_ffn):
-            gemm_ms += local_experts * _gemm_ms(f / tp, hw, par)
+            gemm_ms += local_experts * _gemm_ms(f / tp, hw, par) / hw.efficiency.grouped_gemm
             gemm_flops += local_experts * f / tp
         if spec.shared_experts:
             for f in mlp_gemms(spec, tokens, spec.shared_experts * spec.expert_ffn):
                 gemm_ms += _gemm_ms(f / tp, hw, par)
                 gemm_flops += f / tp
-        comm_f += 2 * a2a_ms(spec, par, hw)
+        # dispatch + combine; in fp8 runs the dispatch moves fp8 tokens (DeepSeek-V3, Megatron's fp8 dispatch)
+        a2a_f = (1.5 if par.dtype == "fp8" else 2.0) * a2a_ms(spec, par, hw)
         width = spec.top_k * spec.expert_ffn + spec.shared_experts * spec.expert_ffn
     else:
         for f in mlp_gemms(spec, tokens, spec.ffn):
@@ -191,6 +198,10 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
     ring = cp_ring_ms(spec, par, hw)
     cp_f = cp_exposed_ms(ring, core_ms, par.cp)
     cp_b = cp_exposed_ms(2 * ring, ATTENTION_BACKWARD * core_ms, par.cp)  # K/V again, then dK/dV back
+    tp_f = 2 * tp_collective_ms(spec, par, hw)
+    comm_f = max(0.0, tp_f - gemm_ms) if par.tp_comm_overlap else tp_f
+    comm_f += max(0.0, a2a_f - gemm_ms - core_ms) if par.ep_comm_overlap else a2a_f
+    hidden = tp_f + a2a_f - comm_f
     forward = gemm_ms + core_ms + elem_ms + comm_f + cp_f
     backward = gemm_ms + ATTENTION_BACKWARD * core_ms + 2 * elem_ms + comm_f + cp_b
     if par.recompute == "selective":
@@ -199,7 +210,7 @@ def layer_cost(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> Layer
         backward += forward
     flops = 3 * gemm_flops + (1 + ATTENTION_BACKWARD) * core
     wgrad = gemm_ms + sp_regather_ms(spec, moe, par, hw)
-    return LayerCost(forward, backward, wgrad, flops, layer_memory(spec, moe, par))
+    return LayerCost(forward, backward, wgrad, flops, layer_memory(spec, moe, par), comm_f, hidden)
 
 
 def head_cost(spec: ModelSpec, par: Parallel, hw: Hardware) -> LayerCost:

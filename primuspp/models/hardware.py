@@ -37,11 +37,15 @@ class Link(_Strict):
 class Efficiency(_Strict):
     """Fractions of peak reached. `gemm`: [[min GEMM FLOPs, fraction], ...] ascending (a GEMM's fraction is
     that of the largest threshold it reaches); `attention`: the attention core (softmax(QK^T)V);
-    `comm`: of link bandwidth in collectives and p2p."""
+    `comm`: of link bandwidth in collectives and p2p. `grouped_gemm`: MoE experts' grouped GEMMs (and
+    their permutation) relative to a dense GEMM of the same size; `wgrad`: a weight-gradient GEMM run on
+    its own (a split W node) relative to the same GEMM inside the fused backward."""
 
     gemm: tuple[tuple[float, float], ...] = ((0.0, 0.5),)
     attention: float = Field(default=0.4, gt=0, le=1)
     comm: float = Field(default=0.7, gt=0, le=1)
+    grouped_gemm: float = Field(default=1.0, gt=0, le=1)
+    wgrad: float = Field(default=1.0, gt=0, le=1)
 
     @field_validator("gemm")
     @classmethod
@@ -60,6 +64,14 @@ class Efficiency(_Strict):
         return self.gemm[max(bisect.bisect_right(sizes, flops) - 1, 0)][1]
 
 
+class Overhead(_Strict):
+    """Seconds every operation costs beyond its work: a compute node's launch and synchronisation
+    (`compute`), a p2p send/receive's (`p2p`)."""
+
+    compute: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+    p2p: float = Field(default=0.0, ge=0, le=1, allow_inf_nan=False)
+
+
 class Hardware(_Strict):
     """One GPU and its node. Bytes are decimal (GB = 1e9) as datasheets state them."""
 
@@ -72,6 +84,9 @@ class Hardware(_Strict):
     inter_node: Link
     reserved_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     efficiency: Efficiency = Efficiency()
+    overhead: Overhead = Overhead()
+    #: where `efficiency` and `overhead` come from: "guess", or "calibrated from <runs>"
+    source: str = "guess"
     #: the kernels a layer runs, which decide what it saves for its backward (memory.py): `flash` attention
     #: keeps no s x s scores; `unfused` (megatron-core's local spec, e.g. on CPU) keeps them and GQA's K/V
     #: repeated to every head. `norm` / `activation`: `fused` (TE norms, fused SwiGLU and RoPE) or

@@ -3,7 +3,8 @@ activations one microbatch leaves saved in one layer.
 
 Weights: bf16 parameters (2 B), fp32 main gradients (4 B), Adam's fp32 master copy and two moments (12 B):
 18 B per parameter; with the distributed optimizer the 12 B are sharded over the data-parallel group
-(6 + 12/DP; expert parameters over the expert-data-parallel group).
+(6 + 12/DP; expert parameters over the expert-data-parallel group). Megatron's precision-aware optimizer
+keeps bf16 main gradients and / or bf16 moments (`Parallel.main_grad_bytes`, `moment_bytes`): 2 + 2 + 8.
 
 Activations follow Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models"
 (2022), tensor by tensor, so that they extend to GQA, SwiGLU, MoE and MLA: per layer the saved inputs of
@@ -231,11 +232,17 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
+def optimizer_bytes_per_param(par: Parallel) -> int:
+    """Adam's state per parameter: the fp32 master copy and the two moments (12 by default)."""
+    return 4 + 2 * par.moment_bytes
+
+
 def state_bytes(dense_params: float, expert_params: float, par: Parallel) -> StateBytes:
     """`dense_params` / `expert_params`: parameters this rank holds (already divided by TP / EP)."""
     params = dense_params + expert_params
+    per = optimizer_bytes_per_param(par)
     if par.distributed_optimizer:
-        optimizer = 12 * dense_params / par.grad_dp + 12 * expert_params / par.expert_dp
+        optimizer = per * dense_params / par.grad_dp + per * expert_params / par.expert_dp
     else:
-        optimizer = 12 * params
-    return StateBytes(2 * params, 4 * params, optimizer)
+        optimizer = per * params
+    return StateBytes(2 * params, par.main_grad_bytes * params, optimizer)

@@ -47,6 +47,20 @@ class Parallel:
     #: `regather` it in W (time: one more all-gather; Megatron's own backward re-gathers it too) or `keep`
     #: it from F (memory: the full-sequence input)
     sp_wgrad: SpWgrad = "regather"
+    #: full recompute of only the first N layers of every model part (Megatron's --recompute-num-layers,
+    #: block method); None: all of them
+    recompute_layers: int | None = None
+    #: optimizer state (Megatron's precision-aware optimizer): bytes of the main gradient and of each Adam
+    #: moment per parameter; the fp32 master copy is always 4 (defaults: 4 + 2 + 4 + 4 + 4 = Megatron's 18)
+    main_grad_bytes: int = 4
+    moment_bytes: int = 4
+    #: communication overlapped with compute (Megatron's recommended settings): DP gradient reduce-scatter
+    #: with the backward, parameter all-gather with the forward, TP collectives with the GEMMs; EP's
+    #: all-to-all with another microbatch's compute (off by default, as in Megatron)
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    tp_comm_overlap: bool = True
+    ep_comm_overlap: bool = False
 
     @property
     def gpus(self) -> int:
@@ -94,6 +108,15 @@ def check_parallel(spec: ModelSpec, par: Parallel, parts: int | None = None) -> 
     if par.recompute not in RECOMPUTE:
         raise ConfigError(
             f"--recompute {par.recompute}: expected one of {', '.join(RECOMPUTE)}", key="--recompute"
+        )
+    if par.recompute_layers is not None and (par.recompute != "full" or par.recompute_layers < 1):
+        raise ConfigError(
+            f"--recompute-num-layers {par.recompute_layers}: needs --recompute full and N >= 1",
+            key="--recompute-num-layers",
+        )
+    if par.ep_comm_overlap and par.ep <= 1:
+        raise ConfigError(
+            "--ep-comm-overlap: needs EP > 1 (no all-to-all to overlap)", key="--ep-comm-overlap"
         )
     if spec.heads % par.tp:
         raise ConfigError(

@@ -85,6 +85,18 @@ PRESETS: dict[str, ModelSpec] = {
             v_head_dim=128,
             **_LLAMA,
         ),
+        # Megatron-LM README's GPT-3 175B (its throughput tables: vocab 131,072, LayerNorm, GeLU, biases)
+        ModelSpec(
+            "gpt3-175b",
+            layers=96,
+            hidden=12288,
+            ffn=49152,
+            heads=96,
+            vocab=131072,
+            norm="layernorm",
+            swiglu=False,
+            linear_bias=True,
+        ),
         # `primuspp train`'s default Megatron GPT (backends/megatron/model.py GPTSpec and TransformerConfig's
         # defaults): LayerNorm, GeLU MLP of 4 x hidden, biases on every linear, learned positions, untied.
         ModelSpec(

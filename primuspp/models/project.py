@@ -2,8 +2,18 @@
 schedule simulated with them (time in ms, activation memory in bytes), then the step time, throughput and
 each rank's peak memory against HBM.
 
-Step time = the simulated pipeline makespan + the data-parallel gradient reduce-scatter and parameter
-all-gather (distributed optimizer; an all-reduce without it) + the optimizer step, none overlapped.
+Every compute node costs the profile's `overhead.compute` beyond its work, every p2p transfer
+`overhead.p2p`; a split W node runs its GEMMs at `efficiency.wgrad` of the fused backward's. Schedules are
+built under their budgets in F-activation units of a chunk (sail-sg's and Primus' meaning: what W keeps
+beyond F's activations is not counted against the budget, so ZB-H2 and the V family do not serialise on
+layers where W keeps more) and simulated with the honest bytes; a V-family rank whose activations pass its
+budget gets a note saying by how much.
+
+Step time = the simulated pipeline makespan + what the data-parallel gradient reduce-scatter and
+parameter all-gather (distributed optimizer; an all-reduce without it) leave exposed + the optimizer step.
+With `overlap_grad_reduce` a rank's reduce-scatter starts with its last microbatch's backward and only what
+runs past the pipeline's end shows; with `overlap_param_gather` the all-gather runs before and during the
+rank's first forward (which it waits for anyway), and only what it takes beyond shows.
 A rank's memory = weights + gradients + optimizer state of its parts + the peak of its activation curve
 (the schedule's own, from the simulator) + other (p2p buffers, a full-recompute layer, the profile's
 reserved bytes).
@@ -11,7 +21,7 @@ reserved bytes).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from primuspp.algorithms.registry import build_schedule, get_algorithm
@@ -31,12 +41,15 @@ from primuspp.models.memory import state_bytes
 from primuspp.models.parallel import Parallel, check_parallel
 from primuspp.models.spec import ModelSpec
 from primuspp.schedule.costs import CostModel
+from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.placement import Placement, make_placement
 from primuspp.schedule.table import ScheduleTable
 from primuspp.sim.engine import SimResult, simulate
 
 #: Adam's step reads and writes about this many bytes per parameter of a rank's optimizer shard.
 OPTIMIZER_BYTES_PER_PARAM = 30
+#: the V family's activation budgets, microbatches per rank (algorithms/v_family.py)
+V_BUDGETS = {"zbv": lambda p: p, "v-half": lambda p: (p + 2) // 2, "v-min": lambda p: (p + 4) // 3}
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,11 @@ class Projection:
     hbm_bytes: float
     peak_tflops: float
     result: SimResult | None  # the simulated run (timeline, table); None once a sweep has dropped it
+    dp_hidden_ms: float = 0.0  # DP communication hidden behind compute (overlap)
+    #: TP / EP communication per step on the rank with the most: inside its compute nodes, and hidden
+    comm_exposed_ms: float = 0.0
+    comm_hidden_ms: float = 0.0
+    notes: tuple[str, ...] = ()  # one line each: a budget a rank's honest bytes pass
 
     @property
     def step_time_ms(self) -> float:
@@ -112,14 +130,19 @@ class Projection:
             "step_time_ms": self.step_time_ms,
             "pipeline_ms": self.pipeline_ms,
             "dp_sync_ms": self.dp_sync_ms,
+            "dp_hidden_ms": self.dp_hidden_ms,
+            "comm_exposed_ms": self.comm_exposed_ms,
+            "comm_hidden_ms": self.comm_hidden_ms,
             "optimizer_ms": self.optimizer_ms,
             "bubble_rate": self.bubble_rate,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tokens_per_s": self.tokens_per_s_per_gpu * p.gpus,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu,
             "peak_memory_bytes": int(self.peak_memory_bytes),
             "hbm_bytes": int(self.hbm_bytes),
             "fits": self.fits,
+            "notes": list(self.notes),
             "per_rank": [
                 {
                     "rank": r,
@@ -148,6 +171,8 @@ class PartCosts:
     flops: tuple[float, ...]
     dense_params: tuple[float, ...]
     expert_params: tuple[float, ...]
+    comm: tuple[float, ...]  # of forward (and of backward): exposed communication
+    comm_hidden: tuple[float, ...]  # of forward (and of backward): communication hidden behind compute
 
 
 def layer_kinds(spec: ModelSpec) -> list[bool]:
@@ -175,14 +200,18 @@ def _total(c: LayerCost) -> float:
 
 
 def part_costs(spec: ModelSpec, par: Parallel, hw: Hardware, layout: Layout) -> PartCosts:
+    """With `recompute_layers` N, the first N layers of every part recompute (Megatron's block method)."""
     kinds = layer_kinds(spec)
-    costs = {moe: layer_cost(spec, moe, par, hw) for moe in set(kinds)}
+    costs = {(moe, True): layer_cost(spec, moe, par, hw) for moe in set(kinds)}
+    plain = replace(par, recompute="none", recompute_layers=None)
+    costs.update({(moe, False): layer_cost(spec, moe, plain, hw) for moe in set(kinds)})
+    n_re = spec.layers if par.recompute_layers is None else par.recompute_layers
     emb, head = embedding_cost(spec, par, hw), head_cost(spec, par, hw)
     expert_layer = spec.experts * spec.mlp_params(spec.expert_ffn) / (par.tp * par.ep)
     out: dict[str, list[float]] = {k: [] for k in PartCosts.__dataclass_fields__}
     start = 0
     for i, n in enumerate(layout):
-        members = [costs[kinds[j]] for j in range(start, start + n)]
+        members = [costs[kinds[j], j - start < n_re] for j in range(start, start + n)]
         dense = sum(spec.layer_params(j) for j in range(start, start + n)) / par.tp
         experts = sum(expert_layer for j in range(start, start + n) if kinds[j])
         dense -= experts * par.ep  # the routed experts' share, divided by TP, was in layer_params
@@ -201,6 +230,8 @@ def part_costs(spec: ModelSpec, par: Parallel, hw: Hardware, layout: Layout) -> 
         out["activation"].append(act)
         out["b_free"].append(1.0 - kept / act if act else 1.0)
         out["flops"].append(sum(c.flops for c in members))
+        out["comm"].append(sum(c.comm for c in members))
+        out["comm_hidden"].append(sum(c.comm_hidden for c in members))
         out["dense_params"].append(dense)
         out["expert_params"].append(experts)
     return PartCosts(**{k: tuple(v) for k, v in out.items()})
@@ -218,10 +249,11 @@ class StagePlan:
     """What the simulator needs for one configuration: the per-stage cost model (ms, bytes), the layer
     layout and the per-part costs it came from. `simulate` / `compare` can take `costs` as any CostModel."""
 
-    costs: CostModel
+    costs: CostModel  # W split from B: a W node costs its own GEMMs' time and an overhead
     layout: Layout
     parts: PartCosts
     placement: Placement
+    fused: CostModel  # for tables without W nodes: BW costs B + the fused W, one overhead
 
 
 def stage_plan(
@@ -260,15 +292,27 @@ def stage_plan(
     def per_stage(values: tuple[float, ...]) -> tuple[float, ...]:
         return tuple(values[p] for p in stage)
 
+    o = hw.overhead.compute * 1e3
+    # an FB node (dualpipe): each part's communication hides behind the other part's compute
+    pairs = [
+        (f + b, min(2 * c, f + b - 2 * c)) for f, b, c in zip(pc.forward, pc.backward, pc.comm, strict=True)
+    ]
+    fb = 1.0 - sum(h for _, h in pairs) / max(sum(t for t, _ in pairs), 1e-12)
     costs = CostModel(
-        forward=per_stage(pc.forward),
-        backward=per_stage(pc.backward),
-        wgrad=per_stage(pc.wgrad),
-        comm=p2p_ms(spec, par, hw),
+        forward=per_stage(tuple(x + o for x in pc.forward)),
+        backward=per_stage(tuple(x + o for x in pc.backward)),
+        wgrad=per_stage(tuple(x / hw.efficiency.wgrad + o for x in pc.wgrad)),
+        comm=p2p_ms(spec, par, hw) + hw.overhead.p2p * 1e3,
         activation=per_stage(pc.activation),
         b_free_fraction=per_stage(pc.b_free),
+        fb_overlap=fb,
     )
-    return StagePlan(costs, cut, pc, placement)
+    return StagePlan(costs, cut, pc, placement, replace(costs, wgrad=per_stage(pc.wgrad)))
+
+
+def splits_w(table: ScheduleTable) -> bool:
+    """Whether the table runs W nodes of its own (else B and W are fused, BW)."""
+    return any(n.kind is NodeKind.W for n in table.compute_order()[0])  # every rank runs the same kinds
 
 
 def project(
@@ -291,12 +335,17 @@ def project(
     costs, cut, pc, placement = plan.costs, plan.layout, plan.parts, plan.placement
     m = par.micro_batches
     key = (algo.name, par.pp, par.vpp, m, tuple(sorted((params or {}).items())))
-    table = tables.get(key) if tables is not None and not algo.uses_costs else None
-    if table is None:
-        table = build_schedule(algo.name, par.pp, par.vpp, m, costs, **(params or {}))
+    cached = tables.get(key) if tables is not None and not algo.uses_costs else None
+    if cached is None:
+        # budgets in F-activation units of a chunk (the reference implementations'): W's growth not counted
+        fractions = costs.for_placement(placement).fractions()
+        build = replace(costs, b_free_fraction=tuple(max(0.0, f) for f in fractions))
+        table = build_schedule(algo.name, par.pp, par.vpp, m, build, **(params or {}))
+        cached = (table, splits_w(table))
         if tables is not None and not algo.uses_costs:
-            tables[key] = table
-    result = simulate(table, costs)
+            tables[key] = cached
+    table, split = cached
+    result = simulate(table, costs if split else plan.fused)
     return _finish(spec, hw, par, algo.name, cut, pc, placement, result)
 
 
@@ -334,7 +383,7 @@ def one_microbatch_peak(spec: ModelSpec, hw: Hardware, par: Parallel, plan: Stag
 
 def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
     extra = other_bytes(spec, hw, par)
-    per_rank, sync = [], 0.0
+    per_rank, syncs = [], []
     for r in range(par.pp):
         stages = placement.stages_of_rank(r)
         dense = sum(pc.dense_params[placement.model_part[s]] for s in stages)
@@ -342,7 +391,7 @@ def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
         state = state_bytes(dense, experts, par)
         peak = result.metrics.per_rank[r].peak_memory
         per_rank.append(RankMemory(state.weights, state.gradients, state.optimizer, peak, extra))
-        sync = max(sync, _dp_sync_ms(dense, experts, par, hw))
+        syncs.append(_dp_sync_ms(dense, experts, par, hw))
     shard = max(
         sum(pc.dense_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.grad_dp
         + sum(pc.expert_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.expert_dp
@@ -353,12 +402,13 @@ def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
     optimizer_ms = shard * OPTIMIZER_BYTES_PER_PARAM / hw.hbm_bandwidth * 1e3
     flops_per_gpu = par.micro_batches * sum(pc.flops) / par.pp
     metrics = result.metrics
+    exposed = _dp_exposed_ms(result, syncs, par)
     return Projection(
         name,
         par,
         cut,
         metrics.step_time,
-        sync,
+        exposed,
         optimizer_ms,
         metrics.bubble_rate,
         flops_per_gpu,
@@ -366,21 +416,86 @@ def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
         hw.hbm_bytes,
         hw.peak(par.dtype) / 1e12,
         result,
+        max(s[0] + s[1] for s in syncs) - exposed,
+        *_rank_comm(par, pc, placement),
+        notes=_budget_notes(name, par, pc, placement, result),
     )
 
 
-def _dp_sync_ms(dense: float, experts: float, par: Parallel, hw: Hardware) -> float:
-    """Gradient reduce-scatter (fp32) + parameter all-gather (bf16) over DP (experts: over expert DP); an
-    fp32 all-reduce without the distributed optimizer."""
+def _rank_comm(par: Parallel, pc: PartCosts, placement: Placement) -> tuple[float, float]:
+    """(exposed, hidden) TP / EP communication of one step on the rank with the most: F and B each carry
+    their part's once per microbatch."""
+    best = (0.0, 0.0)
+    for r in range(par.pp):
+        parts = [placement.model_part[s] for s in placement.stages_of_rank(r)]
+        exposed = 2 * par.micro_batches * sum(pc.comm[p] for p in parts)
+        hidden = 2 * par.micro_batches * sum(pc.comm_hidden[p] for p in parts)
+        best = max(best, (exposed, hidden))
+    return best
 
-    def one(params: float, group: int, spread: int) -> float:
+
+def _dp_exposed_ms(result: SimResult, syncs: list[tuple[float, float]], par: Parallel) -> float:
+    """The DP communication left on the step's critical path. Rank r's gradient reduce-scatter (`syncs[r]`:
+    (reduce, gather) ms) starts with the backward of its last microbatch when overlapped, else after the
+    pipeline; its parameter all-gather runs from the step's start to its first forward's end when
+    overlapped, else after the reduce."""
+    end = result.metrics.step_time
+    tail = head = 0.0
+    last_mb = par.micro_batches - 1
+    for r, rank in enumerate(result.timeline.ranks):
+        reduce, gather = syncs[r]
+        if not par.overlap_param_gather or not par.distributed_optimizer:
+            reduce, gather = reduce + gather, 0.0
+        if par.overlap_grad_reduce and rank.intervals:
+            # the last microbatch's nodes are among a rank's last few (its F comes at most ~2 x its stages
+            # x p nodes before the end): scan only those
+            tail_nodes = rank.intervals[-(8 * par.pp * par.vpp + 8) :]
+            backs = [i.start for i in tail_nodes if i.microbatch == last_mb and i.kind in ("B", "BW")]
+            start = min(backs) if backs else rank.intervals[-1].end
+            tail = max(tail, start + reduce - end)
+        else:
+            tail = max(tail, reduce)
+        if gather and rank.intervals:
+            first = next((i for i in rank.intervals if i.kind == "F"), rank.intervals[0])
+            head = max(head, gather - first.end)
+    return max(tail, 0.0) + max(head, 0.0)
+
+
+def _budget_notes(name, par, pc, placement, result) -> tuple[str, ...]:
+    """One line when a V schedule's honest activations pass its budget (microbatches of F activations)."""
+    if name not in V_BUDGETS:
+        return ()
+    budget = V_BUDGETS[name](par.pp)
+    worst = (0.0, 0, 0.0)
+    for r in range(par.pp):
+        unit = sum(pc.activation[placement.model_part[s]] for s in placement.stages_of_rank(r))
+        over = result.metrics.per_rank[r].peak_memory - budget * unit
+        worst = max(worst, (over, r, budget * unit))
+    over, r, cap = worst
+    if over <= 0.005 * cap:
+        return ()
+    return (
+        f"{name}: rank {r}'s activations pass its budget of {budget} microbatches ({cap / 1e9:.1f} GB of F "
+        f"activations) by {over / 1e9:.1f} GB (what W keeps: GEMM inputs and output gradients)",
+    )
+
+
+def _dp_sync_ms(dense: float, experts: float, par: Parallel, hw: Hardware) -> tuple[float, float]:
+    """(gradient reduce-scatter, parameter all-gather) ms over DP (experts: over expert DP), the gradients
+    in their main-grad dtype, the parameters bf16; without the distributed optimizer an all-reduce and
+    no gather."""
+    g = par.main_grad_bytes
+
+    def one(params: float, group: int, spread: int) -> tuple[float, float]:
         if group <= 1 or params == 0:
-            return 0.0
+            return 0.0, 0.0
         link = hw.link(group, spread)
         bw = link.bandwidth * hw.efficiency.comm
         frac = (group - 1) / group
+        lat = (group - 1) * link.latency
         if par.distributed_optimizer:
-            return (frac * params * (4 + 2) / bw + 2 * (group - 1) * link.latency) * 1e3
-        return (2 * frac * params * 4 / bw + 2 * (group - 1) * link.latency) * 1e3
+            return (frac * params * g / bw + lat) * 1e3, (frac * params * 2 / bw + lat) * 1e3
+        return (2 * frac * params * g / bw + 2 * lat) * 1e3, 0.0
 
-    return one(dense, par.grad_dp, par.tp) + one(experts, par.expert_dp, par.tp * par.ep)
+    d, e = one(dense, par.grad_dp, par.tp), one(experts, par.expert_dp, par.tp * par.ep)
+    return d[0] + e[0], d[1] + e[1]

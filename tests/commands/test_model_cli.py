@@ -212,3 +212,29 @@ def test_compare_model_refuses_a_simulated_source(capsys, tmp_path):
     assert code == 0
     code, _, err = run_cli(capsys, "compare", "--model", "llama2-7b", str(tmp_path / "1f1b"))
     assert code == 2 and "a simulated run; with --model, SOURCES are measured runs" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("--overlap", "grad-reduce,foo"), "--overlap grad-reduce,foo: unknown 'foo'"),
+        (("--overlap", "ep"), "--overlap ep: needs --ep > 1"),
+        (("--moments-dtype", "fp16"), "--moments-dtype fp16: expected fp32 or bf16"),
+        (("--recompute-num-layers", "2"), "--recompute-num-layers 2: needs --recompute full"),
+        (("--no-distributed-optimizer", "--overlap", "param-gather"), "param-gather needs the distributed"),
+    ],
+)
+def test_training_flags_bad_input_is_one_line(capsys, tmp_path, args, match):
+    code, _, err = run_cli(capsys, "simulate", *LLAMA, "-a", "1f1b", "--out", str(tmp_path), *args)
+    assert code == 2 and match in err and len(err.strip().splitlines()) == 1
+
+
+def test_simulate_model_header_and_json_assumptions(capsys, tmp_path):
+    args = ("--global-batch-size", "32", "-a", "1f1b", "-a", "v-min", "--out", str(tmp_path))
+    code, out, _ = run_cli(capsys, "simulate", *LLAMA, *args, "--moments-dtype", "bf16", "--overlap", "none")
+    assert code == 0 and "optimizer 14 B/param" in out and "overlapped: none" in out
+    assert "MI300X profile, calibrated from" in out
+    assert "v-min: projects slower than 1f1b on the same configuration" in out
+    code, out, _ = run_cli(capsys, "simulate", *LLAMA, *args, "--json")
+    doc = json.loads(out)["assumptions"]
+    assert doc["optimizer"]["bytes_per_param"] == 18 and doc["overlap"]["grad-reduce"] is True

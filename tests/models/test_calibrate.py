@@ -69,3 +69,16 @@ def test_an_efficiency_over_one_raises_the_peak():
 def test_nothing_measured_is_one_line():
     with pytest.raises(ConfigError, match="no F/B/W time measured"):
         fit_hardware(SPEC, load_hardware("cpu"), PAR, "1f1b", [[0.0, 0.0, None]] * 2, None)
+
+
+def test_fit_recovers_a_per_node_overhead(tmp_path):
+    """A run whose every F, B and W costs 0.3 ms more (launches, synchronisation): the fit finds the
+    overhead beside the two efficiencies, and the profile it gives carries it."""
+    from primuspp.models.hardware import Overhead
+
+    cpu, truth = _truth()
+    truth = truth.model_copy(update={"overhead": Overhead(compute=3e-4)})
+    fit = calibrate_hardware(SPEC, cpu, PAR, _dump(tmp_path, truth, "zero-bubble", 1), "even-ends")
+    assert fit.hardware.overhead.compute == pytest.approx(3e-4, rel=1e-3)
+    assert fit.gemm_factor == pytest.approx(0.3 / 0.12, rel=1e-3) and fit.rms_error < 1e-3
+    assert "overhead 0.3 ms per compute node" in fit.describe()

@@ -9,7 +9,7 @@ import pytest
 from primuspp.errors import ConfigError
 from primuspp.models.hardware import load_hardware, profile_names
 
-EXPECTED = {"mi300x", "mi325x", "mi355x", "h100", "h200", "b200"}
+EXPECTED = {"mi300x", "mi325x", "mi355x", "h100", "h200", "h800", "b200"}
 
 
 def test_packaged_profiles():
@@ -19,6 +19,7 @@ def test_packaged_profiles():
         assert hw.peak("fp8") == pytest.approx(2 * hw.peak("bf16"), rel=1e-3)
         assert hw.intra_node.bandwidth > hw.inter_node.bandwidth
         assert hw.gpus_per_node == 8
+        assert hw.source == "guess" or "calibrated from" in hw.source or "profile (calibrated" in hw.source
 
 
 def test_datasheet_values():
@@ -29,9 +30,17 @@ def test_datasheet_values():
 
 def test_gemm_efficiency_steps():
     eff = load_hardware("h100").efficiency
-    assert eff.gemm_fraction(0) == 0.4
-    assert eff.gemm_fraction(5e9) == 0.6
-    assert eff.gemm_fraction(1e12) == 0.72
+    assert eff.gemm_fraction(0) == 0.3
+    assert eff.gemm_fraction(5e9) == 0.45
+    assert eff.gemm_fraction(1e12) == 0.54
+
+
+def test_one_profile_per_gpu_family():
+    """Profiles of the same silicon share their calibrated efficiencies (no per-run factors)."""
+    h100, h200, h800 = (load_hardware(n) for n in ("h100", "h200", "h800"))
+    assert h100.efficiency.gemm == h200.efficiency.gemm == h800.efficiency.gemm
+    mi300x, mi325x = load_hardware("mi300x"), load_hardware("mi325x")
+    assert mi300x.efficiency == mi325x.efficiency and mi300x.overhead == mi325x.overhead
 
 
 def test_link_by_group():
@@ -61,6 +70,10 @@ def test_user_yaml(tmp_path):
         ("speed: 3\n", "unknown key 'speed'"),
         ("efficiency: {gemm: [[1, 0.5]]}\n", "efficiency.gemm=.*thresholds must ascend from 0"),
         ("efficiency: {comm: 2}\n", "efficiency.comm=2"),
+        ("efficiency: {wgrad: 0}\n", "efficiency.wgrad=0"),
+        ("efficiency: {grouped_gemm: 1.5}\n", "efficiency.grouped_gemm=1.5"),
+        ("overhead: {p2p: -1.0e-4}\n", "overhead.p2p=-0.0001"),
+        ("overhead: {launch: 1.0e-4}\n", "unknown key 'overhead.launch'"),
     ],
 )
 def test_bad_user_yaml(tmp_path, extra, match):
