@@ -145,16 +145,39 @@ def evaluate(
     project_unfit: bool = False,
     jobs: int = 1,
 ) -> PlanResult:
-    """Project every candidate, or drop it with its reason. A candidate that cannot fit whatever the
-    schedule (its state alone, or with one microbatch in flight, exceeds HBM: `one_microbatch_peak`) is
-    dropped before its schedule is built, unless `project_unfit` (plan --all, which ranks those too).
-    `jobs` > 1: evaluated in that many forked processes, in chunks grouped by schedule table, merged in
-    the candidates' order (the same result as one process; `on_each` then sees them as they finish)."""
+    """Project every candidate, or drop it with its reason. A candidate whose TP x CP x PP does not divide
+    the GPUs is dropped first; one that cannot fit whatever the schedule (its state alone, or with one
+    microbatch in flight, exceeds HBM: `one_microbatch_peak`) is dropped before its schedule is built,
+    unless `project_unfit` (plan --all, which ranks those too). `jobs` > 1: evaluated in that many forked
+    processes, in chunks grouped by schedule table, merged in the candidates' order (the same result as one
+    process; `on_each` then sees them as they finish)."""
     items = list(items)
-    if jobs > 1 and len(items) >= MIN_PARALLEL:
-        result = _evaluate_parallel(spec, hw, items, layout, on_each, first_last, project_unfit, jobs)
+    outcomes: list[Outcome | None] = [None] * len(items)
+    todo = []
+    for i, cand in enumerate(items):
+        if cand.par.dp:
+            todo.append((i, cand))
+            continue
+        p = cand.par
+        cp = f" x --cp {p.cp}" if p.cp > 1 else ""
+        outcomes[i] = (
+            None,
+            NOT_DIVISIBLE,
+            f"{cand}: --tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs",
+        )
+        if on_each is not None:
+            on_each(cand)
+    args = (spec, hw, layout, first_last, project_unfit)
+    if jobs > 1 and len(todo) >= MIN_PARALLEL:
+        done = _evaluate_parallel(args, todo, on_each, jobs)
     else:
-        result = _evaluate(spec, hw, items, layout, on_each, first_last, project_unfit)
+        done = _evaluate(args, todo, on_each)
+    for i, outcome in done:
+        outcomes[i] = outcome
+    result = PlanResult()
+    for outcome in outcomes:  # in the candidates' order: the same result in either mode
+        assert outcome is not None
+        _add(result, outcome)
     _refine(spec, hw, result, layout, first_last, project_unfit)
     return result
 
@@ -200,15 +223,9 @@ def _refine(
 Outcome = tuple[Projection | None, str | None, str]
 
 
-def _outcome(
-    spec: ModelSpec,
-    hw: Hardware,
-    cand: Candidate,
-    layout: str,
-    first_last: tuple[int | None, int | None] | None,
-    project_unfit: bool,
-    tables: dict,
-) -> Outcome:
+def _outcome(args: tuple, cand: Candidate, tables: dict) -> Outcome:
+    """`_evaluate_one` of `args` (spec, hw, layout, first_last, project_unfit), its refusals counted."""
+    spec, hw, layout, first_last, project_unfit = args
     try:
         return _evaluate_one(spec, hw, cand, layout, first_last, project_unfit, tables)
     except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
@@ -227,21 +244,19 @@ def _add(result: PlanResult, outcome: Outcome) -> None:
         result.examples.setdefault(reason, message)
 
 
+Job = tuple[int, Candidate]
+
+
 def _evaluate(
-    spec: ModelSpec,
-    hw: Hardware,
-    items: Iterable[Candidate],
-    layout: str,
-    on_each: Callable[[Candidate], None] | None,
-    first_last: tuple[int | None, int | None] | None,
-    project_unfit: bool,
-) -> PlanResult:
-    result, tables = PlanResult(), {}
-    for cand in items:
-        _add(result, _outcome(spec, hw, cand, layout, first_last, project_unfit, tables))
+    args: tuple, todo: list[Job], on_each: Callable[[Candidate], None] | None
+) -> list[tuple[int, Outcome]]:
+    tables: dict = {}
+    done = []
+    for i, cand in todo:
+        done.append((i, _outcome(args, cand, tables)))
         if on_each is not None:
             on_each(cand)
-    return result
+    return done
 
 
 _WORKER: dict[str, Any] = {}
@@ -249,22 +264,19 @@ _WORKER: dict[str, Any] = {}
 
 def _worker_init(*args: Any) -> None:
     _WORKER["args"] = args
-    _WORKER["tables"] = {}
 
 
-def _worker_chunk(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
-    spec, hw, layout, first_last, project_unfit = _WORKER["args"]
-    tables = _WORKER["tables"]
-    return [(i, _outcome(spec, hw, c, layout, first_last, project_unfit, tables)) for i, c in chunk]
+def _worker_chunk(chunk: list[Job]) -> list[tuple[int, Outcome]]:
+    return _evaluate(_WORKER["args"], chunk, None)
 
 
-def _chunks(items: list[Candidate]) -> list[list[tuple[int, Candidate]]]:
+def _chunks(todo: list[Job]) -> list[list[Job]]:
     """Chunks of about CHUNK candidates, each (algorithm, pp, vpp, m) in as few chunks as it fills: the
     candidates that share a schedule table share a worker, which generates it once."""
-    groups: dict[tuple, list[tuple[int, Candidate]]] = {}
-    for i, c in enumerate(items):
+    groups: dict[tuple, list[Job]] = {}
+    for i, c in todo:
         groups.setdefault((c.algorithm, c.par.pp, c.par.vpp, c.par.micro_batches), []).append((i, c))
-    out: list[list[tuple[int, Candidate]]] = [[]]
+    out: list[list[Job]] = [[]]
     for group in groups.values():
         if len(out[-1]) + len(group) > CHUNK and out[-1]:
             out.append([])
@@ -273,30 +285,19 @@ def _chunks(items: list[Candidate]) -> list[list[tuple[int, Candidate]]]:
 
 
 def _evaluate_parallel(
-    spec: ModelSpec,
-    hw: Hardware,
-    items: list[Candidate],
-    layout: str,
-    on_each: Callable[[Candidate], None] | None,
-    first_last: tuple[int | None, int | None] | None,
-    project_unfit: bool,
-    jobs: int,
-) -> PlanResult:
+    args: tuple, todo: list[Job], on_each: Callable[[Candidate], None] | None, jobs: int
+) -> list[tuple[int, Outcome]]:
     import multiprocessing
 
-    outcomes: list[Outcome | None] = [None] * len(items)
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(jobs, _worker_init, (spec, hw, layout, first_last, project_unfit)) as pool:
-        for part in pool.imap_unordered(_worker_chunk, _chunks(items)):
-            for i, outcome in part:
-                outcomes[i] = outcome
-                if on_each is not None:
-                    on_each(items[i])
-    result = PlanResult()
-    for outcome in outcomes:  # in the candidates' order: the same result as one process
-        assert outcome is not None
-        _add(result, outcome)
-    return result
+    chunks, by_index = _chunks(todo), dict(todo)
+    done = []
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(chunks)), _worker_init, args) as pool:
+        for part in pool.imap_unordered(_worker_chunk, chunks):
+            done += part
+            if on_each is not None:
+                for i, _ in part:
+                    on_each(by_index[i])
+    return done
 
 
 def _evaluate_one(
@@ -311,9 +312,6 @@ def _evaluate_one(
     """Project `cand`, or say why it is dropped; raises the ConfigError / ScheduleError of a
     configuration that cannot run."""
     p = cand.par
-    if p.dp == 0:
-        cp = f" x --cp {p.cp}" if p.cp > 1 else ""
-        raise ConfigError(f"--tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs")
     _, parts = placement_for(cand.algorithm, p)
     check_parallel(spec, p, parts)
     hbm = hw.hbm_bytes

@@ -218,3 +218,15 @@ def test_parallel_sweep_equals_one_process():
     assert [(p.algorithm, p.par, p.step_time_ms, p.peak_memory_bytes) for p in two.ranked(True)] == [
         (p.algorithm, p.par, p.step_time_ms, p.peak_memory_bytes) for p in one.ranked(True)
     ]
+
+
+@pytest.mark.parametrize(("flag", "jobs"), [("--pp", "2"), ("--tp", "2"), ("--cp", "2"), ("--pp", "1")])
+def test_nothing_divides_is_one_line_in_either_mode(capsys, flag, jobs):
+    # the parallel sweep grouped candidates by their microbatch count before the ones whose TP x CP x PP
+    # does not divide the GPUs (DP 0) were set aside: ZeroDivisionError, exit 1
+    args = ["plan", "--model", "llama3-70b", "--gpu", "mi300x", "--gpus", "64", flag, "3", "-j", jobs]
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert (
+        err.startswith("error: no configuration can run (not divisible)") and "does not divide 64 GPUs" in err
+    )
