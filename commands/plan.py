@@ -14,9 +14,9 @@ from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
 from primuspp.errors import ConfigError
-from primuspp.models.hardware import load_hardware
+from primuspp.models.hardware import gib, load_hardware
 from primuspp.models.parallel import RECOMPUTE, Parallel
-from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, candidates, evaluate, plan_record
+from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, TIE, candidates, evaluate, plan_record
 from primuspp.models.plan_html import plan_page
 from primuspp.models.presets import resolve_model
 from primuspp.models.project import project
@@ -174,15 +174,15 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         "TFLOP/s/GPU",
         "MFU",
         "bubble",
-        "peak GB / HBM",
+        "peak GiB / HBM",
         "fits",
         "layout",
     ):
         table.add_column(col, justify="left" if col in ("algorithm", "layout") else "right")
-    for i, r in enumerate(record["results"], 1):
+    for r in record["results"]:
         lay = r["layout"]
         table.add_row(
-            str(i),
+            f"{r['rank']}{'=' if r['tie'] else ''}",
             r["algorithm"],
             str(r["tp"]),
             str(r["cp"]),
@@ -197,7 +197,7 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
             f"{r['tflops_per_gpu']:.0f}",
             f"{r['mfu']:.1%}",
             f"{r['bubble_rate']:.1%}",
-            f"{r['peak_memory_bytes'] / 1e9:.1f} / {r['hbm_bytes'] / 1e9:.0f}",
+            f"{gib(r['peak_memory_bytes'])} / {gib(r['hbm_bytes'])}",
             "yes" if r["fits"] else "no",
             lay if len(lay) <= 40 else lay[:37] + "...",
         )
@@ -208,10 +208,13 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         best = record["results"][0]
         rank = max(best["per_rank"], key=lambda x: x["total"])
         parts = ", ".join(
-            f"{key} {rank[key] / 1e9:.1f}"
-            for key in ("weights", "gradients", "optimizer", "activations", "other")
+            f"{key} {gib(rank[key])}" for key in ("weights", "gradients", "optimizer", "activations", "other")
         )
-        out.print(f"#1's most loaded rank ({rank['rank']}), GB: {parts}; total {rank['total'] / 1e9:.1f}")
+        out.print(f"#1's most loaded rank ({rank['rank']}), GiB: {parts}; total {gib(rank['total'])}")
+        if any(r["tie"] for r in record["results"]):
+            out.print(
+                f"n=: a tie, within {TIE:.0%} of the best throughput of its rank, the least memory first"
+            )
     dropped = record["dropped"]
     if dropped:
         out.print(

@@ -21,6 +21,12 @@ from primuspp.inputs import read_text
 #: A hardware profile is a few lines; anything over 1 MiB is not one.
 MAX_PROFILE_BYTES = 1024 * 1024
 PACKAGE = "primuspp.configs.hardware"
+GIB = 2**30
+
+
+def gib(size: float) -> str:
+    """Bytes as GiB, the unit every table and page shows memory in (profiles state decimal bytes)."""
+    return f"{size / GIB:.3g}" if size < GIB else f"{size / GIB:.1f}"
 
 
 class _Strict(BaseModel):
@@ -61,7 +67,7 @@ class Efficiency(_Strict):
 
 
 class Hardware(_Strict):
-    """One GPU and its node. Bytes are decimal (GB = 1e9) as datasheets state them."""
+    """One GPU and its node. Bytes are decimal (GB = 1e9) as datasheets state them; shown in GiB (`gib`)."""
 
     name: str
     peak_flops: dict[str, float]
