@@ -12,7 +12,7 @@ from rich.table import Table
 from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands.console import out
 from primuspp.commands.model_flags import ModelFlags
-from primuspp.commands.options import check_positive, first_last, sp_wgrad
+from primuspp.commands.options import check_batch, check_positive, first_last, sp_wgrad
 from primuspp.models.hardware import Hardware, gib
 from primuspp.models.parallel import Parallel
 from primuspp.models.runs import ModelRun, model_header, model_parallel, model_runs
@@ -63,11 +63,10 @@ def build(
         ("--ep", flags.ep),
         ("--cp", flags.cp),
         ("--gpus", flags.gpus),
-        ("--micro-batch-size", flags.micro_batch_size),
         ("--global-batch-size", flags.global_batch_size),
-        ("--seq-len", flags.seq_len),
     ):
         check_positive(key, value)
+    check_batch(flags.seq_len or DEFAULT_SEQ_LEN, [flags.micro_batch_size or 1])
     fl = first_last(flags.first_layers, flags.last_layers)
     packaged = load_config(None)
     named = bool(algo)

@@ -73,7 +73,9 @@ def plan(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", help="Processes for the sweep (default: one per core, up to 16)."),
+        typer.Option(
+            "--jobs", "-j", help="Processes for the sweep (default and at most: one per core, up to 16)."
+        ),
     ] = None,
     json_: o.JsonOpt = False,
 ) -> None:
@@ -81,17 +83,14 @@ def plan(
     spec = resolve_model(model)
     hw = load_hardware(gpu)
     hw.peak(dtype)
-    for key, value in (("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch-size", global_batch_size)):
+    for key, value in (("--gpus", gpus), ("--global-batch-size", global_batch_size), ("--top", top)):
         o.check_positive(key, value)
-    o.check_positive("--top", top)
-    if jobs is not None:
-        o.check_positive("--jobs", jobs)
+    o.check_positive("--jobs", jobs)
+    o.check_batch(seq_len, micro_batch_size or ())
     for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep), ("--cp", cp)):
         for v in values or ():
             o.check_positive(key, v)
     first_last = o.first_last(first_layers, last_layers)
-    for v in micro_batch_size or ():
-        o.check_positive("--micro-batch-size", v)
     for value in recompute or ():
         if value not in RECOMPUTE:
             raise ConfigError(
@@ -111,6 +110,7 @@ def plan(
         )
         mbs = micro_batch_size or (1, 2, 4)
         items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, mbs, cp)
+    cores = _cores()
     ticker = progress(items, "planning")  # advanced once per evaluated candidate, in either mode
     next(ticker, None)
     result = evaluate(
@@ -121,7 +121,7 @@ def plan(
         on_each=lambda _: next(ticker, None),
         first_last=first_last,
         project_unfit=show_all,
-        jobs=jobs or _default_jobs(),
+        jobs=min(jobs or cores, cores),
     )
     for _ in ticker:  # the bar's last step and its closing line
         pass
@@ -145,8 +145,8 @@ def plan(
     _render(record, spec.name, hw.name, gpus)
 
 
-def _default_jobs() -> int:
-    """One process per core this process may run on, at most 16."""
+def _cores() -> int:
+    """The processes a sweep runs in, at most: one per core this process may run on, at most 16."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, 16))
 

@@ -107,7 +107,13 @@ def test_evaluate_counts_every_reason():
         (["--model", "llama3-7b"], "error: --model llama3-7b: unknown model (did you mean"),
         (["--model", str(CONFIGS / "missing.json")], "no such file"),
         (["--gpu", "a100"], "error: --gpu a100: unknown GPU profile"),
-        (["--gpus", "0"], "error: --gpus 0: must be >= 1"),
+        (["--gpus", "0"], "error: --gpus 0: expected an integer from 1 to 1,048,576"),
+        (["--gpus", "10000000"], "error: --gpus 10000000: expected an integer from 1 to 1,048,576"),
+        (
+            ["--seq-len", "100000000000"],
+            "error: --seq-len 100000000000: expected an integer from 1 to 16,777,216",
+        ),
+        (["--micro-batch-size", "8192"], "--micro-batch-size 8192: expected an integer from 1 to 4,096 (16,"),
         (["--recompute", "half"], "error: --recompute half: expected one of none, selective, full"),
         (["-a", "nope"], "unknown algorithm 'nope'"),
     ],
@@ -178,7 +184,7 @@ def test_decoder_first_last_layers(capsys):
     # the V placement does not take them: counted, with the reason
     assert doc["dropped"] == {NOT_DIVISIBLE: 1} and "use --layout" in doc["dropped_examples"][NOT_DIVISIBLE]
     code, _, err = run(capsys, *args, "--decoder-first-pipeline-num-layers", "0")
-    assert code == 2 and err.startswith("error: --decoder-first-pipeline-num-layers 0: must be >= 1")
+    assert code == 2 and err.startswith("error: --decoder-first-pipeline-num-layers 0: expected an integer")
 
 
 @pytest.mark.parametrize(
