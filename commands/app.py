@@ -7,8 +7,10 @@ only when that verb runs or shows its own --help. `primuspp --version` imports t
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
+import os
 import re
 import sys
 import traceback
@@ -278,8 +280,12 @@ def _usage_message(message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    for stream in (sys.stdout, sys.stderr):  # an ASCII terminal, a path that is not UTF-8: shown escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        result = command().main(args=args, prog_name="primuspp", standalone_mode=False)
+        result = command().main(args=args or ["--help"], prog_name="primuspp", standalone_mode=False)
+        sys.stdout.flush()  # a full disk or a closed pipe is reported here, not at exit
         return result if isinstance(result, int) else 0
     except Abort:
         print("aborted", file=sys.stderr)
@@ -297,6 +303,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as e:  # the system refused (a full disk, a closed pipe): not a bug in primuspp
+        if debug:
+            traceback.print_exc()
+        with contextlib.suppress(OSError):  # what could not be written is dropped, not retried at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {_internal_context(args)}{e.strerror or e}{where}", file=sys.stderr)
+        return 2
     except Exception as e:
         if debug:
             raise
