@@ -93,17 +93,36 @@ MbOpt = Annotated[
 ]
 FwdOpt = Annotated[
     float | None,
-    typer.Option("--fwd", callback=finite_check(), help="Forward time of one rank's share per microbatch."),
+    typer.Option(
+        "--fwd",
+        callback=finite_check(),
+        help="Forward (F) time of a rank's share per microbatch in ms "
+        "(default: the config's, packaged 1000).",
+    ),
 ]
 BwdOpt = Annotated[
     float | None,
-    typer.Option("--bwd", callback=finite_check(), help="Input-grad (B) time; a full backward is B + W."),
+    typer.Option(
+        "--bwd",
+        callback=finite_check(),
+        help="Input-grad (B) time in ms; a full backward is B + W (default: the config's, packaged 1000).",
+    ),
 ]
 WgradOpt = Annotated[
-    float | None, typer.Option("--wgrad", callback=finite_check(), help="Weight-grad (W) time.")
+    float | None,
+    typer.Option(
+        "--wgrad",
+        callback=finite_check(),
+        help="Weight-grad (W) time in ms (default: the config's, packaged 1000).",
+    ),
 ]
 CommOpt = Annotated[
-    float | None, typer.Option("--comm", callback=finite_check(), help="Latency of one p2p transfer.")
+    float | None,
+    typer.Option(
+        "--comm",
+        callback=finite_check(),
+        help="Latency of one p2p transfer in ms (default: the config's, packaged 0).",
+    ),
 ]
 MemLimitOpt = Annotated[
     float | None,
