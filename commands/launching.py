@@ -45,10 +45,13 @@ def run_table(
 MAX_MODEL_DIM = 1 << 24
 
 
-def check_model_size(sizes: dict[str, int], vocab: int, micro_batches: int, ranks: int) -> None:
+def check_model_size(
+    sizes: dict[str, int], vocab: int, micro_batches: int, ranks: int, expert_ffn: int | None = None
+) -> None:
     """Refuse, before any rank starts, a model this machine cannot hold: each `--key value` of `sizes`
-    (layers, hidden, seq-len, micro-batch-size) at most MAX_MODEL_DIM, and an estimate of the run's bytes
-    (fp32 parameters with gradients and Adam state, 16 B each: 12·L·h² + 2·vocab·h; activations of every
+    (layers, hidden, seq-len, micro-batch-size, moe-experts) at most MAX_MODEL_DIM, and an estimate of the
+    run's bytes (fp32 parameters with gradients and Adam state, 16 B each: 12·L·h² + 2·vocab·h, each of
+    E experts 2·h·ffn in place of the MLP's 8·h²; activations of every
     microbatch in flight, about 34·s·b·h per layer plus 4·s·b·vocab of logits, times one rank's layers
     and at most every microbatch) within the machine's memory."""
     for key, value in sizes.items():
@@ -56,7 +59,9 @@ def check_model_size(sizes: dict[str, int], vocab: int, micro_batches: int, rank
             raise ConfigError(f"--{key} {value}: at most {MAX_MODEL_DIM:,}", key=key)
     layers, hidden = sizes["layers"], sizes["hidden"]
     tokens = sizes["seq-len"] * sizes["micro-batch-size"]
-    params = 12 * layers * hidden * hidden + 2 * vocab * hidden
+    experts = sizes.get("moe-experts", 0)
+    mlp = experts * 2 * hidden * (expert_ffn or 4 * hidden) if experts else 8 * hidden * hidden
+    params = layers * (4 * hidden * hidden + mlp) + 2 * vocab * hidden
     activations = (34 * tokens * hidden * layers + 4 * tokens * vocab) * micro_batches
     need = 16 * params + activations
     have = _physical_memory()

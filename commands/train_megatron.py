@@ -93,7 +93,8 @@ class MegatronBackend:
         table = run_table(opts.algo, opts.pp, opts.vpp, opts.mb)
         check_tp_ranks(tp, table.pp)
         sizes = {"layers": layers, "hidden": hidden, "seq-len": seq_len, "micro-batch-size": mbs}
-        check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp)
+        sizes |= {"moe-experts": moe[0]} if moe[0] else {}
+        check_model_size(sizes, GPTSpec.vocab, table.num_microbatches, table.pp, moe[2])
         self.describe, self.save = table.describe(), save
         return TrainSpec(
             table,
