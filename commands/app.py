@@ -7,7 +7,6 @@ only when that verb runs or shows its own --help. `primuspp --version` imports t
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import importlib
 import os
@@ -306,8 +305,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:  # the system refused (a full disk, a closed pipe): not a bug in primuspp
         if debug:
             traceback.print_exc()
-        with contextlib.suppress(OSError):  # what could not be written is dropped, not retried at exit
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         where = f" ({e.filename})" if e.filename else ""
         print(f"error: {_internal_context(args)}{e.strerror or e}{where}", file=sys.stderr)
         return 2
@@ -334,6 +331,10 @@ def _internal_context(args: list[str]) -> str:
 
 def entry() -> None:
     code = main()
+    try:
+        sys.stdout.flush()
+    except OSError:  # what could not be written (a full disk, a closed pipe) is dropped, not retried at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     # the process ends here: the collections of interpreter shutdown need not walk everything still alive
     # (about 0.03 s after a large `simulate`); nothing is skipped, exit handlers and flushes run as ever
     gc.freeze()

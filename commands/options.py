@@ -91,39 +91,17 @@ MbOpt = Annotated[
         "--mb", "--micro-batches", callback=int_check(1, MAX_MB), help="Microbatches per iteration m."
     ),
 ]
-FwdOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--fwd",
-        callback=finite_check(),
-        help="Forward (F) time of a rank's share per microbatch in ms "
-        "(default: the config's, packaged 1000).",
-    ),
-]
-BwdOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--bwd",
-        callback=finite_check(),
-        help="Input-grad (B) time in ms; a full backward is B + W (default: the config's, packaged 1000).",
-    ),
-]
-WgradOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--wgrad",
-        callback=finite_check(),
-        help="Weight-grad (W) time in ms (default: the config's, packaged 1000).",
-    ),
-]
-CommOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--comm",
-        callback=finite_check(),
-        help="Latency of one p2p transfer in ms (default: the config's, packaged 0).",
-    ),
-]
+
+
+def _cost(flag: str, what: str, default: int) -> Any:
+    help_ = f"{what} in ms (default: the config's, packaged {default})."
+    return typer.Option(flag, callback=finite_check(), help=help_)
+
+
+FwdOpt = Annotated[float | None, _cost("--fwd", "Forward (F) time of a rank's share per microbatch", 1000)]
+BwdOpt = Annotated[float | None, _cost("--bwd", "Input-grad (B) time (a full backward: B + W)", 1000)]
+WgradOpt = Annotated[float | None, _cost("--wgrad", "Weight-grad (W) time", 1000)]
+CommOpt = Annotated[float | None, _cost("--comm", "Latency of one p2p transfer", 0)]
 MemLimitOpt = Annotated[
     float | None,
     typer.Option(

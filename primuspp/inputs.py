@@ -108,15 +108,17 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
-class _Duplicate(Exception):
-    pass
+def _unique(keys: list) -> None:
+    """A duplicate key of a JSON object or YAML mapping refused (its last value would silently win)."""
+    if len(set(keys)) < len(keys):
+        dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+        raise ConfigError(f"duplicate key '{dup}' (the last one would silently win)", key=str(dup))
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) < len(pairs):
-        seen: set[str] = set()
-        raise _Duplicate(next(k for k, _ in pairs if k in seen or seen.add(k)))  # type: ignore[func-returns-value]
+        _unique([k for k, _ in pairs])
     return out
 
 
@@ -124,11 +126,9 @@ def parse_json(text: str, where: str, key: str | None = None, max_nesting: int =
     """JSON with NaN/Infinity and duplicate keys refused, nesting bounded, huge or overflowing numbers
     refused."""
     try:  # NaN, Infinity and overflowing numbers are read, then refused below with the key they stand under
-        data = json.loads(text, object_pairs_hook=_unique_keys)
-    except _Duplicate as dup:
-        raise ConfigError(
-            f"{where}: duplicate key '{dup}' (the last one would silently win)", key=str(dup)
-        ) from None
+        data = json.loads(text, object_pairs_hook=_object)
+    except ConfigError as dup:
+        raise ConfigError(f"{where}: {dup}", key=dup.key) from None
     except RecursionError:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key) from None
     except ValueError as err:  # JSONDecodeError is a ValueError; so is int()'s digit limit
@@ -176,10 +176,7 @@ def _bounded_loader(max_nesting: int) -> type:
         depth = 0
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            keys = [k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"]
-            if len(set(keys)) < len(keys):
-                dup = next(k for i, k in enumerate(keys) if k in keys[:i])
-                raise ConfigError(f"duplicate key '{dup}' (the last one would silently win)", key=dup)
+            _unique([k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"])
             return super().construct_mapping(node, deep)
 
         def compose_node(self, parent: Any, index: Any) -> Any:

@@ -187,32 +187,15 @@ def evaluate(
     processes, in chunks grouped by schedule table, merged in the candidates' order (the same result as one
     process; `on_each` then sees them as they finish)."""
     items = list(items)
-    outcomes: list[Outcome | None] = [None] * len(items)
-    todo = []
-    for i, cand in enumerate(items):
-        if cand.par.dp:
-            todo.append((i, cand))
-            continue
-        p = cand.par
-        cp = f" x --cp {p.cp}" if p.cp > 1 else ""
-        outcomes[i] = (
-            None,
-            NOT_DIVISIBLE,
-            f"{cand}: --tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs",
-        )
-        if on_each is not None:
-            on_each(cand)
+    todo = [(i, c) for i, c in enumerate(items) if c.par.dp]  # the others divide no GPUs: nothing to group
     args = (spec, hw, layout, first_last, project_unfit)
-    if jobs > 1 and len(todo) >= MIN_PARALLEL:
-        done = _evaluate_parallel(args, todo, on_each, jobs)
-    else:
-        done = _evaluate(args, todo, on_each)
-    for i, outcome in done:
-        outcomes[i] = outcome
+    run = _evaluate_parallel if jobs > 1 and len(todo) >= MIN_PARALLEL else _evaluate
+    done = dict(run(args, todo, on_each, jobs))
     result = PlanResult()
-    for outcome in outcomes:  # in the candidates' order: the same result in either mode
-        assert outcome is not None
-        _add(result, outcome)
+    for i, cand in enumerate(items):  # in the candidates' order: the same result in either mode
+        if i not in done and on_each is not None:
+            on_each(cand)
+        _add(result, done[i] if i in done else _not_dividing(cand))
     _refine(spec, hw, result, layout, first_last, project_unfit)
     return result
 
@@ -282,8 +265,14 @@ def _add(result: PlanResult, outcome: Outcome) -> None:
 Job = tuple[int, Candidate]
 
 
+def _not_dividing(cand: Candidate) -> Outcome:
+    p = cand.par
+    cp = f" x --cp {p.cp}" if p.cp > 1 else ""
+    return None, NOT_DIVISIBLE, f"{cand}: --tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs"
+
+
 def _evaluate(
-    args: tuple, todo: list[Job], on_each: Callable[[Candidate], None] | None
+    args: tuple, todo: list[Job], on_each: Callable[[Candidate], None] | None, jobs: int = 1
 ) -> list[tuple[int, Outcome]]:
     tables: dict = {}
     done = []

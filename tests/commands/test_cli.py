@@ -243,9 +243,9 @@ def test_console_script_runs():
 def test_cost_flags_say_their_unit_and_default(capsys):
     assert main(["simulate", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.replace("│", " ").split())
-    for part in ("(F) time", "(B) time in ms", "(W) time in ms", "p2p transfer in ms"):
+    for part in ("Forward (F) time", "Input-grad (B) time", "Weight-grad (W) time", "p2p transfer in ms"):
         assert part in text
-    assert text.count("packaged 1000") == 3 and "packaged 0)" in text
+    assert text.count(" in ms (default: the config's, packaged 1000).") == 3 and "packaged 0)." in text
 
 
 def test_zb_optimal_bound_and_gap_on_the_console(capsys, tmp_path):
