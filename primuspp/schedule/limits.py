@@ -21,26 +21,20 @@ MAX_VPP = 1_024
 MAX_MB = 1_048_576
 #: a planned run's GPUs, and any group of them (TP, CP, EP)
 MAX_GPUS = 1_048_576
-#: tokens per sequence, and per microbatch (micro-batch size x sequence length)
+#: tokens per sequence, and per microbatch (micro-batch size x sequence length); sequences per step
 MAX_TOKENS = 16_777_216
-#: sequences per step
-MAX_BATCH = 16_777_216
 #: a model's layers and experts (each a loop or a table row), and its widths (hidden, MLP, heads, vocabulary)
 MAX_LAYERS = 16_384
 MAX_WIDTH = 16_777_216
 #: the size flags of a model run, bounded before any work (`bounded_int`)
 SIZE_FLAGS = {
-    "--gpus": MAX_GPUS,
-    "--tp": MAX_GPUS,
-    "--cp": MAX_GPUS,
-    "--ep": MAX_GPUS,
+    **dict.fromkeys(("--gpus", "--tp", "--cp", "--ep"), MAX_GPUS),
+    **dict.fromkeys(("--seq-len", "--micro-batch-size", "--global-batch-size"), MAX_TOKENS),
+    **dict.fromkeys(
+        ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"), MAX_LAYERS
+    ),
     "--pp": MAX_PP,
     "--vpp": MAX_VPP,
-    "--seq-len": MAX_TOKENS,
-    "--micro-batch-size": MAX_TOKENS,
-    "--global-batch-size": MAX_BATCH,
-    "--decoder-first-pipeline-num-layers": MAX_LAYERS,
-    "--decoder-last-pipeline-num-layers": MAX_LAYERS,
 }
 #: a cost (time, activation, bytes, bandwidth) in a config or flag; sums of millions stay finite
 MAX_COST = 1e15
