@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import re
 import sys
 import traceback
@@ -278,8 +279,12 @@ def _usage_message(message: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    for stream in (sys.stdout, sys.stderr):  # an ASCII terminal, a path that is not UTF-8: shown escaped
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     try:
-        result = command().main(args=args, prog_name="primuspp", standalone_mode=False)
+        result = command().main(args=args or ["--help"], prog_name="primuspp", standalone_mode=False)
+        sys.stdout.flush()  # a full disk or a closed pipe is reported here, not at exit
         return result if isinstance(result, int) else 0
     except Abort:
         print("aborted", file=sys.stderr)
@@ -297,6 +302,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except OSError as e:  # the system refused (a full disk, a closed pipe): not a bug in primuspp
+        if debug:
+            traceback.print_exc()
+        where = f" ({e.filename})" if e.filename else ""
+        print(f"error: {_internal_context(args)}{e.strerror or e}{where}", file=sys.stderr)
+        return 2
     except Exception as e:
         if debug:
             raise
@@ -320,6 +331,10 @@ def _internal_context(args: list[str]) -> str:
 
 def entry() -> None:
     code = main()
+    try:
+        sys.stdout.flush()
+    except OSError:  # what could not be written (a full disk, a closed pipe) is dropped, not retried at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     # the process ends here: the collections of interpreter shutdown need not walk everything still alive
     # (about 0.03 s after a large `simulate`); nothing is skipped, exit handlers and flushes run as ever
     gc.freeze()

@@ -12,8 +12,8 @@ from rich.table import Table
 from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands.console import out
 from primuspp.commands.model_flags import ModelFlags
-from primuspp.commands.options import check_positive, first_last, sp_wgrad, training
-from primuspp.models.hardware import Hardware
+from primuspp.commands.options import check_batch, check_positive, first_last, sp_wgrad, training
+from primuspp.models.hardware import Hardware, gib
 from primuspp.models.parallel import Parallel
 from primuspp.models.runs import (
     ModelRun,
@@ -71,11 +71,10 @@ def build(
         ("--ep", flags.ep),
         ("--cp", flags.cp),
         ("--gpus", flags.gpus),
-        ("--micro-batch-size", flags.micro_batch_size),
         ("--global-batch-size", flags.global_batch_size),
-        ("--seq-len", flags.seq_len),
     ):
         check_positive(key, value)
+    check_batch(flags.seq_len or DEFAULT_SEQ_LEN, [flags.micro_batch_size or 1])
     fl = first_last(flags.first_layers, flags.last_layers)
     packaged = load_config(None)
     named = bool(algo)
@@ -140,16 +139,13 @@ def _num(x: float) -> str:
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def _gb(x: float) -> str:
-    return f"{x / 1e9:.3g}" if x < 1e9 else f"{x / 1e9:.1f}"
-
-
 def model_table(records: list[dict[str, Any]], title_: str) -> Table:
-    """One row per projected run (fastest that fits in bold green), in ms, tokens/s, TFLOP/s and GB."""
+    """One row per projected run (fastest that fits in bold green), in ms, tokens/s, TFLOP/s and GiB."""
     best = next((r for r in records if r["fits"]), None)
     table = Table(title=title_, title_justify="left")
     table.add_column("name", no_wrap=True)
-    cols = ("p", "v", "m", "step ms", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "bubble", "peak GB / HBM", "fits")
+    cols = ("p", "v", "m", "step ms", "tokens/s/GPU", "TFLOP/s/GPU", "MFU", "bubble", "peak GiB / HBM")
+    cols += ("fits",)
     for col in cols:
         table.add_column(col, justify="right", no_wrap=True)
     for r in records:
@@ -164,7 +160,7 @@ def model_table(records: list[dict[str, Any]], title_: str) -> Table:
             _num(r["tflops_per_gpu"]),
             f"{r['mfu']:.1%}",
             f"{r['bubble_rate']:.1%}",
-            f"{_gb(r['peak_memory_bytes'])} / {_gb(r['hbm_bytes'])}",
+            f"{gib(r['peak_memory_bytes'])} / {gib(r['hbm_bytes'])}",
             "yes" if r["fits"] else "[red]no[/red]",
             style=style,
         )
@@ -178,10 +174,10 @@ def print_breakdown(records: list[dict[str, Any]]) -> None:
     first = records[0]
     rank = max(first["per_rank"], key=lambda x: x["total"])
     parts = ", ".join(
-        f"{key} {_gb(rank[key])}" for key in ("weights", "gradients", "optimizer", "activations", "other")
+        f"{key} {gib(rank[key])}" for key in ("weights", "gradients", "optimizer", "activations", "other")
     )
     out.print(
-        f"{first['name']}'s most loaded rank ({rank['rank']}), GB: {parts}; total {_gb(rank['total'])}",
+        f"{first['name']}'s most loaded rank ({rank['rank']}), GiB: {parts}; total {gib(rank['total'])}",
         highlight=False,
     )
     out.print(f"{first['name']}'s {comm_line(first)}", highlight=False, soft_wrap=True)
@@ -194,11 +190,11 @@ def recommendation(records: list[dict[str, Any]]) -> tuple[str | None, str]:
     if not fitting:
         low = min(records, key=lambda r: r["peak_memory_bytes"])
         return None, (
-            f"nothing fits in {_gb(low['hbm_bytes'])} GB; the lowest peak is {low['name']} at "
-            f"{_gb(low['peak_memory_bytes'])} GB"
+            f"nothing fits in {gib(low['hbm_bytes'])} GiB; the lowest peak is {low['name']} at "
+            f"{gib(low['peak_memory_bytes'])} GiB"
         )
     b = fitting[0]
     return b["name"], (
         f"{b['name']} has the shortest step time that fits ({b['step_time_ms']:,.4g} ms, "
-        f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, peak {_gb(b['peak_memory_bytes'])} GB)"
+        f"{b['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, peak {gib(b['peak_memory_bytes'])} GiB)"
     )

@@ -8,14 +8,24 @@ line naming the flag, exit 2."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from primuspp.commands.console import err
-from primuspp.schedule.limits import DEFAULT_MAX_NODES, MAX_COST, MAX_MB, MAX_MEM_LIMIT, MAX_PP, MAX_VPP
+from primuspp.schedule.limits import (
+    DEFAULT_MAX_NODES,
+    MAX_COST,
+    MAX_MB,
+    MAX_MEM_LIMIT,
+    MAX_PP,
+    MAX_TOKENS,
+    MAX_VPP,
+    SIZE_FLAGS,
+    bounded_int,
+)
 
 if TYPE_CHECKING:
     from primuspp.config.loader import Overrides
@@ -81,20 +91,17 @@ MbOpt = Annotated[
         "--mb", "--micro-batches", callback=int_check(1, MAX_MB), help="Microbatches per iteration m."
     ),
 ]
-FwdOpt = Annotated[
-    float | None,
-    typer.Option("--fwd", callback=finite_check(), help="Forward time of one rank's share per microbatch."),
-]
-BwdOpt = Annotated[
-    float | None,
-    typer.Option("--bwd", callback=finite_check(), help="Input-grad (B) time; a full backward is B + W."),
-]
-WgradOpt = Annotated[
-    float | None, typer.Option("--wgrad", callback=finite_check(), help="Weight-grad (W) time.")
-]
-CommOpt = Annotated[
-    float | None, typer.Option("--comm", callback=finite_check(), help="Latency of one p2p transfer.")
-]
+
+
+def _cost(flag: str, what: str, default: int) -> Any:
+    help_ = f"{what} in ms (default: the config's, packaged {default})."
+    return typer.Option(flag, callback=finite_check(), help=help_)
+
+
+FwdOpt = Annotated[float | None, _cost("--fwd", "Forward (F) time of a rank's share per microbatch", 1000)]
+BwdOpt = Annotated[float | None, _cost("--bwd", "Input-grad (B) time (a full backward: B + W)", 1000)]
+WgradOpt = Annotated[float | None, _cost("--wgrad", "Weight-grad (W) time", 1000)]
+CommOpt = Annotated[float | None, _cost("--comm", "Latency of one p2p transfer", 0)]
 MemLimitOpt = Annotated[
     float | None,
     typer.Option(
@@ -302,12 +309,19 @@ def sp_wgrad(value: str | None) -> str:
     return value
 
 
-def check_positive(key: str, value: int | None) -> None:
-    """An integer flag given as 0 or less is one line naming it."""
-    from primuspp.errors import ConfigError
+def check_positive(key: str, value: int | None, high: int | None = None) -> None:
+    """An integer flag given as 0 or less, or over `high` (default: its bound in `SIZE_FLAGS`, else
+    2^31), is one line naming it."""
+    if value is not None:
+        bounded_int(value, key, 1, high or SIZE_FLAGS.get(key, 2**31))
 
-    if value is not None and value < 1:
-        raise ConfigError(f"{key} {value}: must be >= 1", key=key)
+
+def check_batch(seq_len: int, micro_batch_sizes: Iterable[int]) -> None:
+    """--seq-len and --micro-batch-size bounded, alone and as tokens per microbatch."""
+    check_positive("--seq-len", seq_len)
+    why = f" ({MAX_TOKENS:,} tokens per microbatch at --seq-len {seq_len})"
+    for mbs in micro_batch_sizes:
+        bounded_int(mbs, "--micro-batch-size", 1, MAX_TOKENS // seq_len, why)
 
 
 def first_last(first: int | None, last: int | None) -> tuple[int | None, int | None] | None:

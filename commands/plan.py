@@ -14,9 +14,9 @@ from primuspp.algorithms.registry import get_algorithm
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
 from primuspp.errors import ConfigError
-from primuspp.models.hardware import load_hardware
+from primuspp.models.hardware import gib, load_hardware
 from primuspp.models.parallel import RECOMPUTE, Parallel
-from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, candidates, evaluate, plan_record
+from primuspp.models.plan import DEFAULT_ALGORITHMS, NO_FIT, TIE, candidates, evaluate, plan_record
 from primuspp.models.plan_html import plan_page
 from primuspp.models.presets import resolve_model
 from primuspp.models.project import project
@@ -79,7 +79,9 @@ def plan(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", help="Processes for the sweep (default: one per core, up to 16)."),
+        typer.Option(
+            "--jobs", "-j", help="Processes for the sweep (default and at most: one per core, up to 16)."
+        ),
     ] = None,
     json_: o.JsonOpt = False,
 ) -> None:
@@ -87,17 +89,14 @@ def plan(
     spec = resolve_model(model)
     hw = load_hardware(gpu)
     hw.peak(dtype)
-    for key, value in (("--gpus", gpus), ("--seq-len", seq_len), ("--global-batch-size", global_batch_size)):
+    for key, value in (("--gpus", gpus), ("--global-batch-size", global_batch_size), ("--top", top)):
         o.check_positive(key, value)
-    o.check_positive("--top", top)
-    if jobs is not None:
-        o.check_positive("--jobs", jobs)
+    o.check_positive("--jobs", jobs)
+    o.check_batch(seq_len, micro_batch_size or ())
     for key, values in (("--tp", tp), ("--pp", pp), ("--vpp", vpp), ("--ep", ep), ("--cp", cp)):
         for v in values or ():
             o.check_positive(key, v)
     first_last = o.first_last(first_layers, last_layers)
-    for v in micro_batch_size or ():
-        o.check_positive("--micro-batch-size", v)
     for value in recompute or ():
         if value not in RECOMPUTE:
             raise ConfigError(
@@ -130,6 +129,7 @@ def plan(
         )
         mbs = micro_batch_size or (1, 2, 4)
         items += candidates(spec, hw, gpus, base, algorithms, tp, pp, vpp, ep, mbs, cp)
+    cores = _cores()
     ticker = progress(items, "planning")  # advanced once per evaluated candidate, in either mode
     next(ticker, None)
     result = evaluate(
@@ -140,7 +140,7 @@ def plan(
         on_each=lambda _: next(ticker, None),
         first_last=first_last,
         project_unfit=show_all,
-        jobs=jobs or _default_jobs(),
+        jobs=min(jobs or cores, cores),
     )
     for _ in ticker:  # the bar's last step and its closing line
         pass
@@ -172,8 +172,8 @@ def plan(
         out.print(line, highlight=False, soft_wrap=True)
 
 
-def _default_jobs() -> int:
-    """One process per core this process may run on, at most 16."""
+def _cores() -> int:
+    """The processes a sweep runs in, at most: one per core this process may run on, at most 16."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, 16))
 
@@ -202,15 +202,15 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         "TFLOP/s/GPU",
         "MFU",
         "bubble",
-        "peak GB / HBM",
+        "peak GiB / HBM",
         "fits",
         "layout",
     ):
         table.add_column(col, justify="left" if col in ("algorithm", "layout") else "right")
-    for i, r in enumerate(record["results"], 1):
+    for r in record["results"]:
         lay = r["layout"]
         table.add_row(
-            str(i),
+            f"{r['rank']}{'=' if r['tie'] else ''}",
             r["algorithm"],
             str(r["tp"]),
             str(r["cp"]),
@@ -225,7 +225,7 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
             f"{r['tflops_per_gpu']:.0f}",
             f"{r['mfu']:.1%}",
             f"{r['bubble_rate']:.1%}",
-            f"{r['peak_memory_bytes'] / 1e9:.1f} / {r['hbm_bytes'] / 1e9:.0f}",
+            f"{gib(r['peak_memory_bytes'])} / {gib(r['hbm_bytes'])}",
             "yes" if r["fits"] else "no",
             lay if len(lay) <= 40 else lay[:37] + "...",
         )
@@ -236,10 +236,13 @@ def _render(record: dict, model: str, gpu: str, gpus: int) -> None:
         best = record["results"][0]
         rank = max(best["per_rank"], key=lambda x: x["total"])
         parts = ", ".join(
-            f"{key} {rank[key] / 1e9:.1f}"
-            for key in ("weights", "gradients", "optimizer", "activations", "other")
+            f"{key} {gib(rank[key])}" for key in ("weights", "gradients", "optimizer", "activations", "other")
         )
-        out.print(f"#1's most loaded rank ({rank['rank']}), GB: {parts}; total {rank['total'] / 1e9:.1f}")
+        out.print(f"#1's most loaded rank ({rank['rank']}), GiB: {parts}; total {gib(rank['total'])}")
+        if any(r["tie"] for r in record["results"]):
+            out.print(
+                f"n=: a tie, within {TIE:.0%} of the best throughput of its rank, the least memory first"
+            )
         out.print(
             f"#1: {best['tokens_per_s']:,.0f} tokens/s in total, {best['tokens_per_s_per_gpu']:,.0f} per "
             f"GPU; {comm_line(best)}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.table import Table
@@ -59,10 +60,18 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
     return table
 
 
-def print_refused(refused: list[dict[str, str]]) -> None:
-    """Under a sweep's table: one line per run its algorithm refused, with the reason."""
+def print_refused(refused: list[dict[str, str]], rows: Sequence[dict[str, Any]] = ()) -> None:
+    """Under a sweep's table: each solver's lower bound and gap (zb-optimal), then one line per run its
+    algorithm refused, with the reason."""
     from primuspp.commands.console import out
 
+    for r in rows:
+        if "lower_bound" in (report := r.get("params", {}).get("report") or {}):
+            out.print(
+                f"{r['name']}: lower bound {_num(report['lower_bound'])}, gap {report['gap']:.2%} "
+                f"({report['status']})",
+                highlight=False,
+            )
     for r in refused:
         out.print(f"[dim]not run: {r['name']}: {r['reason']}[/dim]", highlight=False)
 

@@ -142,7 +142,7 @@ def simulate(
         out.print(results_table(summaries, f"Simulated step time (results in {target}/)"))
         if laps is not None:
             out.print(_iterations_table(summaries, laps))
-        print_refused(refused)
+        print_refused(refused, summaries)
     if show:  # with --json, stdout holds the JSON document alone: the drawings go to stderr
         from primuspp.viz.terminal import render_timeline
 

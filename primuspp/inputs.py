@@ -11,6 +11,7 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,19 +108,34 @@ def _depth(value: Any, limit: int) -> int:
     return deepest
 
 
+def _unique(keys: list) -> None:
+    """A duplicate key of a JSON object or YAML mapping refused (its last value would silently win)."""
+    if len(set(keys)) < len(keys):
+        dup = next(k for i, k in enumerate(keys) if k in keys[:i])
+        raise ConfigError(f"duplicate key '{dup}' (the last one would silently win)", key=str(dup))
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        _unique([k for k, _ in pairs])
+    return out
+
+
 def parse_json(text: str, where: str, key: str | None = None, max_nesting: int = MAX_NESTING) -> Any:
-    """JSON with NaN/Infinity refused, nesting bounded, huge or overflowing numbers refused."""
+    """JSON with NaN/Infinity and duplicate keys refused, nesting bounded, huge or overflowing numbers
+    refused."""
     try:  # NaN, Infinity and overflowing numbers are read, then refused below with the key they stand under
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=_object)
+    except ConfigError as dup:
+        raise ConfigError(f"{where}: {dup}", key=dup.key) from None
     except RecursionError:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key) from None
     except ValueError as err:  # JSONDecodeError is a ValueError; so is int()'s digit limit
         raise ConfigError(f"{where}: not valid JSON ({' '.join(str(err).split())})", key=key) from None
     if _depth(data, max_nesting) > max_nesting:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key)
-    bad = _non_finite(data)
-    if bad is not None:
-        raise ConfigError(f"{where}: {bad[0]}={bad[1]!r}: expected a finite number", key=bad[0] or key)
+    _check_finite(data, where, key)
     return data
 
 
@@ -158,6 +174,10 @@ def _bounded_loader(max_nesting: int) -> type:
 
     class Loader(yaml.SafeLoader):
         depth = 0
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            _unique([k.value for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value != "<<"])
+            return super().construct_mapping(node, deep)
 
         def compose_node(self, parent: Any, index: Any) -> Any:
             self.depth += 1
@@ -215,12 +235,18 @@ def _path(parts: list) -> str:
     return text
 
 
-def _non_finite(data: Any) -> tuple[str, float] | None:
-    """The key path and value of the first infinite or NaN float in a parsed document."""
+def _check_finite(data: Any, where: str, key: str | None) -> None:
+    bad = first_value(data, lambda v: isinstance(v, float) and not math.isfinite(v))
+    if bad is not None:
+        raise ConfigError(f"{where}: {bad[0]}={bad[1]!r}: expected a finite number", key=bad[0] or key)
+
+
+def first_value(data: Any, test: Callable[[Any], bool]) -> tuple[str, Any] | None:
+    """The key path and value of the first value of a parsed document that passes `test`."""
     stack: list[tuple[Any, list]] = [(data, [])]
     while stack:
         item, path = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
+        if test(item):
             return _path(path), item
         if isinstance(item, dict):
             stack.extend((v, [*path, str(k)]) for k, v in reversed(list(item.items())))
@@ -257,6 +283,8 @@ def parse_yaml(
         if size[1] > max_nesting + 1:
             raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key)
         data = loader.construct_document(node)
+    except ConfigError as dup:
+        raise ConfigError(f"{where}: {dup}", key=dup.key) from None
     except _TooDeep:
         raise ConfigError(f"{where}: nested deeper than {max_nesting} levels", key=key) from None
     except RecursionError:
@@ -272,9 +300,7 @@ def parse_yaml(
         ) from None
     finally:
         loader.dispose()
-    bad = _non_finite(data)
-    if bad is not None:
-        raise ConfigError(f"{where}: {bad[0]}={bad[1]!r}: expected a finite number", key=bad[0] or key)
+    _check_finite(data, where, key)
     return data
 
 

@@ -6,12 +6,18 @@ import difflib
 from collections.abc import Iterable
 
 
-def closest(given: str, names: Iterable[str], n: int = 3) -> list[str]:
+def closest(given: str, names: Iterable[str], n: int = 3, cutoff: float = 0.6) -> list[str]:
     """The known names closest to `given` (difflib's ratio, best first), at most `n`."""
     names = list(dict.fromkeys(names))
     key = given.strip().lower()
     lowered = {name.lower(): name for name in names}
-    return [lowered[m] for m in difflib.get_close_matches(key, list(lowered), n=n, cutoff=0.6)]
+    return [lowered[m] for m in difflib.get_close_matches(key, list(lowered), n=n, cutoff=cutoff)]
+
+
+def close_names(given: str, names: Iterable[str], cutoff: float = 0.6) -> str:
+    """`" (did you mean a, b?)"` or "" when nothing is close, to follow "unknown X"."""
+    close = closest(given, names, cutoff=cutoff)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
 
 
 def did_you_mean(given: str, names: Iterable[str], canonical: dict[str, str] | None = None) -> str:

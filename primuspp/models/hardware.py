@@ -11,16 +11,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from primuspp.config.schema import parse_model
 from primuspp.errors import ConfigError
-from primuspp.inputs import read_text
+from primuspp.inputs import first_value, parse_yaml, read_text
+from primuspp.suggest import close_names
 
 #: A hardware profile is a few lines; anything over 1 MiB is not one.
 MAX_PROFILE_BYTES = 1024 * 1024
 PACKAGE = "primuspp.configs.hardware"
+GIB = 2**30
+
+
+def gib(size: float) -> str:
+    """Bytes as GiB, the unit every table and page shows memory in (profiles state decimal bytes)."""
+    return f"{size / GIB:.3g}" if size < GIB else f"{size / GIB:.1f}"
 
 
 class _Strict(BaseModel):
@@ -73,7 +79,7 @@ class Overhead(_Strict):
 
 
 class Hardware(_Strict):
-    """One GPU and its node. Bytes are decimal (GB = 1e9) as datasheets state them."""
+    """One GPU and its node. Bytes are decimal (GB = 1e9) as datasheets state them; shown in GiB (`gib`)."""
 
     name: str
     peak_flops: dict[str, float]
@@ -130,13 +136,12 @@ def profile_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
-def parse_hardware(text: str, source: str) -> Hardware:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{source}: malformed YAML{where}", key="--gpu") from None
+def parse_hardware(text: str, source: str, key: str = "--gpu") -> Hardware:
+    """A profile from YAML text, read under primuspp.inputs' bounds; no field takes true/false."""
+    data = parse_yaml(text, source, key)
+    bad = first_value(data, lambda v: isinstance(v, bool))
+    if bad is not None:
+        raise ConfigError(f"{source}: {bad[0]}={bad[1]}: expected a number, not true/false", key=bad[0])
     return parse_model(Hardware, data, source)
 
 
@@ -148,8 +153,9 @@ def load_hardware(value: str, key: str = "--gpu") -> Hardware:
         return parse_hardware(text, f"<packaged {name}.yaml>")
     path = Path(value)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        return parse_hardware(read_text(path, key, MAX_PROFILE_BYTES), f"{key} {path}")
+        return parse_hardware(read_text(path, key, MAX_PROFILE_BYTES), f"{key} {path}", key)
     raise ConfigError(
-        f"{key} {value}: unknown GPU profile; profiles: {', '.join(profile_names())}, or a YAML file path",
+        f"{key} {value}: unknown GPU profile{close_names(value, profile_names())}; profiles: "
+        f"{', '.join(profile_names())}, or a YAML file path",
         key=key,
     )

@@ -13,6 +13,29 @@ from primuspp.errors import ConfigError
 from primuspp.inputs import load_json
 from primuspp.models.spec import ModelSpec
 
+#: the file's keys, by the ModelSpec field each sets (`get` names the others' field)
+_FIELDS = {
+    "num_hidden_layers": "layers",
+    "hidden_size": "hidden",
+    "intermediate_size": "ffn",
+    "num_attention_heads": "heads",
+    "num_key_value_heads": "kv_heads",
+    "head_dim": "head_dim",
+    "vocab_size": "vocab",
+    "num_local_experts": "experts",
+    "num_experts": "experts",
+    "n_routed_experts": "experts",
+    "num_experts_per_tok": "top_k",
+    "moe_intermediate_size": "expert_ffn",
+    "n_shared_experts": "shared_experts",
+    "first_k_dense_replace": "first_dense_layers",
+    "moe_layer_freq": "moe_layer_freq",
+    "q_lora_rank": "q_lora_rank",
+    "kv_lora_rank": "kv_lora_rank",
+    "qk_nope_head_dim": "qk_nope_head_dim",
+    "qk_rope_head_dim": "qk_rope_head_dim",
+    "v_head_dim": "v_head_dim",
+}
 SUPPORTED = (
     "LlamaForCausalLM",
     "MistralForCausalLM",
@@ -22,15 +45,6 @@ SUPPORTED = (
     "Qwen3MoeForCausalLM",
     "DeepseekV3ForCausalLM",
 )
-
-
-def _int(cfg: dict[str, Any], name: str, where: str, default: int | None = None) -> int:
-    value = cfg.get(name, default)
-    if value is None:
-        value = default
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ConfigError(f"{where}: {name}={value!r}: expected an integer >= 0", key=name)
-    return value
 
 
 def from_hf_config(path: str | Path, key: str = "--model", name: str | None = None) -> ModelSpec:
@@ -48,14 +62,19 @@ def from_hf_config(path: str | Path, key: str = "--model", name: str | None = No
             key=key,
         )
 
-    def get(field: str, default: int | None = None) -> int:
-        return _int(cfg, field, where, default)
+    source: dict[str, str] = {}  # ModelSpec field -> the key of the file it came from
 
-    hidden, heads = get("hidden_size"), get("num_attention_heads")
+    def get(key: str, default: int | None = None, field: str | None = None) -> Any:
+        """The file's `key` (a missing or null one: `default`), checked by ModelSpec as `field`."""
+        source[field or _FIELDS[key]] = key
+        value = cfg.get(key)
+        return default if value is None else value
+
+    heads = get("num_attention_heads")
     common: dict[str, Any] = dict(
         name=name or cfg.get("_name_or_path") or path.parent.name or path.stem,
         layers=get("num_hidden_layers"),
-        hidden=hidden,
+        hidden=get("hidden_size"),
         ffn=get("intermediate_size"),
         heads=heads,
         kv_heads=get("num_key_value_heads", heads),
@@ -74,9 +93,8 @@ def from_hf_config(path: str | Path, key: str = "--model", name: str | None = No
     if not isinstance(common["name"], str):
         common["name"] = path.stem
     if arch == "MixtralForCausalLM":
-        common.update(
-            experts=get("num_local_experts"), top_k=get("num_experts_per_tok"), expert_ffn=common["ffn"]
-        )
+        common.update(experts=get("num_local_experts"), top_k=get("num_experts_per_tok"))
+        common.update(expert_ffn=get("intermediate_size", field="expert_ffn"))
     elif arch == "Qwen3ForCausalLM":
         common.update(qk_norm=True)
     elif arch == "Qwen3MoeForCausalLM":
@@ -87,7 +105,7 @@ def from_hf_config(path: str | Path, key: str = "--model", name: str | None = No
             experts=get("num_experts"),
             top_k=get("num_experts_per_tok"),
             expert_ffn=get("moe_intermediate_size"),
-            moe_layer_freq=get("decoder_sparse_step", 1),
+            moe_layer_freq=get("decoder_sparse_step", 1, "moe_layer_freq"),
         )
     elif arch == "DeepseekV3ForCausalLM":
         common.update(
@@ -106,4 +124,11 @@ def from_hf_config(path: str | Path, key: str = "--model", name: str | None = No
             qk_rope_head_dim=get("qk_rope_head_dim"),
             v_head_dim=get("v_head_dim"),
         )
-    return ModelSpec(**common)
+    try:
+        return ModelSpec(**common)
+    except ConfigError as err:  # named by the file's keys, not ModelSpec's
+        message = str(err)
+        for field, name_ in source.items():
+            message = message.replace(f"model.{field}=", f"{name_}=")
+        field = str(err.key).removeprefix("model.")
+        raise ConfigError(f"{where}: {message}", key=source.get(field, key)) from None

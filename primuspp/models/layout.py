@@ -16,8 +16,8 @@ from primuspp.errors import ConfigError
 
 Layout = tuple[int, ...]
 
-_REPEAT = re.compile(r"\(([^()]*)\)\*(\d+)")
-_ATOM = re.compile(r"([EtLm])\*(\d+)")
+_REPEAT = re.compile(r"\(([^()]*)\)\*(\d{1,9})(?!\d)")
+_ATOM = re.compile(r"([EtLm])\*(\d{1,9})(?!\d)")
 
 
 def even_layout(layers: int, parts: int, key: str = "--layout") -> Layout:
@@ -45,19 +45,29 @@ def ends_layout(layers: int, parts: int, key: str = "--layout") -> Layout:
     return tuple(sizes)
 
 
-def _expand(text: str, key: str) -> str:
+def _expand(text: str, key: str, limit: int) -> str:
+    """Repetitions expanded from the inside out; refused once the text would outgrow `limit` symbols (more
+    than any layout of the model holds), before it is built."""
+    size, given = [len(text)], text if len(text) <= 60 else text[:57] + "..."
+
+    def repeat(m: re.Match) -> str:
+        size[0] += len(m.group(1)) * int(m.group(2)) - len(m.group(0))
+        if size[0] > limit:
+            raise ConfigError(f"{key} {given!r}: expands to over {limit:,} symbols", key=key)
+        return m.group(1) * int(m.group(2))
+
     for _ in range(64):  # nested groups expand from the inside out
-        new = _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), text)
+        new = _REPEAT.sub(repeat, text)
         if new == text:
             break
         text = new
-    return _ATOM.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    return _ATOM.sub(repeat, text)
 
 
 def parse_layout(text: str, layers: int, parts: int, key: str = "--layout") -> Layout:
     """Megatron's layout string -> layer counts per part; it must name `parts` stages, E first, L last,
     and exactly `layers` transformer layers."""
-    flat = _expand(text.replace(" ", "").replace(",", ""), key)
+    flat = _expand(text.replace(" ", "").replace(",", ""), key, 2 * (layers + parts) + 8)
     bad = set(flat) - set("EtL|")
     if bad:
         what = (

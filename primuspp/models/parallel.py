@@ -8,6 +8,7 @@ from typing import Literal
 
 from primuspp.errors import ConfigError
 from primuspp.models.spec import ModelSpec
+from primuspp.schedule.limits import bounded_int
 
 Recompute = Literal["none", "selective", "full"]
 RECOMPUTE = ("none", "selective", "full")
@@ -103,8 +104,7 @@ def check_parallel(spec: ModelSpec, par: Parallel, parts: int | None = None) -> 
         ("--global-batch-size", par.global_batch_size),
         ("--seq-len", par.seq_len),
     ):
-        if value < 1:
-            raise ConfigError(f"{key} {value}: must be >= 1", key=key)
+        bounded_int(value, key)
     if par.recompute not in RECOMPUTE:
         raise ConfigError(
             f"--recompute {par.recompute}: expected one of {', '.join(RECOMPUTE)}", key="--recompute"

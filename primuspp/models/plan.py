@@ -4,6 +4,7 @@ why they were dropped."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -11,7 +12,7 @@ from typing import Any
 
 from primuspp.algorithms.registry import get_algorithm, refusal
 from primuspp.errors import ConfigError, ScheduleError, ValidationError
-from primuspp.models.hardware import Hardware
+from primuspp.models.hardware import Hardware, gib
 from primuspp.models.memory import state_bytes
 from primuspp.models.parallel import Parallel, check_parallel
 from primuspp.models.project import Projection, one_microbatch_peak, placement_for, project, stage_plan
@@ -25,6 +26,13 @@ INTERLEAVED_VPP = (2, 3, 4)
 #: Context-parallel sizes swept by default (those that cut the sequence into 2 x CP equal chunks and divide
 #: the GPUs left by TP x PP).
 DEFAULT_CP = (1, 2, 4, 8)
+
+#: the one candidate of each PP 1 configuration: no pipeline, so no schedule to choose (it runs 1F1B's order,
+#: each microbatch's forward then its backward: the least memory), named NO_PIPELINE in what is shown
+PP1_ALGORITHM = "1f1b"
+NO_PIPELINE = "none (pp1)"
+#: throughputs within this fraction of a better one tie with it; a tie is broken toward less memory
+TIE = 0.01
 
 NOT_DIVISIBLE = "not divisible"
 REFUSED = "refused by the algorithm"
@@ -40,7 +48,8 @@ class Candidate:
     def __str__(self) -> str:
         p = self.par
         cp = f" cp{p.cp}" if p.cp > 1 else ""
-        text = f"{self.algorithm} tp{p.tp}{cp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp} mbs{p.micro_batch_size}"
+        text = f"{shown(self.algorithm, p.pp)} tp{p.tp}{cp} pp{p.pp} vpp{p.vpp} ep{p.ep} dp{p.dp}"
+        text += f" mbs{p.micro_batch_size}"
         return text if p.recompute == "none" else f"{text} recompute={p.recompute}"
 
 
@@ -53,13 +62,34 @@ class PlanResult:
     examples: dict[str, str] = field(default_factory=dict)  # one message per reason
 
     def ranked(self, include_unfit: bool = False) -> list[Projection]:
-        """By tokens/s per GPU, best first: those that fit, or (`include_unfit`) every projected one."""
-        pool = self.fits + self.no_fit if include_unfit else self.fits
-        return sorted(pool, key=lambda p: -p.tokens_per_s_per_gpu)
+        """Best first: those that fit, or (`include_unfit`) every projected one (`ties`, flattened)."""
+        return [p for tie in self.ties(include_unfit) for p in tie]
+
+    def ties(self, include_unfit: bool = False) -> list[list[Projection]]:
+        """By tokens/s per GPU, best first, in groups: the best left and those within TIE of it, ordered by
+        peak memory (a tie is broken toward less memory)."""
+        pool = sorted(self.fits + self.no_fit if include_unfit else self.fits, key=_rate, reverse=True)
+        out = []
+        while pool:
+            n = next((i for i, p in enumerate(pool) if _rate(p) < _rate(pool[0]) * (1 - TIE)), len(pool))
+            out.append(sorted(pool[:n], key=lambda p: p.peak_memory_bytes))
+            pool = pool[n:]
+        return out
+
+
+def _rate(p: Projection) -> float:
+    return p.tokens_per_s_per_gpu
+
+
+def shown(algorithm: str, pp: int) -> str:
+    """The schedule as tables and pages name it: NO_PIPELINE at PP 1."""
+    return NO_PIPELINE if pp == 1 else algorithm
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of `n`, ascending (trial division up to its square root)."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 def candidates(
@@ -79,13 +109,29 @@ def candidates(
     TP: powers of two within a node; PP: divisors of gpus / TP up to the layer count; CP: 1, 2, 4, 8 where
     the sequence splits into 2 x CP chunks and TP x CP x PP divides the GPUs (not CP 2c with micro-batch
     size 2k when c, k is swept: `_halved`); EP: powers of two dividing the experts (MoE only); VPP: the
-    algorithm's (interleaved: 2, 3, 4; not at PP 1 unless asked for: all its chunks would sit on the one
-    rank, which runs them as 1F1B does, in the same time and memory)."""
+    algorithm's (interleaved: 2, 3, 4). PP 1 has no pipeline: one candidate (PP1_ALGORITHM), whatever the
+    algorithms."""
     tps = tps or [t for t in (1, 2, 4, 8, 16) if t <= hw.gpus_per_node and gpus % t == 0]
     eps = eps or ([e for e in (1, 2, 4, 8, 16, 32, 64) if e <= spec.experts] if spec.moe else [1])
     cp_given = bool(cps)
     cps = cps or [c for c in DEFAULT_CP if c == 1 or base.seq_len % (2 * c) == 0]
     out = []
+
+    def add(algorithm: str, tp: int, pp: int, algo_vpps: Sequence[int]) -> None:
+        for cp in cps:
+            # 0: TP x CP x PP does not divide the GPUs (counted as not divisible when evaluated)
+            dp = gpus // (tp * cp * pp) if gpus % (tp * cp * pp) == 0 else 0
+            if dp == 0 and cp > 1 and not cp_given:
+                continue
+            for vpp in algo_vpps:
+                for ep in eps:
+                    for mbs in micro_batch_sizes:
+                        if not cp_given and _halved(cp, mbs, cps, micro_batch_sizes):
+                            continue
+                        par = replace(base, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs)
+                        out.append(Candidate(algorithm, par, gpus))
+
+    pp_sizes = {tp: pps or [d for d in _divisors(gpus // tp or 1) if d <= spec.layers] for tp in tps}
     for algorithm in algorithms:
         algo = get_algorithm(algorithm)
         if vpps:
@@ -95,23 +141,12 @@ def candidates(
         else:
             algo_vpps = [algo.vpp_default]
         for tp in tps:
-            for pp in pps or [d for d in _divisors(gpus // tp or 1) if d <= spec.layers]:
-                for cp in cps:
-                    # 0: TP x CP x PP does not divide the GPUs (counted as not divisible when evaluated)
-                    dp = gpus // (tp * cp * pp) if gpus % (tp * cp * pp) == 0 else 0
-                    if dp == 0 and cp > 1 and not cp_given:
-                        continue
-                    for vpp in algo_vpps:
-                        if pp == 1 and vpp > 1 and algo.placement == "loop" and not vpps:
-                            continue
-                        for ep in eps:
-                            for mbs in micro_batch_sizes:
-                                if not cp_given and _halved(cp, mbs, cps, micro_batch_sizes):
-                                    continue
-                                par = replace(
-                                    base, tp=tp, cp=cp, pp=pp, dp=dp, vpp=vpp, ep=ep, micro_batch_size=mbs
-                                )
-                                out.append(Candidate(algo.name, par, gpus))
+            for pp in pp_sizes[tp]:
+                if pp > 1:
+                    add(algo.name, tp, pp, algo_vpps)
+    for tp in tps:
+        if 1 in pp_sizes[tp]:
+            add(PP1_ALGORITHM, tp, 1, [1])
     return out
 
 
@@ -145,16 +180,22 @@ def evaluate(
     project_unfit: bool = False,
     jobs: int = 1,
 ) -> PlanResult:
-    """Project every candidate, or drop it with its reason. A candidate that cannot fit whatever the
-    schedule (its state alone, or with one microbatch in flight, exceeds HBM: `one_microbatch_peak`) is
-    dropped before its schedule is built, unless `project_unfit` (plan --all, which ranks those too).
-    `jobs` > 1: evaluated in that many forked processes, in chunks grouped by schedule table, merged in
-    the candidates' order (the same result as one process; `on_each` then sees them as they finish)."""
+    """Project every candidate, or drop it with its reason. A candidate whose TP x CP x PP does not divide
+    the GPUs is dropped first; one that cannot fit whatever the schedule (its state alone, or with one
+    microbatch in flight, exceeds HBM: `one_microbatch_peak`) is dropped before its schedule is built,
+    unless `project_unfit` (plan --all, which ranks those too). `jobs` > 1: evaluated in that many forked
+    processes, in chunks grouped by schedule table, merged in the candidates' order (the same result as one
+    process; `on_each` then sees them as they finish)."""
     items = list(items)
-    if jobs > 1 and len(items) >= MIN_PARALLEL:
-        result = _evaluate_parallel(spec, hw, items, layout, on_each, first_last, project_unfit, jobs)
-    else:
-        result = _evaluate(spec, hw, items, layout, on_each, first_last, project_unfit)
+    todo = [(i, c) for i, c in enumerate(items) if c.par.dp]  # the others divide no GPUs: nothing to group
+    args = (spec, hw, layout, first_last, project_unfit)
+    run = _evaluate_parallel if jobs > 1 and len(todo) >= MIN_PARALLEL else _evaluate
+    done = dict(run(args, todo, on_each, jobs))
+    result = PlanResult()
+    for i, cand in enumerate(items):  # in the candidates' order: the same result in either mode
+        if i not in done and on_each is not None:
+            on_each(cand)
+        _add(result, done[i] if i in done else _not_dividing(cand))
     _refine(spec, hw, result, layout, first_last, project_unfit)
     return result
 
@@ -200,15 +241,9 @@ def _refine(
 Outcome = tuple[Projection | None, str | None, str]
 
 
-def _outcome(
-    spec: ModelSpec,
-    hw: Hardware,
-    cand: Candidate,
-    layout: str,
-    first_last: tuple[int | None, int | None] | None,
-    project_unfit: bool,
-    tables: dict,
-) -> Outcome:
+def _outcome(args: tuple, cand: Candidate, tables: dict) -> Outcome:
+    """`_evaluate_one` of `args` (spec, hw, layout, first_last, project_unfit), its refusals counted."""
+    spec, hw, layout, first_last, project_unfit = args
     try:
         return _evaluate_one(spec, hw, cand, layout, first_last, project_unfit, tables)
     except (ScheduleError, ValidationError) as err:  # a generator's invalid table: refused, reported
@@ -227,21 +262,25 @@ def _add(result: PlanResult, outcome: Outcome) -> None:
         result.examples.setdefault(reason, message)
 
 
+Job = tuple[int, Candidate]
+
+
+def _not_dividing(cand: Candidate) -> Outcome:
+    p = cand.par
+    cp = f" x --cp {p.cp}" if p.cp > 1 else ""
+    return None, NOT_DIVISIBLE, f"{cand}: --tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs"
+
+
 def _evaluate(
-    spec: ModelSpec,
-    hw: Hardware,
-    items: Iterable[Candidate],
-    layout: str,
-    on_each: Callable[[Candidate], None] | None,
-    first_last: tuple[int | None, int | None] | None,
-    project_unfit: bool,
-) -> PlanResult:
-    result, tables = PlanResult(), {}
-    for cand in items:
-        _add(result, _outcome(spec, hw, cand, layout, first_last, project_unfit, tables))
+    args: tuple, todo: list[Job], on_each: Callable[[Candidate], None] | None, jobs: int = 1
+) -> list[tuple[int, Outcome]]:
+    tables: dict = {}
+    done = []
+    for i, cand in todo:
+        done.append((i, _outcome(args, cand, tables)))
         if on_each is not None:
             on_each(cand)
-    return result
+    return done
 
 
 _WORKER: dict[str, Any] = {}
@@ -249,22 +288,19 @@ _WORKER: dict[str, Any] = {}
 
 def _worker_init(*args: Any) -> None:
     _WORKER["args"] = args
-    _WORKER["tables"] = {}
 
 
-def _worker_chunk(chunk: list[tuple[int, Candidate]]) -> list[tuple[int, Outcome]]:
-    spec, hw, layout, first_last, project_unfit = _WORKER["args"]
-    tables = _WORKER["tables"]
-    return [(i, _outcome(spec, hw, c, layout, first_last, project_unfit, tables)) for i, c in chunk]
+def _worker_chunk(chunk: list[Job]) -> list[tuple[int, Outcome]]:
+    return _evaluate(_WORKER["args"], chunk, None)
 
 
-def _chunks(items: list[Candidate]) -> list[list[tuple[int, Candidate]]]:
+def _chunks(todo: list[Job]) -> list[list[Job]]:
     """Chunks of about CHUNK candidates, each (algorithm, pp, vpp, m) in as few chunks as it fills: the
     candidates that share a schedule table share a worker, which generates it once."""
-    groups: dict[tuple, list[tuple[int, Candidate]]] = {}
-    for i, c in enumerate(items):
+    groups: dict[tuple, list[Job]] = {}
+    for i, c in todo:
         groups.setdefault((c.algorithm, c.par.pp, c.par.vpp, c.par.micro_batches), []).append((i, c))
-    out: list[list[tuple[int, Candidate]]] = [[]]
+    out: list[list[Job]] = [[]]
     for group in groups.values():
         if len(out[-1]) + len(group) > CHUNK and out[-1]:
             out.append([])
@@ -273,30 +309,19 @@ def _chunks(items: list[Candidate]) -> list[list[tuple[int, Candidate]]]:
 
 
 def _evaluate_parallel(
-    spec: ModelSpec,
-    hw: Hardware,
-    items: list[Candidate],
-    layout: str,
-    on_each: Callable[[Candidate], None] | None,
-    first_last: tuple[int | None, int | None] | None,
-    project_unfit: bool,
-    jobs: int,
-) -> PlanResult:
+    args: tuple, todo: list[Job], on_each: Callable[[Candidate], None] | None, jobs: int
+) -> list[tuple[int, Outcome]]:
     import multiprocessing
 
-    outcomes: list[Outcome | None] = [None] * len(items)
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(jobs, _worker_init, (spec, hw, layout, first_last, project_unfit)) as pool:
-        for part in pool.imap_unordered(_worker_chunk, _chunks(items)):
-            for i, outcome in part:
-                outcomes[i] = outcome
-                if on_each is not None:
-                    on_each(items[i])
-    result = PlanResult()
-    for outcome in outcomes:  # in the candidates' order: the same result as one process
-        assert outcome is not None
-        _add(result, outcome)
-    return result
+    chunks, by_index = _chunks(todo), dict(todo)
+    done = []
+    with multiprocessing.get_context("fork").Pool(min(jobs, len(chunks)), _worker_init, args) as pool:
+        for part in pool.imap_unordered(_worker_chunk, chunks):
+            done += part
+            if on_each is not None:
+                for i, _ in part:
+                    on_each(by_index[i])
+    return done
 
 
 def _evaluate_one(
@@ -311,9 +336,6 @@ def _evaluate_one(
     """Project `cand`, or say why it is dropped; raises the ConfigError / ScheduleError of a
     configuration that cannot run."""
     p = cand.par
-    if p.dp == 0:
-        cp = f" x --cp {p.cp}" if p.cp > 1 else ""
-        raise ConfigError(f"--tp {p.tp}{cp} x --pp {p.pp}: does not divide {cand.gpus} GPUs")
     _, parts = placement_for(cand.algorithm, p)
     check_parallel(spec, p, parts)
     hbm = hw.hbm_bytes
@@ -324,21 +346,28 @@ def _evaluate_one(
         raise ScheduleError(why, key="micro_batches")
     plan = stage_plan(spec, hw, p, cand.algorithm, layout, first_last)
     if not project_unfit and (low := one_microbatch_peak(spec, hw, p, plan)) > hbm:
-        return None, NO_FIT, f"{cand}: {low / 1e9:.1f} GB > {hbm / 1e9:.0f} GB with one microbatch in flight"
+        return None, NO_FIT, f"{cand}: {gib(low)} GiB > {gib(hbm)} GiB with one microbatch in flight"
     # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
     params = sweep_params(cand.algorithm)
     pr = project(spec, hw, p, cand.algorithm, layout, params, tables=tables, first_last=first_last, plan=plan)
     pr = replace(pr, result=None)
     if pr.fits:
         return pr, None, ""
-    return pr, NO_FIT, f"{cand}: {pr.peak_memory_bytes / 1e9:.1f} GB > {hbm / 1e9:.0f} GB"
+    return pr, NO_FIT, f"{cand}: {gib(pr.peak_memory_bytes)} GiB > {gib(hbm)} GiB"
 
 
 def plan_record(
     spec: ModelSpec, hw: Hardware, gpus: int, result: PlanResult, top: int, include_unfit: bool = False
 ) -> dict[str, Any]:
     """The `plan --json` document (`results`: the top ones that fit, or with `include_unfit` the top ones
-    projected, `fits` telling which)."""
+    projected, `fits` telling which; `rank` shared by a tie, `tie` telling which: `PlanResult.ties`)."""
+    results = []
+    for tie in result.ties(include_unfit):
+        rank = len(results) + 1
+        for p in tie:
+            results.append(
+                p.record() | {"algorithm": shown(p.algorithm, p.par.pp), "rank": rank, "tie": len(tie) > 1}
+            )
     return {
         "model": spec.identity(),
         "gpu": hw.name,
@@ -347,5 +376,5 @@ def plan_record(
         "fitting": len(result.fits),
         "dropped": dict(result.dropped),
         "dropped_examples": dict(result.examples),
-        "results": [p.record() for p in result.ranked(include_unfit)[:top]],
+        "results": results[:top],
     }

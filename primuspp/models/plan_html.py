@@ -4,10 +4,11 @@ that fit marked), above the winner's simulated timeline (the viewer's own page).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from html import escape
 
-from primuspp.models.hardware import Hardware
-from primuspp.models.plan import PlanResult
+from primuspp.models.hardware import GIB, Hardware, gib
+from primuspp.models.plan import PlanResult, shown
 from primuspp.models.project import Projection
 from primuspp.viz.html import timeline_page
 from primuspp.viz.sources import Source
@@ -15,7 +16,8 @@ from primuspp.viz.sources import Source
 
 def label(p: Projection) -> str:
     q = p.par
-    text = f"{p.algorithm} tp{q.tp} cp{q.cp} pp{q.pp} vpp{q.vpp} ep{q.ep} dp{q.dp} mbs{q.micro_batch_size}"
+    text = f"{shown(p.algorithm, q.pp)} tp{q.tp} cp{q.cp} pp{q.pp} vpp{q.vpp} ep{q.ep} dp{q.dp}"
+    text += f" mbs{q.micro_batch_size}"
     return text if q.recompute == "none" else f"{text} recompute={q.recompute}"
 
 
@@ -34,10 +36,10 @@ def _trace(points: list[Projection], name: str, color: str, mode: str = "markers
         "type": "scatter",
         "mode": mode,
         "name": name,
-        "x": [p.peak_memory_bytes / 1e9 for p in points],
+        "x": [p.peak_memory_bytes / GIB for p in points],
         "y": [p.tokens_per_s_per_gpu for p in points],
         "text": [label(p) for p in points],
-        "hovertemplate": "%{text}<br>%{x:.1f} GB, %{y:.0f} tokens/s/GPU<extra></extra>",
+        "hovertemplate": "%{text}<br>%{x:.1f} GiB, %{y:.0f} tokens/s/GPU<extra></extra>",
         "marker": {"color": color, "size": 7},
         "line": {"color": color},
     }
@@ -54,13 +56,13 @@ def plan_page(title: str, hw: Hardware, result: PlanResult, winner: Projection |
         ],
         "layout": {
             "title": {"text": "peak memory per GPU vs throughput"},
-            "xaxis": {"title": {"text": "peak memory of the most loaded rank (GB)"}},
+            "xaxis": {"title": {"text": "peak memory of the most loaded rank (GiB)"}},
             "yaxis": {"title": {"text": "tokens/s per GPU"}},
             "shapes": [
                 {
                     "type": "line",
-                    "x0": hw.hbm_bytes / 1e9,
-                    "x1": hw.hbm_bytes / 1e9,
+                    "x0": hw.hbm_bytes / GIB,
+                    "x1": hw.hbm_bytes / GIB,
                     "y0": 0,
                     "y1": 1,
                     "yref": "paper",
@@ -74,7 +76,7 @@ def plan_page(title: str, hw: Hardware, result: PlanResult, winner: Projection |
     section = (
         f"<section><h2>{escape(title)}</h2>"
         f"<p>{result.evaluated} configurations evaluated, {len(fits)} fit; dotted line: {escape(hw.name)}'s "
-        f"HBM ({hw.hbm_bytes / 1e9:.0f} GB). Below: the winner's simulated timeline.</p>"
+        f"HBM ({gib(hw.hbm_bytes)} GiB). Below: the winner's simulated timeline.</p>"
         '<div class="plot" id="plot-pareto"></div>'
         f'<script>(function(){{var f={payload};Plotly.newPlot("plot-pareto",f.data,f.layout);}})();</script>'
         "</section>\n"
@@ -82,7 +84,8 @@ def plan_page(title: str, hw: Hardware, result: PlanResult, winner: Projection |
     if winner is None or winner.result is None:
         sources: list[Source] = []
     else:
-        sources = [Source(f"#1 {label(winner)}", "", (winner.result.timeline,))]
+        timeline = replace(winner.result.timeline, memory_unit="bytes")  # the projection's memory is bytes
+        sources = [Source(f"#1 {label(winner)}", "", (timeline,))]
     if not sources:
         from primuspp.viz.html import page
 

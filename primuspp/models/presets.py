@@ -6,11 +6,11 @@ Shapes are the published config.json values of each model (Hugging Face hub), an
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 from primuspp.errors import ConfigError
 from primuspp.models.spec import ModelSpec
+from primuspp.suggest import close_names
 
 _LLAMA = dict(norm="rmsnorm", swiglu=True)
 
@@ -120,10 +120,10 @@ def preset(name: str, key: str = "--model") -> ModelSpec:
     spec = PRESETS.get(name.lower())
     if spec is not None:
         return spec
-    close = difflib.get_close_matches(name.lower(), PRESETS, n=3, cutoff=0.5)
-    hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise ConfigError(
-        f"{key} {name}: unknown model{hint}; presets: {', '.join(PRESETS)}, or a config.json path", key=key
+        f"{key} {name}: unknown model{close_names(name, PRESETS, 0.5)}; presets: {', '.join(PRESETS)}, "
+        "or a config.json path",
+        key=key,
     )
 
 

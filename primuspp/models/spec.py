@@ -11,8 +11,15 @@ from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from primuspp.errors import ConfigError
+from primuspp.schedule.limits import MAX_LAYERS, MAX_WIDTH, bounded_int
 
 Norm = Literal["rmsnorm", "layernorm"]
+#: the sizes every model has (the others may be 0: absent or derived)
+REQUIRED = ("layers", "hidden", "ffn", "heads", "vocab")
+#: counts bounded by MAX_LAYERS (loops over layers, an expert per table row); every other size by MAX_WIDTH
+_MAX = dict.fromkeys(
+    ("layers", "experts", "top_k", "shared_experts", "first_dense_layers", "moe_layer_freq"), MAX_LAYERS
+)
 
 
 @dataclass(frozen=True)
@@ -58,13 +65,10 @@ class ModelSpec:
     v_head_dim: int = 0
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
-                raise ConfigError(f"model.{f.name}={value}: must be >= 0", key=f"model.{f.name}")
-        for key in ("layers", "hidden", "heads", "vocab"):
-            if getattr(self, key) < 1:
-                raise ConfigError(f"model.{key}={getattr(self, key)}: must be >= 1", key=f"model.{key}")
+        for f in fields(self):  # every size bounded (a bool is no size): what it implies stays small
+            if f.type == "int":
+                low = 1 if f.name in REQUIRED else 0
+                bounded_int(getattr(self, f.name), f"model.{f.name}", low, _MAX.get(f.name, MAX_WIDTH))
         if not self.head_dim and self.hidden % self.heads:
             raise ConfigError(
                 f"model.hidden={self.hidden}: not a multiple of model.heads={self.heads} (set head_dim)",

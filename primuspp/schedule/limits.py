@@ -19,6 +19,23 @@ MAX_PP = 65_536
 MAX_VPP = 1_024
 #: microbatches per iteration m
 MAX_MB = 1_048_576
+#: a planned run's GPUs, and any group of them (TP, CP, EP)
+MAX_GPUS = 1_048_576
+#: tokens per sequence, and per microbatch (micro-batch size x sequence length); sequences per step
+MAX_TOKENS = 16_777_216
+#: a model's layers and experts (each a loop or a table row), and its widths (hidden, MLP, heads, vocabulary)
+MAX_LAYERS = 16_384
+MAX_WIDTH = 16_777_216
+#: the size flags of a model run, bounded before any work (`bounded_int`)
+SIZE_FLAGS = {
+    **dict.fromkeys(("--gpus", "--tp", "--cp", "--ep"), MAX_GPUS),
+    **dict.fromkeys(("--seq-len", "--micro-batch-size", "--global-batch-size"), MAX_TOKENS),
+    **dict.fromkeys(
+        ("--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers"), MAX_LAYERS
+    ),
+    "--pp": MAX_PP,
+    "--vpp": MAX_VPP,
+}
 #: a cost (time, activation, bytes, bandwidth) in a config or flag; sums of millions stay finite
 MAX_COST = 1e15
 #: `--mem-limit` / `mem_limit` in microbatch units (an algorithm's memory floor is at most a few x p x v)
@@ -44,10 +61,13 @@ def estimate_nodes(placement: str, pp: int, vpp: int, micro_batches: int) -> int
     return micro_batches * (3 * route + 4 * max(route - 1, 0))
 
 
-def bounded_int(value: int, key: str, low: int, high: int) -> int:
-    """`value` if low <= value <= high; otherwise one line naming `key` and the range."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{key}={value!r}: expected an integer from {low:,} to {high:,}", key=key)
+def bounded_int(value: int, key: str, low: int = 1, high: int | None = None, why: str = "") -> int:
+    """`value` if it is an integer (not a bool) from `low` to `high` (default: `SIZE_FLAGS[key]`); otherwise
+    one line naming `key` (a flag as `--key VALUE`, a file's key as `key=VALUE`), the range and `why`."""
+    high = SIZE_FLAGS[key] if high is None else high
+    if type(value) is not int or not low <= value <= high:
+        shown = f"{key} {value}" if key.startswith("-") else f"{key}={value!r}"
+        raise ConfigError(f"{shown}: expected an integer from {low:,} to {high:,}{why}", key=key)
     return value
 
 

@@ -7,6 +7,7 @@ from tests.adversarial import (
     cases_flags,
     cases_misc,
     cases_outputs,
+    cases_plan,
     cases_pp_data,
     cases_tables,
     cases_train,
@@ -19,6 +20,7 @@ CASES: list[Case] = [
     *cases_tables.cases,
     *cases_pp_data.cases,
     *cases_outputs.cases,
+    *cases_plan.cases,
     *cases_train.cases,
     *cases_misc.cases,
 ]

@@ -11,7 +11,7 @@ import pytest
 from tests.adversarial.cases import CASES
 from tests.adversarial.harness import Result, run_case
 
-VERBS = {"simulate", "dump", "viz", "visualize", "compare", "train", "algorithms"}
+VERBS = {"simulate", "dump", "viz", "visualize", "compare", "train", "algorithms", "plan"}
 
 
 #: cases run at once (each is one CLI process in its own directory; most wait on process start-up)

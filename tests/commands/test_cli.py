@@ -286,3 +286,19 @@ def test_a_killed_write_leaves_no_temp_file(tmp_path):
         child.kill()
         child.wait()
     assert sorted(p.name for p in out.iterdir()) == []
+
+
+def test_cost_flags_say_their_unit_and_default(capsys):
+    assert main(["simulate", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.replace("│", " ").split())
+    for part in ("Forward (F) time", "Input-grad (B) time", "Weight-grad (W) time", "p2p transfer in ms"):
+        assert part in text
+    assert text.count(" in ms (default: the config's, packaged 1000).") == 3 and "packaged 0)." in text
+
+
+def test_zb_optimal_bound_and_gap_on_the_console(capsys, tmp_path):
+    pytest.importorskip("highspy")
+    args = ["simulate", "--algo", "zb-optimal", "--pp", "2", "--mb", "4", "--out", str(tmp_path / "o")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "zb-optimal: lower bound 13,000, gap 0.00% (optimal" in out

@@ -102,8 +102,8 @@ def test_sweep_skips_cp_that_cannot_split_the_sequence():
     assert sorted({c.par.cp for c in items}) == [1, 2]
 
 
-def test_sweep_drops_interleaved_at_pp_1():
-    # at PP 1 interleaving changes nothing: the same step time and peak as 1F1B
+def test_sweep_has_one_candidate_at_pp_1():
+    # at PP 1 there is no pipeline schedule: interleaving changes nothing, the same step time and peak as 1F1B
     one = project(LLAMA, H100, Parallel(pp=1, global_batch_size=8), "1f1b")
     for vpp in (2, 3, 4):
         inter = project(LLAMA, H100, Parallel(pp=1, vpp=vpp, global_batch_size=8), "1f1b-interleaved")
@@ -111,10 +111,10 @@ def test_sweep_drops_interleaved_at_pp_1():
         assert inter.peak_memory_bytes == pytest.approx(one.peak_memory_bytes, rel=1e-9)
     base = Parallel(global_batch_size=64, seq_len=4096)
     items = candidates(LLAMA, H100, 8, base, ["1f1b-interleaved"], [1], [1, 2], None, None, [1], [1])
-    assert {(c.par.pp, c.par.vpp) for c in items} == {(2, 2), (2, 3), (2, 4)}
-    # asked for, it is still evaluated
-    items = candidates(LLAMA, H100, 8, base, ["1f1b-interleaved"], [1], [1], [2], None, [1], [1])
-    assert [(c.par.pp, c.par.vpp) for c in items] == [(1, 2)]
+    want = {("1f1b-interleaved", 2, v) for v in (2, 3, 4)} | {("1f1b", 1, 1)}
+    assert {(c.algorithm, c.par.pp, c.par.vpp) for c in items} == want
+    items = candidates(LLAMA, H100, 8, base, ["1f1b-interleaved", "zbv"], [1], [1], [2], None, [1], [1])
+    assert [(c.algorithm, c.par.pp, c.par.vpp) for c in items] == [("1f1b", 1, 1)]
 
 
 @pytest.mark.parametrize(
@@ -122,7 +122,7 @@ def test_sweep_drops_interleaved_at_pp_1():
     [
         (["--cp", "3", "--gpus", "16"], "error: --gpus 16: not divisible by TP x CP x PP (1 x 3 x 4)"),
         (["--cp", "2", "--seq-len", "4098"], "error: --seq-len 4098: not divisible by 2 x CP = 4"),
-        (["--cp", "0"], "error: --cp 0: must be >= 1"),
+        (["--cp", "0"], "error: --cp 0: expected an integer from 1 to 1,048,576"),
     ],
 )
 def test_simulate_cp_bad_input_one_line(capsys, tmp_path, args, match):

@@ -74,6 +74,9 @@ def test_user_yaml(tmp_path):
         ("efficiency: {grouped_gemm: 1.5}\n", "efficiency.grouped_gemm=1.5"),
         ("overhead: {p2p: -1.0e-4}\n", "overhead.p2p=-0.0001"),
         ("overhead: {launch: 1.0e-4}\n", "unknown key 'overhead.launch'"),
+        ("gpus_per_node: 8\n", "duplicate key 'gpus_per_node'"),  # the last one silently won
+        ("reserved_bytes: true\n", "reserved_bytes=True: expected a number, not true/false"),
+        ("efficiency: {comm: .nan}\n", "efficiency.comm=nan: expected a finite number"),
     ],
 )
 def test_bad_user_yaml(tmp_path, extra, match):
@@ -82,9 +85,22 @@ def test_bad_user_yaml(tmp_path, extra, match):
     assert "\n" not in str(info.value)
 
 
+def test_alias_bomb_is_refused_unexpanded(tmp_path):
+    # under 1 KB, 10^9 values once expanded: the profile reader used yaml.safe_load (1.6 GB, minutes)
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size < 1024
+    with pytest.raises(ConfigError, match=r"expands to .* values through its aliases"):
+        load_hardware(str(path))
+
+
 def test_unknown_profile_and_fifo(tmp_path):
-    with pytest.raises(ConfigError, match="--gpu a100: unknown GPU profile; profiles: b200"):
-        load_hardware("a100")
+    with pytest.raises(ConfigError, match="--gpu tpu9: unknown GPU profile; profiles: b200"):
+        load_hardware("tpu9")
+    with pytest.raises(ConfigError, match=r"--gpu mi300: unknown GPU profile \(did you mean mi300x\?\)"):
+        load_hardware("mi300")
     fifo = tmp_path / "hw.yaml"
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="not a regular file"):

@@ -37,6 +37,9 @@ def test_emit_form():
         ("Et*4|t*4|t*4", "last stage must end with L"),
         ("Et*4|tLt*3|t*4L", "E only opens the first stage"),
         ("Et*4|t*4|t*3mL", "m .multi-token prediction. is not modelled"),
+        # bounded before it is built: 10^9 symbols (and 4 GB) from 20 characters
+        ("((t*1000)*1000)*1000", "expands to over 38 symbols"),
+        ("Et*" + "9" * 5000 + "L", "unknown symbols"),  # past int()'s digit limit: was a ValueError
     ],
 )
 def test_bad_layouts(text, match):

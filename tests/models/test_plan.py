@@ -38,9 +38,45 @@ def test_plan_json_schema_and_ranking(capsys):
     assert doc["configurations_evaluated"] == 9  # 7 algorithms, interleaved at vpp 2, 3, 4
     results = doc["results"]
     assert results and set(results[0]) >= KEYS
-    rates = [r["tokens_per_s_per_gpu"] for r in results]
-    assert rates == sorted(rates, reverse=True)
     assert all(r["fits"] and r["peak_memory_bytes"] <= r["hbm_bytes"] for r in results)
+    _check_ranking(results)
+
+
+def _check_ranking(results: list[dict]) -> None:
+    """Competition ranks: a result ties with the first of its rank (the fastest left) when within TIE of
+    its throughput, tied ones ordered by peak memory; the first of the next rank is slower than that."""
+    from primuspp.models.plan import TIE
+
+    def lead(r: dict) -> dict:
+        return next(q for q in results if q["rank"] == r["rank"])
+
+    for i, r in enumerate(results):
+        assert r["rank"] == results.index(lead(r)) + 1
+        assert r["tokens_per_s_per_gpu"] >= lead(r)["tokens_per_s_per_gpu"] * (1 - TIE)
+        if r is not lead(r):
+            assert r["tie"] and lead(r)["tie"]
+            assert results[i - 1]["peak_memory_bytes"] <= r["peak_memory_bytes"]
+        elif i:
+            assert r["tokens_per_s_per_gpu"] < lead(results[i - 1])["tokens_per_s_per_gpu"] * (1 - TIE)
+
+
+def test_pp1_is_one_configuration_and_ties_take_less_memory(capsys):
+    # PP 1 has no pipeline schedule: it was ranked under every algorithm's name (dualpipe-v at 81 GB beside
+    # 1f1b at 72 GB in the same time), and drawn as "dualpipe-v, pp1"
+    args = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "--micro-batch-size", "1"]
+    args += ["--cp", "1", "--tp", "1", "--top", "100"]
+    code, out, _ = run(capsys, *args, "--json")
+    results = json.loads(out)["results"]
+    pp1 = [r for r in results if r["pp"] == 1]
+    assert code == 0 and len(pp1) == 1 and pp1[0]["algorithm"] == "none (pp1)" and pp1[0]["vpp"] == 1
+    configs = [(r["algorithm"], r["tp"], r["cp"], r["pp"], r["vpp"], r["micro_batch_size"]) for r in results]
+    assert len(configs) == len(set(configs))
+    _check_ranking(results)
+    assert any(r["tie"] for r in results)
+    code, out, _ = run(capsys, *args, "--top", "3")
+    assert code == 0 and "none (pp1)" in out and "dualpipe-v" not in out.split("none (pp1)")[0]
+    assert "peak GiB / HBM" in out.replace("\n", "") or "peak GiB /" in out
+    assert "GiB: weights" in out and "GB" not in out
 
 
 def test_plan_table_and_drop_reasons(capsys):
@@ -71,7 +107,13 @@ def test_evaluate_counts_every_reason():
         (["--model", "llama3-7b"], "error: --model llama3-7b: unknown model (did you mean"),
         (["--model", str(CONFIGS / "missing.json")], "no such file"),
         (["--gpu", "a100"], "error: --gpu a100: unknown GPU profile"),
-        (["--gpus", "0"], "error: --gpus 0: must be >= 1"),
+        (["--gpus", "0"], "error: --gpus 0: expected an integer from 1 to 1,048,576"),
+        (["--gpus", "10000000"], "error: --gpus 10000000: expected an integer from 1 to 1,048,576"),
+        (
+            ["--seq-len", "100000000000"],
+            "error: --seq-len 100000000000: expected an integer from 1 to 16,777,216",
+        ),
+        (["--micro-batch-size", "8192"], "--micro-batch-size 8192: expected an integer from 1 to 4,096 (16,"),
         (["--recompute", "half"], "error: --recompute half: expected one of none, selective, full"),
         (["-a", "nope"], "unknown algorithm 'nope'"),
     ],
@@ -142,13 +184,13 @@ def test_decoder_first_last_layers(capsys):
     # the V placement does not take them: counted, with the reason
     assert doc["dropped"] == {NOT_DIVISIBLE: 1} and "use --layout" in doc["dropped_examples"][NOT_DIVISIBLE]
     code, _, err = run(capsys, *args, "--decoder-first-pipeline-num-layers", "0")
-    assert code == 2 and err.startswith("error: --decoder-first-pipeline-num-layers 0: must be >= 1")
+    assert code == 2 and err.startswith("error: --decoder-first-pipeline-num-layers 0: expected an integer")
 
 
 @pytest.mark.parametrize(
     ("args", "match"),
     [
-        (["--tp", "3"], "no configuration can run (not divisible): 1f1b tp3 pp1 vpp1 ep1 dp0 mbs1: --tp 3 x"),
+        (["--tp", "3"], "no configuration can run (not divisible): 1f1b tp3 pp2 vpp1 ep1 dp0 mbs1: --tp 3 x"),
         (["--tp", "1", "--ep", "2"], "--ep 2: the model has no experts"),
         (
             ["--tp", "1", "--pp", "4", "--cp", "1", "--global-batch-size", "7"],
@@ -218,3 +260,15 @@ def test_parallel_sweep_equals_one_process():
     assert [(p.algorithm, p.par, p.step_time_ms, p.peak_memory_bytes) for p in two.ranked(True)] == [
         (p.algorithm, p.par, p.step_time_ms, p.peak_memory_bytes) for p in one.ranked(True)
     ]
+
+
+@pytest.mark.parametrize(("flag", "jobs"), [("--pp", "2"), ("--tp", "2"), ("--cp", "2"), ("--pp", "1")])
+def test_nothing_divides_is_one_line_in_either_mode(capsys, flag, jobs):
+    # the parallel sweep grouped candidates by their microbatch count before the ones whose TP x CP x PP
+    # does not divide the GPUs (DP 0) were set aside: ZeroDivisionError, exit 1
+    args = ["plan", "--model", "llama3-70b", "--gpu", "mi300x", "--gpus", "64", flag, "3", "-j", jobs]
+    code, out, err = run(capsys, *args)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert (
+        err.startswith("error: no configuration can run (not divisible)") and "does not divide 64 GPUs" in err
+    )

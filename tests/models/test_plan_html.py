@@ -35,6 +35,8 @@ def test_plan_html_page(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().err
     text = page.read_text()
     assert 'id="plot-pareto"' in text and "Pareto front (fits)" in text
+    # the winner's memory is bytes, shown in GiB like the scatter (it was labelled microbatches)
+    assert "activation<br>(GiB)" in text and "most loaded rank (GiB)" in text and "(microbatches)" not in text
     status = page_status(page)
     assert status["errors"] == [] and len(status["sections"]) == 1
     assert status["sections"][0]["label"].startswith("#1 zbv")

@@ -114,11 +114,29 @@ def test_bad_field_named(tmp_path):
     cfg["num_key_value_heads"] = 5
     path = tmp_path / "c.json"
     path.write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match=r"kv_heads=5: must divide model.heads=32"):
+    with pytest.raises(
+        ConfigError, match=r"c.json: num_key_value_heads=5: must divide num_attention_heads=32"
+    ):
         from_hf_config(path)
-    cfg["hidden_size"] = "big"
-    path.write_text(json.dumps(cfg))
-    with pytest.raises(ConfigError, match="hidden_size='big'"):
+    # named by the file's keys (ModelSpec's names were shown), each size bounded, no bool for a number
+    for field, value, match in (
+        ("hidden_size", "big", "hidden_size='big': expected an integer from 1 to"),
+        ("num_hidden_layers", 0, "num_hidden_layers=0: expected an integer from 1 to 16,384"),
+        ("num_hidden_layers", 10**9, "num_hidden_layers=1000000000: expected an integer from 1 to 16,384"),
+        ("vocab_size", True, "vocab_size=True: expected an integer"),
+        ("intermediate_size", -1, "intermediate_size=-1: expected an integer from 1"),
+        ("max_position_embeddings", 5, None),
+    ):
+        path.write_text(json.dumps({**cfg, "num_key_value_heads": 8, field: value}))
+        if match is None:
+            assert from_hf_config(path).layers == 32
+            continue
+        with pytest.raises(ConfigError, match=match) as info:
+            from_hf_config(path)
+        assert info.value.key == field
+    text = json.dumps({**cfg, "num_key_value_heads": 8})
+    path.write_text(text[:-1] + ', "num_hidden_layers": 4}')  # the last one silently won
+    with pytest.raises(ConfigError, match="duplicate key 'num_hidden_layers'"):
         from_hf_config(path)
 
 
