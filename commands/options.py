@@ -100,7 +100,8 @@ MemLimitOpt = Annotated[
     typer.Option(
         "--mem-limit",
         callback=finite_check(0.0, MAX_MEM_LIMIT, open_low=True),
-        help="Per-rank activation cap in microbatch units (1 = one microbatch, whole rank); > 0.",
+        help="Per-rank memory cap, > 0: in microbatch units for simulations (1 = one microbatch's "
+        "activations, whole rank), in GiB for measured runs (compare SOURCES).",
     ),
 ]
 MaxNodesOpt = Annotated[
@@ -114,7 +115,11 @@ MaxNodesOpt = Annotated[
 ]
 CostsFromOpt = Annotated[
     Path | None,
-    typer.Option("--costs-from", help="Measure the cost model from a pp_data dump or result directory."),
+    typer.Option(
+        "--costs-from",
+        help="Measure the cost model from a pp_data dump or result directory (--pp and --mb default to "
+        "the run's).",
+    ),
 ]
 ShowOpt = Annotated[
     bool,
@@ -153,9 +158,17 @@ def overrides(
         unit = ""
         if cal.memory_unit != "microbatches" and cal.activation_per_microbatch > 0:
             unit = f"; 1 activation unit = {cal.activation_per_microbatch:,.0f} {cal.memory_unit}"
+        sizes = []  # sizes the command line leaves out are the run's
+        if pp is None:
+            pp = cal.pp
+            sizes.append(f"p {pp}")
+        if mb is None:
+            mb = cal.micro_batches
+            sizes.append(f"m {mb}")
+        size = f"; {', '.join(sizes)} from the run" if sizes else ""
         err.print(
             f"costs measured from {costs_from}: {cal.samples} intervals{note}; p2p latency "
-            f"{cal.costs.comm:.3g} ms ({cal.comm_samples} waiting hand-offs){unit}",
+            f"{cal.costs.comm:.3g} ms ({cal.comm_samples} waiting hand-offs){unit}{size}",
             highlight=False,
         )
     explicit = (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))

@@ -115,7 +115,7 @@ def simulate(
     # imported here, not above: `simulate --help` needs only the options (start-up time)
     from primuspp.config.loader import run_specs, simulation_config
     from primuspp.gcpause import gc_paused
-    from primuspp.sim.output import results_dir, write_result
+    from primuspp.sim.output import results_dir, write_results
     from primuspp.sim.runs import run, split_refused, summary
 
     cfg = simulation_config(config)
@@ -129,8 +129,9 @@ def simulate(
     # locked, every target checked first; the collector paused: the runs and their files are acyclic bulk
     with results_dir(target, [spec.name for spec in specs]), gc_paused():
         results = [run(spec) for spec in progress(specs, "simulating")]
-        for result in results:
-            write_result(result, target)
+        note = write_results(results, target)
+    if note:
+        err.print(note, highlight=False, soft_wrap=True)
     summaries = [summary(r) for r in results]
     if laps is not None:
         _add_iterations(summaries, results, laps)
@@ -167,15 +168,16 @@ def _simulate_model(
     from primuspp.commands import model_mode as mm
     from primuspp.config.packaged import DEFAULT
     from primuspp.models.runs import ranked
-    from primuspp.sim.output import results_dir, write_result
+    from primuspp.sim.output import results_dir, write_results
     from primuspp.viz.terminal import render_timeline
 
     setup = mm.build(flags, algo, pp, vpp, mb, max_nodes, costs_from)
     runs = ranked(setup.runs)
     target = out_dir or Path(DEFAULT.output_dir)
     with results_dir(target, [r.name for r in runs]):
-        for r in runs:
-            write_result(r.result, target)
+        note = write_results([r.result for r in runs], target)
+    if note:
+        err.print(note, highlight=False, soft_wrap=True)
     records = [r.record() for r in runs]
     if laps is not None:
         _add_iterations(records, [r.result for r in runs], laps)
