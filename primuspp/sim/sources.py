@@ -35,14 +35,14 @@ def run_dirs(path: str | Path) -> list[Path]:
 
 
 def _is_run(path: Path) -> bool:
-    return (path / "summary.json").is_file() or any(path.glob("pp_rank_*.json"))
+    return (path / "summary.json").exists() or any(path.glob("pp_rank_*.json"))
 
 
 def summaries_from_dir(path: str | Path) -> list[dict[str, Any]]:
     """One summary per run at `path` (see `run_dirs`), each with its `path`."""
     rows = []
     for d in run_dirs(path):
-        row = _read_summary(d / "summary.json") if (d / "summary.json").is_file() else summary_from_pp_data(d)
+        row = _read_summary(d / "summary.json") if (d / "summary.json").exists() else summary_from_pp_data(d)
         rows.append({**row, "path": str(d)})
     return rows
 
