@@ -163,7 +163,10 @@ def _compare_latest(measured: Path, json_: bool, html: Path | None) -> None:
     real = load_runs(measured)[0]
     algo, p, v, m = real.key
     schedule = describe_key(real.key)
-    held = summaries_from_dir(sim_root) if sim_root.is_dir() and any(sim_root.iterdir()) else []
+    try:
+        held = summaries_from_dir(sim_root)
+    except ConfigError:  # no simulation there (or none readable): simulated now below
+        held = []
     choices = [r for r in held if (r["pp"], r["micro_batches"]) == (p, m) and r.get("source") == "simulated"]
     match = next((r for r in choices if (r["algorithm"], r["vpp"]) == (algo, v)), None)
     if match is not None:

@@ -75,6 +75,7 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
     source, config = tl.source, path / "config.json"
     if source == "simulated" and not (config.is_file() and "source" in load_json(config)):
         source = PRIMUS_SIMULATOR
+    statistic = f"median of {n} iterations" if n > 1 else f"iteration {tl.iteration}"
     return {
         "name": tl.name,
         "algorithm": tl.algorithm,
@@ -85,7 +86,7 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
         "bubble_rate": statistics.median(x.bubble_rate for x in metrics),
         "steady_bubble_rate": statistics.median(x.steady_bubble_rate for x in metrics),
         "peak_memory": statistics.median(x.peak_memory for x in metrics),
-        "statistic": f"median of {n} iteration{'s' * (n != 1)}" if n > 1 else f"iteration {tl.iteration}",
+        **({"statistic": statistic} if n > 1 or not source.startswith("simulated") else {}),
         "iteration": tl.iteration,
         "source": source,
         "memory_unit": tl.memory_unit,
