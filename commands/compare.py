@@ -196,7 +196,7 @@ def _compare_latest(measured: Path, json_: bool, html: Path | None) -> None:
             f"on costs measured from it ({why}); every algorithm at this size: primuspp simulate "
             f"--costs-from {real.path}"
         )
-    rankings = [rank_results(choices)] if match is not None and len(choices) > 1 else []
+    rankings = [rank_results(choices)] if len(choices) > 1 else []
     _report(rankings, [], [pair], None, json_, html, compared, [])
     step = next((x for x in pair["metrics"] if x["metric"] == "step_time"), None)
     if match is not None and step and step["error"] is not None and abs(step["error"]) > 0.5:

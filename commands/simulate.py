@@ -42,7 +42,7 @@ OptimizerCostOpt = Annotated[
     typer.Option(
         "--optimizer-cost",
         callback=o.finite_check(),
-        help="With --iterations: the optimizer step's time on each rank, in the cost unit (default 0).",
+        help="With --iterations: the optimizer step's time on each rank, in ms (default 0).",
     ),
 ]
 
@@ -189,7 +189,7 @@ def _simulate_model(
         out.print(mm.model_table(records, mm.title(setup, f"Projected (results in {target}/)")))
         mm.print_breakdown(records)
         if laps is not None:
-            out.print(_iterations_table(records, laps, unit=" ms"))
+            out.print(_iterations_table(records, laps))
         from primuspp.commands.render import print_refused
 
         print_refused(setup.refused)
@@ -243,7 +243,7 @@ def _add_iterations(records: list[dict[str, Any]], results: list[SimResult], lap
         record["iterations"] = run.record()
 
 
-def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any], unit: str = ""):
+def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any]):
     from rich.table import Table
 
     mode = (
@@ -253,11 +253,11 @@ def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any], unit:
     )
     k = laps["iterations"]
     costs = {r["iterations"]["optimizer_cost"][0] for r in records}
-    cost = f"{costs.pop():.4g}{unit} per rank" if len(costs) == 1 else "per run: its DP sync + optimizer"
+    cost = f"{costs.pop():.4g} ms per rank" if len(costs) == 1 else "per run: its DP sync + optimizer"
     title = f"{k} iteration{'s' if k != 1 else ''}, {mode}, optimizer step {cost}"
     table = Table(title=title, title_justify="left")
     table.add_column("name", no_wrap=True)
-    for col in ("first step", "steady step", "steady bubble", "vs first"):
+    for col in ("first step ms", "steady step ms", "steady bubble", "vs first"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in records:
         it = r["iterations"]
