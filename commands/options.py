@@ -158,14 +158,12 @@ def overrides(
         unit = ""
         if cal.memory_unit != "microbatches" and cal.activation_per_microbatch > 0:
             unit = f"; 1 activation unit = {cal.activation_per_microbatch:,.0f} {cal.memory_unit}"
-        sizes = []  # sizes the command line leaves out are the run's
-        if pp is None:
-            pp = cal.pp
-            sizes.append(f"p {pp}")
-        if mb is None:
-            mb = cal.micro_batches
-            sizes.append(f"m {mb}")
-        size = f"; {', '.join(sizes)} from the run" if sizes else ""
+        # sizes the command line leaves out are the run's
+        taken = [
+            f"{k} {v}" for k, v, given in (("p", cal.pp, pp), ("m", cal.micro_batches, mb)) if given is None
+        ]
+        pp, mb = pp or cal.pp, mb or cal.micro_batches
+        size = f"; {', '.join(taken)} from the run" if taken else ""
         err.print(
             f"costs measured from {costs_from}: {cal.samples} intervals{note}; p2p latency "
             f"{cal.costs.comm:.3g} ms ({cal.comm_samples} waiting hand-offs){unit}{size}",

@@ -246,6 +246,8 @@ def _add_iterations(records: list[dict[str, Any]], results: list[SimResult], lap
 def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any]):
     from rich.table import Table
 
+    from primuspp.sim.compare import ms as _num
+
     mode = (
         "post-validation (each rank steps after its own last node)"
         if laps["post_validation"]
@@ -270,7 +272,3 @@ def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any]):
             f"{steady / first - 1:+.2%}" if first else "n/a",
         )
     return table
-
-
-def _num(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"

@@ -39,19 +39,14 @@ def peak(row: dict[str, Any]) -> float:
 
 def check_limit_unit(rows: list[dict[str, Any]], mem_limit: float | None) -> str:
     """The one unit of `--mem-limit` for these runs; refused when they count memory in different units."""
-    names: dict[str, list[str]] = {}
-    for r in rows:
-        names.setdefault(limit_unit(r), []).append(str(r["name"]))
-    if mem_limit is not None and len(names) > 1:
-        listed = "; ".join(
-            f"{u} ({', '.join(n[:3])}{', ...' if len(n) > 3 else ''})" for u, n in names.items()
-        )
+    units = list(dict.fromkeys(limit_unit(r) for r in rows))
+    if mem_limit is not None and len(units) > 1:
         raise ConfigError(
-            f"--mem-limit {mem_limit:g}: ambiguous unit, these runs count memory in {listed}; give "
-            "--mem-limit with runs of one kind (microbatches for simulations, GiB for measured runs)",
+            f"--mem-limit {mem_limit:g}: ambiguous unit, these runs count memory in {' and '.join(units)}; "
+            "give --mem-limit with runs of one kind (microbatches for simulations, GiB for measured runs)",
             key="mem-limit",
         )
-    return next(iter(names), "microbatches")
+    return units[0] if units else "microbatches"
 
 
 def _budget_driven(summary: dict[str, Any]) -> bool:

@@ -31,6 +31,7 @@ from primuspp.inputs import load_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
 from primuspp.sim.calibrate import calibrate
+from primuspp.sim.compare import ms as _fmt
 from primuspp.sim.sources import run_dirs
 from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.pp_data import read_pp_data
@@ -145,10 +146,6 @@ def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
             per_rank[cal.stage_rank[s]] += a
         return per_rank, "rise at F per stage"
     return [cal.activation_per_microbatch or 1.0] * pp, "median rise of the memory curve"
-
-
-def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"
 
 
 def _error(predicted: float, measured: float) -> float | None:

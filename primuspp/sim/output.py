@@ -68,33 +68,35 @@ def write_results(results: Sequence[SimResult], out_dir: str | Path) -> str:
     for result in results:
         write_result(result, out)
     sizes = {(r.table.pp, r.table.num_microbatches) for r in results}
-    names = {r.name for r in results}
     removed: dict[str, list[str]] = {}
     kept = []
     for d in sorted(out.iterdir()):
-        if d.name in names or not (d / "summary.json").is_file():
-            continue
-        try:
-            s = load_json(d / "summary.json")
-            size = (s.get("pp"), s.get("micro_batches")) if isinstance(s, dict) else None
-        except ConfigError:
-            continue  # not a summary we can read: not ours to judge
+        size = _size(d) if d.name not in {r.name for r in results} else None
         if size is None or size in sizes:
             continue
-        size = f"p {size[0]} m {size[1]}"
+        at = f"p {size[0]} m {size[1]}"
         try:
             check_dir_target(d, "result", KEY)
         except ConfigError:
-            kept.append(f"{d.name} ({size})")
+            kept.append(f"{d.name} ({at})")
             continue
         aside = Path(tempfile.mkdtemp(prefix=OLD_PREFIX, dir=out))
         os.rename(d, aside / d.name)  # gone at once, then deleted
         shutil.rmtree(aside, ignore_errors=True)
-        removed.setdefault(size, []).append(d.name)
+        removed.setdefault(at, []).append(d.name)
     lines = [
-        f"removed {len(n)} earlier run{'s' * (len(n) > 1)} at {size} from {out}/ ({', '.join(n)})"
-        for size, n in removed.items()
+        f"removed {len(n)} earlier run{'s' * (len(n) > 1)} at {at} from {out}/ ({', '.join(n)})"
+        for at, n in removed.items()
     ]
     if kept:
         lines.append(f"kept {', '.join(kept)} in {out}/: not primuspp's alone to remove")
     return "; ".join(lines)
+
+
+def _size(run_dir: Path) -> tuple | None:
+    """(p, m) of a result directory by its summary.json; None when it has none readable."""
+    try:
+        s = load_json(run_dir / "summary.json") if (run_dir / "summary.json").is_file() else None
+    except ConfigError:
+        return None
+    return (s.get("pp"), s.get("micro_batches")) if isinstance(s, dict) else None
