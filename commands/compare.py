@@ -16,8 +16,8 @@ from primuspp.commands.render import fidelity_table, results_table
 from primuspp.config.loader import load_config, run_specs
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_file_target, default_pp_data_dir
-from primuspp.sim.compare import Latest, Ranking, describe_key, find_latest, rank_results
-from primuspp.sim.fidelity import load_runs, pair_runs, predicted_vs_measured
+from primuspp.sim.compare import Ranking, check_limit_unit, group_rows, rank_results
+from primuspp.sim.fidelity import RunRecord, describe_key, load_runs, pair_runs, predicted_vs_measured
 from primuspp.sim.output import write_result
 from primuspp.sim.recommend import candidate_specs, simulate_candidates
 from primuspp.sim.runs import run, split_refused, summary
@@ -109,118 +109,148 @@ def compare(
         return
     flags = (config, algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
     if not sources and all(f is None for f in flags):
-        latest = find_latest(Path(load_config(None).output_dir), default_pp_data_dir())
-        if latest is not None:
-            _compare_latest(latest, json_, html)
+        measured = default_pp_data_dir()
+        if measured.is_dir() and any(measured.glob("pp_rank_*.json")):
+            _compare_latest(measured, json_, html)
             return
-    rows = []
+    rows = [row for src in sources or [] for row in summaries_from_dir(src)]
     refused: list[tuple[str, str]] = []
-    for src in sources or []:
-        rows.extend(summaries_from_dir(src))
-    pairs = []
+    pairs, notes = [], []
     if sources and len(sources) > 1:
-        records = [r for src in sources for r in load_runs(src)]
-        matched, _ = pair_runs(records)
+        matched, alone = pair_runs([r for src in sources for r in load_runs(src)])
         pairs = [predicted_vs_measured(sim, real) for sim, real in matched]
+        notes = [_no_simulation(real) for real in alone]
+    simulating = bool(algo or config or not sources)
+    check_limit_unit([*rows, *([{"name": "the simulations"}] if simulating else [])], mem_limit)
     ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
     if mem_limit is not None and not algo and not sources:
         base = run_specs(load_config(config), ov)[0]
         candidates = candidate_specs(base.pp, base.micro_batches, base.costs, mem_limit)
         results, refused = simulate_candidates(candidates)
         rows.extend(summary(r) for r in results)
-    elif algo or config or not sources:
+    elif simulating:
         specs = run_specs(load_config(config), ov)
         if not algo:  # a sweep skips what an algorithm refuses (listed below the table)
             specs, skipped = split_refused(specs)
             refused.extend((r["name"], r["reason"]) for r in skipped)
         rows.extend(summary(run(spec)) for spec in progress(specs, "simulating"))
-    ranking = rank_results(rows, mem_limit)
     compared = ""
     if not sources and not config:
         compared = "the packaged config's runs, simulated now" if not algo else "the runs simulated now"
         if all(f is None for f in flags):
             compared += f" (no measured run in {default_pp_data_dir()}/: `primuspp train` writes one)"
-    _report(ranking, refused, pairs, mem_limit, json_, html, compared)
+    # a run shown predicted vs measured, alone at its size, has nothing to be ranked against
+    paired = {p[side]["path"] for p in pairs for side in ("simulated", "measured")}
+    groups = [g for g in group_rows(rows) if not all(r.get("path") in paired for r in g)]
+    rankings = [rank_results(g, mem_limit) for g in groups]
+    _report(rankings, refused, pairs, mem_limit, json_, html, compared, notes)
 
 
-def _compare_latest(latest: Latest, json_: bool, html: Path | None) -> None:
-    """Bare `compare` after `simulate` and `train`: the latest simulation of the measured schedule next to
-    the measured run, predicted vs measured; simulated now (costs measured from the run) when the latest
-    simulation does not hold that schedule."""
+def _no_simulation(real: RunRecord) -> str:
+    algo, p, v, m = real.key
+    vpp = f" --vpp {v}" if v > 1 else ""
+    return (
+        f"no simulated run of {real.path}'s size and schedule ({describe_key(real.key)}): "
+        f"primuspp simulate --algo {algo or 'NAME'}{vpp} --costs-from {real.path} (p {p}, m {m} from the run)"
+    )
+
+
+def _compare_latest(measured: Path, json_: bool, html: Path | None) -> None:
+    """Bare `compare` after `simulate` and `train`: the measured run predicted vs measured, by the latest
+    simulation's run of its schedule at its size, next to that simulation's other runs at its size (the
+    choices); else its schedule simulated now on costs measured from it."""
     sim_root = Path(load_config(None).output_dir)
-    schedule = describe_key(latest.key)
-    algo, p, v, m = latest.key
-    real = load_runs(latest.measured)[0]
-    measured_row = summaries_from_dir(latest.measured)[0]
-    if latest.simulated is not None:
-        sim = load_runs(latest.simulated)[0]
+    real = load_runs(measured)[0]
+    algo, p, v, m = real.key
+    schedule = describe_key(real.key)
+    try:
+        held = summaries_from_dir(sim_root)
+    except ConfigError:  # no simulation there (or none readable): simulated now below
+        held = []
+    choices = [r for r in held if (r["pp"], r["micro_batches"]) == (p, m) and r.get("source") == "simulated"]
+    match = next((r for r in choices if (r["algorithm"], r["vpp"]) == (algo, v)), None)
+    if match is not None:
+        sim = load_runs(match["path"])[0]
         pair = predicted_vs_measured(sim, real)
-        rows = [summaries_from_dir(latest.simulated)[0], measured_row]
-        compared = f"the latest simulation {latest.simulated}/ with the latest measured run {real.path}/"
+        compared = f"the latest measured run {real.path}/ ({schedule}) with the simulation {sim.path}/"
     else:
         if algo not in ALGORITHMS:
             raise ConfigError(
-                f"{latest.measured}: the measured run's schedule ({schedule}) is not one primuspp can "
+                f"{measured}: the measured run's schedule ({schedule}) is not one primuspp can "
                 "simulate; compare it with a simulate output: primuspp compare SIM_DIR PP_DATA_DIR",
                 key="path",
             )
-        ov = o.overrides([algo], p, v if v > 1 else None, m, costs_from=latest.measured)
+        ov = o.overrides([algo], p, v if v > 1 else None, m, costs_from=measured)
         spec = run_specs(load_config(None), ov)[0]
         with tempfile.TemporaryDirectory(prefix="primuspp-compare-") as tmp:
-            run_dir = write_result(run(spec), tmp)
-            sim = load_runs(run_dir)[0]
+            sim = load_runs(write_result(run(spec), tmp))[0]
             pair = predicted_vs_measured(sim, real)
-            rows = [summaries_from_dir(run_dir)[0], measured_row]
-        held = ", ".join(latest.held) if latest.held else "nothing"
-        compared = (
-            f"the latest measured run {real.path}/ ({schedule}) with its schedule simulated now on costs "
-            f"measured from it: {sim_root}/ holds no run of that schedule ({held})"
+        sizes = sorted({f"p {r['pp']} m {r['micro_batches']}" for r in held if r["algorithm"] == algo})
+        why = (
+            f"{sim_root}/ holds {algo} at {', '.join(sizes)}, the run is p {p} m {m}"
+            if sizes
+            else f"{sim_root}/ holds no {algo} run"
         )
-    rows[0]["name"] += " (simulated)"
-    rows[1]["name"] += " (measured)"
-    ranking = rank_results(rows)
-    _report(ranking, [], [pair], None, json_, html, compared)
+        compared = (
+            f"the latest measured run {real.path}/ ({schedule}) with its schedule simulated now at its size, "
+            f"on costs measured from it ({why}); every algorithm at this size: primuspp simulate "
+            f"--costs-from {real.path}"
+        )
+    rankings = [rank_results(choices)] if len(choices) > 1 else []
+    _report(rankings, [], [pair], None, json_, html, compared, [])
     step = next((x for x in pair["metrics"] if x["metric"] == "step_time"), None)
-    if latest.simulated is not None and step and step["error"] is not None and abs(step["error"]) > 0.5:
-        ms = "" if v <= 1 else f" --vpp {v}"
-        hint = f"primuspp simulate --algo {algo} --pp {p}{ms} --mb {m} --costs-from {real.path}"
+    if match is not None and step and step["error"] is not None and abs(step["error"]) > 0.5:
         (err if json_ else out).print(
-            f"[dim]the simulation ran on its config's costs; for a prediction on the costs measured in "
-            f"this run: {hint}[/dim]",
+            f"[dim]the simulation ran on its config's costs; for predictions on the costs measured in "
+            f"this run: primuspp simulate --costs-from {real.path}[/dim]",
             highlight=False,
             soft_wrap=True,
         )
 
 
 def _report(
-    ranking: Ranking,
+    rankings: list[Ranking],
     refused: list[tuple[str, str]],
     pairs: list[dict],
     mem_limit: float | None,
     json_: bool,
     html: Path | None,
     compared: str,
+    notes: list[str],
 ) -> None:
+    """One table and recommendation per set of choices, then each predicted-vs-measured pair."""
+    rows = [r for k in rankings for r in k.rows]
+    one = rankings[0] if len(rankings) == 1 else None
+    best = one.best if one else None
+    reason = one.reason if one else ("; ".join(f"{k.title}: {k.reason}" for k in rankings))
     if json_:
         doc = {
-            "results": ranking.rows,
-            "recommendation": ranking.best,
-            "reason": ranking.reason,
+            "results": rows,
+            "recommendation": best,
+            "reason": reason,
+            "groups": [
+                {"title": k.title, "recommendation": k.best, "reason": k.reason, "runs": len(k.rows)}
+                for k in rankings
+            ],
             "refused": [{"name": n, "reason": r} for n, r in refused],
         }
         if pairs:
             doc["predicted_vs_measured"] = pairs
         if compared:
             doc["compared"] = compared
+        if notes:
+            doc["notes"] = notes
         print(json.dumps(doc))
     else:
         if compared:
             out.print(f"[dim]compared {compared}[/dim]", highlight=False, soft_wrap=True)
-        out.print(results_table(ranking.rows, "Comparison (fastest first)", show_fits=mem_limit is not None))
+        order = "fastest that fits first" if mem_limit is not None else "fastest first"
+        for k in rankings:
+            out.print(results_table(k.rows, f"{k.title} ({order})", show_fits=mem_limit is not None))
+            style = "bold green" if k.best else "bold red" if len(k.rows) > 1 or mem_limit else "dim"
+            out.print(f"[{style}]recommendation:[/{style}] {k.reason}", highlight=False)
         for name, reason in refused:
             out.print(f"[dim]not admissible: {name}: {reason}[/dim]")
-        style = "bold green" if ranking.best else "bold red"
-        out.print(f"[{style}]recommendation:[/{style}] {ranking.reason}")
         for pair in pairs:
             out.print(fidelity_table(pair))
             out.print(f"[dim]memory: {pair['memory_note']}[/dim]", highlight=False)
@@ -231,8 +261,10 @@ def _report(
                 out.print(
                     f"[dim]emulated with {given} ms ({source}); its p2p was real[/dim]", highlight=False
                 )
+        for note in notes:
+            out.print(f"[yellow]{note}[/yellow]", highlight=False, soft_wrap=True)
     if html is not None:
-        write_file(html, compare_page(ranking.rows, ranking.best, ranking.reason, mem_limit), "--html")
+        write_file(html, compare_page(rows, best, reason, mem_limit), "--html")
         err.print(f"wrote {html}", soft_wrap=True)
 
 
@@ -252,7 +284,6 @@ def _compare_model(
     schedule, predicted vs measured (time in ms, activation memory in bytes)."""
     from primuspp.commands import model_mode as mm
     from primuspp.models.runs import ranked
-    from primuspp.sim.fidelity import RunRecord
 
     measured = [r for src in sources for r in load_runs(src)]
     for r in measured:

@@ -107,7 +107,8 @@ MemLimitOpt = Annotated[
     typer.Option(
         "--mem-limit",
         callback=finite_check(0.0, MAX_MEM_LIMIT, open_low=True),
-        help="Per-rank activation cap in microbatch units (1 = one microbatch, whole rank); > 0.",
+        help="Per-rank memory cap, > 0: in microbatch units for simulations (1 = one microbatch's "
+        "activations, whole rank), in GiB for measured runs (compare SOURCES).",
     ),
 ]
 MaxNodesOpt = Annotated[
@@ -121,7 +122,11 @@ MaxNodesOpt = Annotated[
 ]
 CostsFromOpt = Annotated[
     Path | None,
-    typer.Option("--costs-from", help="Measure the cost model from a pp_data dump or result directory."),
+    typer.Option(
+        "--costs-from",
+        help="Measure the cost model from a pp_data dump or result directory (--pp and --mb default to "
+        "the run's).",
+    ),
 ]
 ShowOpt = Annotated[
     bool,
@@ -160,9 +165,15 @@ def overrides(
         unit = ""
         if cal.memory_unit != "microbatches" and cal.activation_per_microbatch > 0:
             unit = f"; 1 activation unit = {cal.activation_per_microbatch:,.0f} {cal.memory_unit}"
+        # sizes the command line leaves out are the run's
+        taken = [
+            f"{k} {v}" for k, v, given in (("p", cal.pp, pp), ("m", cal.micro_batches, mb)) if given is None
+        ]
+        pp, mb = pp or cal.pp, mb or cal.micro_batches
+        size = f"; {', '.join(taken)} from the run" if taken else ""
         err.print(
             f"costs measured from {costs_from}: {cal.samples} intervals{note}; p2p latency "
-            f"{cal.costs.comm:.3g} ms ({cal.comm_samples} waiting hand-offs){unit}",
+            f"{cal.costs.comm:.3g} ms ({cal.comm_samples} waiting hand-offs){unit}{size}",
             highlight=False,
         )
     explicit = (("forward", fwd), ("backward", bwd), ("wgrad", wgrad), ("comm", comm))

@@ -7,43 +7,43 @@ from typing import Any
 
 from rich.table import Table
 
-
-def _num(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"
+from primuspp.sim.compare import ms as _num
 
 
-def _memory(r: dict[str, Any]) -> str:
-    """A row's peak memory in its own unit: microbatch units bare, bytes as KiB/MiB/GiB, and a dump's
-    framework figure (e.g. Primus' reserved GiB, no activation curve) marked as such, so one column never
-    mixes units silently."""
+def _memory(r: dict[str, Any], bare: bool) -> str:
+    """A row's peak memory in its own unit (bare when the column header says microbatches): bytes as
+    KiB/MiB/GiB, and a dump's framework figure (e.g. Primus' reserved GiB, no activation curve) marked as
+    such, so one column never mixes units silently."""
     from primuspp.viz.style import memory_scale
 
     unit = r.get("memory_unit", "microbatches")
-    if unit == "microbatches":
-        return _num(r["peak_memory"])
     scale, label = memory_scale(r["peak_memory"], unit)
-    shown = f"{r['peak_memory'] / scale:.3g} {label}"
+    shown = _num(r["peak_memory"] / scale) if bare else f"{r['peak_memory'] / scale:.3g} {label}"
     return shown if r.get("has_memory_curve", True) else f"{shown} reserved"
 
 
 def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = False) -> Table:
-    """One row per result; the fastest (that fits) in bold green. The algorithm column appears only when
-    some run's name does not already say its algorithm."""
-    best = min((r["step_time"] for r in rows if r.get("fits", True)), default=None)
+    """One row per result; the fastest (that fits) in bold green, `vs best` against it (against the fastest
+    when none fits). The algorithm column appears only when some run's name does not already say its
+    algorithm."""
+    fitting = [r["step_time"] for r in rows if r.get("fits", True)]
+    best = min(fitting or [r["step_time"] for r in rows], default=None)
     show_algo = any(not str(r["name"]).startswith(str(r["algorithm"])) for r in rows)
+    bare = all(r.get("memory_unit", "microbatches") == "microbatches" for r in rows)
     table = Table(title=title, title_justify="left")
     table.add_column("name", no_wrap=True)
     if show_algo:
         table.add_column("algorithm", no_wrap=True)
-    for col in ("p", "v", "m", "step time", "bubble", "steady", "peak mem", "vs best"):
+    peak = "peak (microbatches)" if bare else "peak mem"
+    for col in ("p", "v", "m", "step ms", "bubble", "steady", peak, "vs best"):
         table.add_column(col, justify="right", no_wrap=True)
     if show_fits:
         table.add_column("fits", justify="center", no_wrap=True)
     for r in rows:
         ratio = r["step_time"] / best if best else float("nan")
-        style = "bold green" if best is not None and r["step_time"] == best and r.get("fits", True) else None
+        style = "bold green" if fitting and r["step_time"] == best and r.get("fits", True) else None
         name = r["name"] if "statistic" not in r else f"{r['name']} [dim]({r['statistic']})[/dim]"
-        cells = [name, *([r["algorithm"]] if show_algo else [])]
+        cells = [name, *([r["algorithm"] or "-"] if show_algo else [])]
         cells += [
             str(r["pp"]),
             str(r["vpp"]),
@@ -51,7 +51,7 @@ def results_table(rows: list[dict[str, Any]], title: str, show_fits: bool = Fals
             _num(r["step_time"]),
             f"{r['bubble_rate']:.2%}",
             f"{r['steady_bubble_rate']:.2%}",
-            _memory(r),
+            _memory(r, bare),
             f"{ratio:.3f}x",
         ]
         if show_fits:

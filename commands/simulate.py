@@ -42,7 +42,7 @@ OptimizerCostOpt = Annotated[
     typer.Option(
         "--optimizer-cost",
         callback=o.finite_check(),
-        help="With --iterations: the optimizer step's time on each rank, in the cost unit (default 0).",
+        help="With --iterations: the optimizer step's time on each rank, in ms (default 0).",
     ),
 ]
 
@@ -115,7 +115,7 @@ def simulate(
     # imported here, not above: `simulate --help` needs only the options (start-up time)
     from primuspp.config.loader import run_specs, simulation_config
     from primuspp.gcpause import gc_paused
-    from primuspp.sim.output import results_dir, write_result
+    from primuspp.sim.output import results_dir, write_results
     from primuspp.sim.runs import run, split_refused, summary
 
     cfg = simulation_config(config)
@@ -129,8 +129,9 @@ def simulate(
     # locked, every target checked first; the collector paused: the runs and their files are acyclic bulk
     with results_dir(target, [spec.name for spec in specs]), gc_paused():
         results = [run(spec) for spec in progress(specs, "simulating")]
-        for result in results:
-            write_result(result, target)
+        note = write_results(results, target)
+    if note:
+        err.print(note, highlight=False, soft_wrap=True)
     summaries = [summary(r) for r in results]
     if laps is not None:
         _add_iterations(summaries, results, laps)
@@ -167,15 +168,16 @@ def _simulate_model(
     from primuspp.commands import model_mode as mm
     from primuspp.config.packaged import DEFAULT
     from primuspp.models.runs import ranked
-    from primuspp.sim.output import results_dir, write_result
+    from primuspp.sim.output import results_dir, write_results
     from primuspp.viz.terminal import render_timeline
 
     setup = mm.build(flags, algo, pp, vpp, mb, max_nodes, costs_from)
     runs = ranked(setup.runs)
     target = out_dir or Path(DEFAULT.output_dir)
     with results_dir(target, [r.name for r in runs]):
-        for r in runs:
-            write_result(r.result, target)
+        note = write_results([r.result for r in runs], target)
+    if note:
+        err.print(note, highlight=False, soft_wrap=True)
     records = [r.record() for r in runs]
     if laps is not None:
         _add_iterations(records, [r.result for r in runs], laps)
@@ -187,7 +189,7 @@ def _simulate_model(
         out.print(mm.model_table(records, mm.title(setup, f"Projected (results in {target}/)")))
         mm.print_breakdown(records)
         if laps is not None:
-            out.print(_iterations_table(records, laps, unit=" ms"))
+            out.print(_iterations_table(records, laps))
         from primuspp.commands.render import print_refused
 
         print_refused(setup.refused)
@@ -241,8 +243,10 @@ def _add_iterations(records: list[dict[str, Any]], results: list[SimResult], lap
         record["iterations"] = run.record()
 
 
-def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any], unit: str = ""):
+def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any]):
     from rich.table import Table
+
+    from primuspp.sim.compare import ms as _num
 
     mode = (
         "post-validation (each rank steps after its own last node)"
@@ -251,11 +255,11 @@ def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any], unit:
     )
     k = laps["iterations"]
     costs = {r["iterations"]["optimizer_cost"][0] for r in records}
-    cost = f"{costs.pop():.4g}{unit} per rank" if len(costs) == 1 else "per run: its DP sync + optimizer"
+    cost = f"{costs.pop():.4g} ms per rank" if len(costs) == 1 else "per run: its DP sync + optimizer"
     title = f"{k} iteration{'s' if k != 1 else ''}, {mode}, optimizer step {cost}"
     table = Table(title=title, title_justify="left")
     table.add_column("name", no_wrap=True)
-    for col in ("first step", "steady step", "steady bubble", "vs first"):
+    for col in ("first step ms", "steady step ms", "steady bubble", "vs first"):
         table.add_column(col, justify="right", no_wrap=True)
     for r in records:
         it = r["iterations"]
@@ -268,7 +272,3 @@ def _iterations_table(records: list[dict[str, Any]], laps: dict[str, Any], unit:
             f"{steady / first - 1:+.2%}" if first else "n/a",
         )
     return table
-
-
-def _num(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"

@@ -50,6 +50,8 @@ class Calibration:
     stage_rank: tuple[int, ...] = ()
     #: how a run without microbatch/chunk labels was labelled before measuring ("" when it had them)
     labels: str = ""
+    pp: int = 0  # the measured run's size (sizes a command line leaves out come from it)
+    micro_batches: int = 0
 
     def portable(self) -> CostModel:
         """The costs with one value per rank (a rank's stages summed; its B-freed part weighted by
@@ -179,6 +181,8 @@ def calibrate(timelines: list[Timeline], bw_split: float = 0.5) -> Calibration:
         first.memory_unit,
         memory is not None,
         tuple(stage_rank[s] for s in keys) if per_stage and keys == list(range(len(keys))) else (),
+        pp=first.pp,
+        micro_batches=first.micro_batches,
     )
 
 

@@ -2,7 +2,8 @@
 
 `load_runs(path)` reads a simulate output (root or one run) or a pp_data dump into `RunRecord`s;
 `pair_runs(records)` pairs every measured run with the simulated one of the same algorithm, p, v and m (or,
-when exactly one of each is given, those two); `predicted_vs_measured(sim, real)` compares them:
+when exactly one of each is given at the same p and m, those two); `predicted_vs_measured(sim, real)`
+compares them:
 
 - step time and bubble: the measured side is the median over its iterations, leaving out the first
   (warm-up) when there are more than two; the simulated side has one iteration;
@@ -30,6 +31,8 @@ from primuspp.inputs import load_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
 from primuspp.sim.calibrate import calibrate
+from primuspp.sim.compare import ms as _fmt
+from primuspp.sim.sources import run_dirs
 from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.pp_data import read_pp_data
 from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
@@ -63,6 +66,11 @@ class RunRecord:
         return self.timelines[1:] if len(self.timelines) > 2 else self.timelines
 
 
+def describe_key(key: tuple[str, int, int, int]) -> str:
+    algo, p, v, m = key
+    return f"{algo or 'unknown schedule'} p={p} v={v} m={m}"
+
+
 def has_memory_curve(timeline: Timeline) -> bool:
     """Whether the run recorded activation memory over time (not only a peak figure)."""
     return any(len(rt.memory) > 1 for rt in timeline.ranks)
@@ -72,19 +80,8 @@ def load_runs(path: str | Path) -> list[RunRecord]:
     """A simulate output root (every run in it), one run directory, or a pp_data dump. A dump without
     microbatch labels (Primus' older format) is labelled from the schedule that produced it, as `viz` does;
     it then names that schedule (so that it pairs with a simulation of it)."""
-    path = Path(path)
-    if not path.is_dir():
-        raise ConfigError(f"{path}: not a directory", key="path")
-    if any(path.glob("pp_rank_*.json")):
-        dirs = [path]
-    else:
-        dirs = sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("pp_rank_*.json")))
-        if not dirs:
-            raise ConfigError(
-                f"{path}: no pp_rank_<r>.json files, nor run directories holding them", key="path"
-            )
     records = []
-    for d in dirs:
+    for d in run_dirs(path):
         config: dict[str, Any] = {}
         if (d / "config.json").is_file():
             config = load_json(d / "config.json")
@@ -96,10 +93,11 @@ def load_runs(path: str | Path) -> list[RunRecord]:
 
 
 def pair_runs(records: list[RunRecord]) -> tuple[list[tuple[RunRecord, RunRecord]], list[RunRecord]]:
-    """(simulated, measured) pairs and the measured runs left without a simulated partner."""
+    """(simulated, measured) pairs and the measured runs left without a simulated partner. The only two
+    given pair when their p and m agree (a prediction of another schedule of the same pipeline)."""
     sims = [r for r in records if r.simulated]
     real = [r for r in records if not r.simulated]
-    if len(sims) == 1 and len(real) == 1:
+    if len(sims) == 1 and len(real) == 1 and sims[0].key[1::2] == real[0].key[1::2]:
         return [(sims[0], real[0])], []
     pairs, alone = [], []
     for r in real:
@@ -148,10 +146,6 @@ def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
             per_rank[cal.stage_rank[s]] += a
         return per_rank, "rise at F per stage"
     return [cal.activation_per_microbatch or 1.0] * pp, "median rise of the memory curve"
-
-
-def _fmt(x: float) -> str:
-    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"
 
 
 def _error(predicted: float, measured: float) -> float | None:

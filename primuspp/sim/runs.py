@@ -72,6 +72,8 @@ def summary(result: SimResult) -> dict[str, Any]:
         "steady_bubble_rate": m.steady_bubble_rate,
         "peak_memory": m.peak_memory,
         "p2p_transfers": m.p2p_transfers,
+        "source": result.timeline.source,
+        "memory_unit": result.timeline.memory_unit,
         "params": dict(table.params),
         "per_rank": [
             {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}

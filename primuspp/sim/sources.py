@@ -1,4 +1,5 @@
-"""Result summaries from directories: simulate output (summary.json) or pp_data dumps (measured)."""
+"""Result summaries from directories: simulate output (summary.json), pp_data dumps (measured) and Primus'
+simulator output, a root of several runs or one run."""
 
 from __future__ import annotations
 
@@ -11,22 +12,39 @@ from primuspp.inputs import finite, load_json
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.pp_data import read_pp_data
 
+#: the `source` of a run Primus' own simulator wrote (its config.json names no source)
+PRIMUS_SIMULATOR = "simulated (Primus' simulator)"
 
-def summaries_from_dir(path: str | Path) -> list[dict[str, Any]]:
-    """A simulate output root (several runs), one run directory, or a pp_data directory."""
+
+def run_dirs(path: str | Path) -> list[Path]:
+    """The run directories at `path`: itself when it holds a run (summary.json or pp_rank files), else its
+    subdirectories that do (a simulate output root, ours or Primus')."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such file or directory", key="path")
     if not path.is_dir():
         raise ConfigError(f"{path}: expected a result or pp_data directory", key="path")
-    if (path / "summary.json").exists():
-        return [_read_summary(path / "summary.json")]
-    if any(path.glob("pp_rank_*.json")):
-        return [summary_from_pp_data(path)]
-    runs = sorted(p for p in path.iterdir() if (p / "summary.json").exists())
+    if _is_run(path):
+        return [path]
+    runs = sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".") and _is_run(p))
     if not runs:
-        raise ConfigError(f"{path}: no summary.json or pp_rank_<r>.json files found", key="path")
-    return [_read_summary(p / "summary.json") for p in runs]
+        raise ConfigError(
+            f"{path}: no summary.json or pp_rank_<r>.json files, nor run directories holding them", key="path"
+        )
+    return runs
+
+
+def _is_run(path: Path) -> bool:
+    return (path / "summary.json").exists() or any(path.glob("pp_rank_*.json"))
+
+
+def summaries_from_dir(path: str | Path) -> list[dict[str, Any]]:
+    """One summary per run at `path` (see `run_dirs`), each with its `path`."""
+    rows = []
+    for d in run_dirs(path):
+        row = _read_summary(d / "summary.json") if (d / "summary.json").exists() else summary_from_pp_data(d)
+        rows.append({**row, "path": str(d)})
+    return rows
 
 
 def _read_summary(path: Path) -> dict[str, Any]:
@@ -54,9 +72,13 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
     pick = order[(len(order) - 1) // 2]
     tl, m = steady[pick], metrics[pick]
     n = len(steady)
+    source, config = tl.source, path / "config.json"
+    if source == "simulated" and not (config.is_file() and "source" in load_json(config)):
+        source = PRIMUS_SIMULATOR
+    statistic = f"median of {n} iterations" if n > 1 else f"iteration {tl.iteration}"
     return {
         "name": tl.name,
-        "algorithm": tl.algorithm or "measured",
+        "algorithm": tl.algorithm,
         "pp": tl.pp,
         "vpp": tl.vpp,
         "micro_batches": tl.micro_batches,
@@ -64,9 +86,9 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
         "bubble_rate": statistics.median(x.bubble_rate for x in metrics),
         "steady_bubble_rate": statistics.median(x.steady_bubble_rate for x in metrics),
         "peak_memory": statistics.median(x.peak_memory for x in metrics),
-        "statistic": f"median of {n} iteration{'s' * (n != 1)}" if n > 1 else f"iteration {tl.iteration}",
+        **({"statistic": statistic} if n > 1 or not source.startswith("simulated") else {}),
         "iteration": tl.iteration,
-        "source": tl.source,
+        "source": source,
         "memory_unit": tl.memory_unit,
         "has_memory_curve": any(len(rt.memory) > 1 for rt in tl.ranks),
         "per_rank": [

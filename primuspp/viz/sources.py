@@ -91,7 +91,17 @@ def load_path(path: Path) -> list[Source]:
             "(expected a simulate output or pp_data directory)",
             key="path",
         )
-    return [_run_dir(p) for p in runs]
+    sources = [_run_dir(p) for p in runs]
+    if len({_size(s) for s in sources}) > 1:  # a root of several sizes is not one set: by size, labelled
+        sources = [
+            replace(s, label=f"{s.label} (p {_size(s)[0]}, m {_size(s)[1]})")
+            for s in sorted(sources, key=_size)
+        ]
+    return sources
+
+
+def _size(source: Source) -> tuple[int, int]:
+    return source.timelines[0].pp, source.timelines[0].micro_batches
 
 
 def with_transfers(source: Source, index: int) -> Timeline:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from tests.adversarial.build import SIM_OUT, SMALL
-from tests.adversarial.harness import ERR, OK, Case, Ctx, Expect, Outcome
+from tests.adversarial.harness import ERR, OK, REPO, Case, Ctx, Expect, Outcome
 
 cases: list[Case] = []
 
@@ -309,3 +309,40 @@ _add(
     OK(),
     check=lambda ctx, o: None if json.loads(o[0].stdout)["results"] else "no candidates",
 )
+
+# -- issue 34: --mem-limit has one unit per kind of run ----------------------------------------------
+_PRIMUS_RUN = REPO / "tests" / "data" / "primus" / "pp_data_example" / "pp4_zb_new"
+
+
+def _in_gib(ctx: Ctx, outcomes: list[Outcome]) -> str | None:
+    doc = json.loads(outcomes[0].stdout)
+    return None if "limit of 5 GiB" in doc["reason"] and "55.5 GiB" in doc["reason"] else doc["reason"]
+
+
+cases += [
+    Case(
+        "compare-mem-limit-measured-gib",
+        "own",
+        "compare",
+        "flags",
+        lambda ctx: ["compare", str(_PRIMUS_RUN), "--mem-limit", "5", "--json"],
+        OK(),
+        check=_in_gib,
+    ),
+    Case(
+        "compare-mem-limit-mixed-units",
+        "own",
+        "compare",
+        "flags",
+        lambda ctx: ["compare", str(ctx.golden / "all" / "zbv"), str(_PRIMUS_RUN), "--mem-limit", "4"],
+        ERR("--mem-limit"),
+    ),
+    Case(
+        "compare-mem-limit-simulated-and-measured",
+        "own",
+        "compare",
+        "flags",
+        lambda ctx: ["compare", str(_PRIMUS_RUN), "--algo", "1f1b", *SMALL, "--mem-limit", "4"],
+        ERR("--mem-limit"),
+    ),
+]

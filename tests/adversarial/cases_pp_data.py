@@ -7,6 +7,7 @@ shapes (own)."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from tests.adversarial.build import (
     raw_rank,
     run_dir,
 )
-from tests.adversarial.harness import ALGOS, EITHER, ERR, OK, Case, Ctx, Outcome
+from tests.adversarial.harness import ALGOS, EITHER, ERR, OK, REPO, Case, Ctx, Outcome
 
 cases: list[Case] = []
 READERS = ("viz", "compare", "costs-from")
@@ -521,3 +522,73 @@ cases.append(
         OK(),
     )
 )
+
+
+# -- issue 34: roots and runs as a user meets them --------------------------------------------------
+def _primus_example(name: str) -> Callable[[Ctx], Path]:
+    return lambda ctx: Path(shutil.copytree(REPO / "tests" / "data" / "primus" / name, ctx.inp / name))
+
+
+def _primus_simulations(ctx: Ctx, outcomes: list[Outcome]) -> str | None:
+    rows = json.loads(outcomes[0].stdout)["results"]
+    sources = {r["source"] for r in rows}
+    return None if len(rows) == 5 and sources == {"simulated (Primus' simulator)"} else f"read as {sources}"
+
+
+def _two_sizes(ctx: Ctx) -> Path:
+    root = ctx.inp / "root"
+    shutil.copytree(ctx.golden / "all" / "1f1b", root / "1f1b-p4")
+    shutil.copytree(ctx.golden / "pp8" / "1f1b", root / "1f1b-p8")
+    return root
+
+
+def _grouped(ctx: Ctx, outcomes: list[Outcome]) -> str | None:
+    doc = json.loads(outcomes[0].stdout)
+    titles = [g["title"] for g in doc["groups"]]
+    return None if len(titles) == 2 and doc["recommendation"] is None else f"one set: {titles}"
+
+
+def _sizes_from_run(ctx: Ctx, outcomes: list[Outcome]) -> str | None:
+    sizes = {(r["pp"], r["micro_batches"]) for r in json.loads(outcomes[0].stdout)["results"]}
+    return None if sizes == {(4, 8)} else f"sizes {sizes}, not the run's (4, 8)"
+
+
+cases += [
+    Case(
+        "compare-primus-simulator-root",
+        "own",
+        "compare",
+        "pp_data",
+        lambda ctx: ["compare", str(_primus_example("simulator_output_p8_m32")(ctx)), "--json"],
+        OK(),
+        check=_primus_simulations,
+    ),
+    Case(
+        "compare-root-of-two-sizes",
+        "own",
+        "compare",
+        "result-dir",
+        lambda ctx: ["compare", str(_two_sizes(ctx)), "--json"],
+        OK(),
+        check=_grouped,
+    ),
+    Case(
+        "costs-from-sizes-from-the-run",
+        "own",
+        "simulate",
+        "pp_data",
+        lambda ctx: [
+            "simulate",
+            "--costs-from",
+            str(_primus_example("pp_data_example/pp4")(ctx)),
+            "--algo",
+            "zbv",
+            "--json",
+            "--out",
+            str(ctx.out),
+        ],
+        OK(),
+        outputs=SIM_OUT,
+        check=_sizes_from_run,
+    ),
+]

@@ -325,20 +325,22 @@ def test_simulate_train_viz_compare_in_one_directory(capsys, tmp_path, monkeypat
     assert "compared the latest measured run output/pp_data/ (zbv p=4 v=2 m=8)" in " ".join(out.split())
     assert "Predicted (zbv-v2) vs measured (output/pp_data" in out and "step time ms" in out
 
-    # once the latest simulation holds that schedule, it is the prediction
-    assert _run(capsys, "simulate", "--algo", "zbv", "--pp", "4", "--mb", "8")[0] == 0
+    # once the latest simulation holds that schedule at that size, it is the prediction; the earlier
+    # runs at p=8 m=32 are gone from the results directory (primuspp's own), not mixed with the new size
+    code, _, err = _run(capsys, "simulate", "--algo", "zbv", "--pp", "4", "--mb", "8")
+    assert code == 0 and "removed 11 earlier runs at p 8 m 32 from pp_simulation_result/" in err
+    assert [p.name for p in Path("pp_simulation_result").iterdir() if not p.name.startswith(".")] == ["zbv"]
     code, out, err = _run(capsys, "compare", "--json")
     assert code == 0, err
     doc = json.loads(out)
     assert doc["compared"].startswith(
-        "the latest simulation pp_simulation_result/zbv/ with the latest measured"
+        "the latest measured run output/pp_data/ (zbv p=4 v=2 m=8) with the simulation "
+        "pp_simulation_result/zbv"
     )
     (pair,) = doc["predicted_vs_measured"]
     assert (pair["algorithm"], pair["pp"], pair["vpp"], pair["micro_batches"]) == ("zbv", 4, 2, 8)
-    assert [r["name"] for r in doc["results"]] in (
-        ["zbv (simulated)", "zbv (measured)"],
-        ["zbv (measured)", "zbv (simulated)"],
-    )
+    # a simulation and a measurement of one schedule are not choices: nothing is recommended between them
+    assert doc["results"] == [] and doc["recommendation"] is None
 
     # --no-dump opts out; $DUMP_PP_DIR overrides the default
     before = _tree_hash(tmp_path / "output")

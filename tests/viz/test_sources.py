@@ -99,3 +99,12 @@ def test_summary_with_bad_figures_is_refused(tmp_path):
     (run_dir / "summary.json").write_text(json.dumps({**doc, "step_time": "fast"}))
     with pytest.raises(PrimusppError, match=r"summary.json: step_time='fast': expected a finite number"):
         summaries_from_dir(run_dir)
+
+
+def test_a_root_of_two_sizes_is_shown_by_size(tmp_path):
+    """Runs of several sizes in one root are not one set: grouped by size, each labelled with it."""
+    for pp, mb in ((8, 16), (4, 8)):
+        write_result(simulate(build_schedule("1f1b", pp, None, mb), name=f"run-p{pp}"), tmp_path)
+    labels = [s.label for s in load_sources([tmp_path])]
+    assert labels == ["run-p4 (p 4, m 8)", "run-p8 (p 8, m 16)"]
+    assert [s.label for s in load_sources([tmp_path / "run-p8"])] == ["run-p8"]
