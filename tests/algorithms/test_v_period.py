@@ -3,6 +3,7 @@ where its check fails."""
 
 from __future__ import annotations
 
+import hashlib
 from itertools import pairwise
 
 import numpy as np
@@ -312,3 +313,29 @@ def test_offsets_are_kept_but_each_call_gets_new_lists():
     fo[0], bo[-1] = 99, 99  # a caller changing its lists changes nobody else's
     assert offsets(8, ZB) == want == tuple(map(list, _offsets.__wrapped__(8, ZB)))
     assert estimated_peak(8, ZB) == estimated_peak.__wrapped__(8, ZB)
+
+
+#: (p, m, block, cap, both squeezes, hash of the peak and the named orders) as the V family squeezed them
+#: before its rewrite onto one grid (the period path, its fallback and the full squeeze among them)
+PINNED = [
+    (8, 64, "zb", 16, True, "054289433c78fdfc"),
+    (8, 64, "half", 10, True, "92bb51d995d5a8cf"),
+    (5, 40, "min", 6, True, "d9951e609c22f777"),
+    (16, 128, "zb", 32, False, "7c7fe9b13d838b55"),
+    (6, 100, "min-b2", 9, False, "911449e5f9f3144c"),
+    (4, 9, "half-f13", 8, True, "e825d30e2caa8d00"),
+    (2, 30, "zb-tight", 4, True, "e7f6c011776e8db7"),
+    (13, 60, "min-b2", 16, False, "27a551538aad2349"),
+]
+
+
+@pytest.mark.parametrize("p,m,name,cap,both,want", PINNED)
+def test_squeezed_orders_are_the_pinned_ones(p, m, name, cap, both, want):
+    peak, orders = squeezed_orders(p, m, next(b for b in BLOCKS if b.name == name), cap, both=both)
+    h = hashlib.sha256(repr(peak).encode())
+    for label, order in orders:
+        h.update(label.encode())
+        h.update(np.asarray(order.first).tobytes())
+        for k in ("kind", "stage", "mb"):
+            h.update(np.asarray(order.rows[k], dtype=np.int64).tobytes())
+    assert h.hexdigest()[:16] == want
