@@ -22,16 +22,16 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 
-from primuspp.algorithms import vshape
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import score
+from primuspp.algorithms.v_blocks import PERIOD
+from primuspp.algorithms.v_grid import SlotSchedule
 from primuspp.errors import PrimusppError
 from primuspp.schedule.costs import StageCosts, unit_costs
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 from primuspp.schedule.timing import node_times
 
-PERIOD = vshape.PERIOD
 #: spacings of the outgoing chains and gaps at the turns (slots)
 SPACINGS = (1, 2, 3, 4, 5)
 TURNS = (1, 2, 3, 4, 5)
@@ -155,7 +155,7 @@ def truncate(order: ComputeOrder, m: int) -> ComputeOrder:
 
 
 def _nodes(p: int, m: int) -> list[Node]:
-    """The node of every op id of `vshape.SlotSchedule` ((mb * stages + stage) * 3 + kind)."""
+    """The node of every op id of `v_grid.SlotSchedule` ((mb * stages + stage) * 3 + kind)."""
     n = 2 * p
     kinds = (NodeKind.F, NodeKind.B, NodeKind.W)
     return [Node(kinds[op % 3], op // 3 // n, op // 3 % n) for op in range(3 * n * m)]
@@ -170,8 +170,8 @@ def warm_candidates(p: int, m: int, chunks: int, blocks) -> list[tuple[str, Comp
     out = []
     seen: set[tuple[tuple[int, ...], ...]] = set()
     for name, fo, bo in blocks:
-        sched = vshape.SlotSchedule(p, big, fo, bo, tighten=False)  # the order does not need the tightening
-        ops = tuple(tuple(op for op in row if op >= 0) for row in sched.occ)
+        sched = SlotSchedule(p, big, fo, bo, tighten=False)  # the order does not need the tightening
+        ops = tuple(tuple(op for op in row if op >= 0) for row in sched.occ.tolist())
         if ops in seen:
             continue
         seen.add(ops)

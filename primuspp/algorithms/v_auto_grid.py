@@ -1,40 +1,19 @@
-"""The controllable-memory V construction on unit slots: repeat a building block, squeeze, reorder.
+"""The controllable-memory V construction on unit slots (Qi et al., "Pipeline Parallelism with
+Controllable Memory", 2024): repeat a building block, squeeze, reorder.
 
-The construction follows the controllable-memory zero-bubble paper (Qi et al., "Pipeline Parallelism with
-Controllable Memory", 2024). Every op costs one slot. A rank runs six ops per microbatch, each named by an
-integer code `2 * kind + chunk` (kind 0 forward, 1 backward, 2 weight gradient; chunk 0 is stage r, chunk 1
-stage 2p-1-r). Chunk 0's forward and chunk 1's backward travel down the ranks (input from rank r-1), chunk
-1's forward and chunk 0's backward travel up (input from rank r+1); a chain's first rank takes its input
-from itself (chunk 1 forward after chunk 0 forward on the last rank, and so on). A *schedule* here is one
-slot array per rank (`EMPTY` or a code); the microbatch of an op is its count among the rank's ops of that
-code, so an op is (code, microbatch, rank).
+Every op costs one slot. A rank runs six ops per microbatch, each named by a code `2 * kind + chunk` (kind 0
+F, 1 B, 2 W; chunk 0 is stage r, chunk 1 stage 2p-1-r). Chunk 0's F and chunk 1's B travel down the ranks,
+chunk 1's F and chunk 0's B up; a chain's first rank takes its input from itself. A grid is one slot row per
+rank (`EMPTY` or a code); an op's microbatch is its count among the rank's ops of that code.
 
-A *block* gives the slot of each of a rank's six ops in a period of six slots. The first rank's chunk-0
-forward sits in slot 0 and the other forward and the two backwards in three other distinct slots; a weight
-gradient takes the first free slot after its backward. Each next rank moves the downward ops by `k` slots
-and the upward ones by -1, with `k = k0` for the first `split` rank steps and a tighter `k1 <= k0` after.
-One block is built into a schedule by (`build`):
-
-1. laying it out `big` = max(m, 2p) times per op with period six, the chains taken in dependency order
-   and each op's run starting at its block slot right after the previous one's start (`tile`; a full
-   warm-up even for a small m);
-2. moving every op as early as its input and its rank allow, each rank's order kept (`squeeze`);
-3. laying out each rank's warm-up again: forwards first, then forward pairs, then (backward, weight
-   gradient, forward) triples, as many activations as the peak allows (`warm_up`);
-4. keeping m microbatches; with few of them and memory to spare, moving each rank's first weight gradients
-   to its end until its memory is used (`hold_wgrads`);
-5. rebuilding the cool-down at slots given per rank by formula: the last backwards of chunk 0 two slots
-   apart up the ranks, the last of chunk 1 two slots apart down them, the weight gradients taken out of the
-   tail put back in the free slots after them (`cool_down`);
-6. pulling into every free slot a later op of the rank that is ready and keeps the rank's peak
-   (`fill_bubbles`), then giving each weight gradient the oldest backward still without one
-   (`pair_wgrads`).
-
-`best` builds every block of the space within the budget (walked by spacing; a block whose peak is already
-above the budget ends its spacing's walk, the wider splits only hold more) and keeps the one with the
-shortest longest span under one mean cost per kind (`span`); beyond `GRID_WORK` under effort="auto" only the
-blocks whose tiled peak is near the budget are built (`thin`). `v_family` uses that order as a floor for
-v-auto: the final pick is the best candidate no worse in both step time and longest span (`floor_pick`).
+A block gives the slot of each of a rank's six ops in a period of six slots; each next rank moves the
+downward ops by `k0` slots for the first `split` rank steps and by `k1 <= k0` after, the upward ones by -1.
+`build` lays a block out max(m, 2p) times (`tile`), moves every op as early as its input and rank allow
+(`squeeze`), lays each rank's warm-up out again (`warm_up`), keeps m microbatches (holding the first W's
+back where memory is spare: `hold_wgrads`), rebuilds the cool-down by formula (`cool_down`), fills free
+slots with later ready ops (`fill_bubbles`) and pairs each W with the oldest B without one (`pair_wgrads`).
+`best` keeps the block with the shortest longest span under one mean cost per kind (`span`); v-auto takes
+that order as a floor (`floor_pick`).
 """
 
 from __future__ import annotations
@@ -45,6 +24,7 @@ from functools import cache
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units, order_peak, score
 from primuspp.algorithms.refine import refined_pool
+from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement, v_shape
@@ -799,6 +779,4 @@ def floor_pick(
 
 
 def _no_fit(cap: float | None):
-    from primuspp.errors import ScheduleError
-
     return ScheduleError(f"no candidate schedule fits an activation cap of {cap:g}", key="max_mem")

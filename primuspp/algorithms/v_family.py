@@ -1,7 +1,7 @@
 """The V family: zbv, v-half, v-min and v-auto (V placement, v = 2, B/W split).
 
-All four build candidates the same way — building blocks repeated and squeezed (`vshape`), plus, on small
-instances, the capped greedy (`greedy`) — and keep the one with the shortest longest-rank span (the
+All four build candidates the same way — building blocks repeated and squeezed (`v_block_orders`), plus,
+on small instances, the capped greedy (`greedy`) — and keep the one with the shortest longest-rank span (the
 zero-bubble papers' metric), then the shortest step time, among those within the memory budget. They
 differ in the budget and the blocks they start from:
 
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms import greedy, v_auto_blocks, v_auto_grid, v_blocks, vshape, zbv_timed
+from primuspp.algorithms import greedy, v_auto_blocks, v_auto_grid, v_block_orders, zbv_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import memory_units, pick
 from primuspp.algorithms.refine import pick_refined
+from primuspp.algorithms.v_blocks import HALF, MIN, ZB, ZB_TIGHT, Block, estimated_peak
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 
@@ -31,17 +32,17 @@ from primuspp.schedule.placement import v_shape
 FULL_SEARCH_LIMIT = 12_000
 GREEDY_POLICIES = tuple(p for p in greedy.POLICIES if p.name in ("alt-fit", "b-eager-deep", "b-eager-old"))
 AUTO_BLOCKS = (
-    vshape.MIN,
-    vshape.Block("min-b0", 1, 1, 1, 2),
-    vshape.Block("half-f1", 1, 2, 1, 1),
-    vshape.HALF,
-    vshape.Block("half-b1", 1, 1, 2, 1),
-    vshape.Block("half-f13", 1, 3, 1, 1),
-    vshape.Block("half-f2b2", 1, 2, 2, 1),
-    vshape.Block("wide-b1", 1, 1, 3, 1),
-    vshape.Block("wide-b13", 1, 1, 3, 3),
-    vshape.ZB_TIGHT,
-    vshape.ZB,
+    MIN,
+    Block("min-b0", 1, 1, 1, 2),
+    Block("half-f1", 1, 2, 1, 1),
+    HALF,
+    Block("half-b1", 1, 1, 2, 1),
+    Block("half-f13", 1, 3, 1, 1),
+    Block("half-f2b2", 1, 2, 2, 1),
+    Block("wide-b1", 1, 1, 3, 1),
+    Block("wide-b13", 1, 1, 3, 3),
+    ZB_TIGHT,
+    ZB,
 )
 
 
@@ -49,7 +50,7 @@ def v_orders(
     p: int,
     m: int,
     cap: float,
-    blocks: tuple[vshape.Block, ...],
+    blocks: tuple[Block, ...],
     costs,
     report: dict,
     widest: int = 1,
@@ -70,9 +71,7 @@ def v_orders(
         blocks = tuple(dict.fromkeys((*blocks, *AUTO_BLOCKS)))
     small = full_search(effort, 6 * p * m, FULL_SEARCH_LIMIT, report)
     widest = widest if small else 1
-    ranked = sorted(
-        ((vshape.estimated_peak(p, b), i) for i, b in enumerate(blocks)), key=lambda x: (-x[0], x[1])
-    )
+    ranked = sorted(((estimated_peak(p, b), i) for i, b in enumerate(blocks)), key=lambda x: (-x[0], x[1]))
     candidates: list[tuple[str, ComputeOrder]] = []
     found = 0
     squeezes: list[str] = []  # how each block built was squeezed: in full, or from its period (`v_period`)
@@ -82,18 +81,18 @@ def v_orders(
         if estimate > chunks + 1:
             continue
         how: dict = {}
-        peak, orders = vshape.squeezed_orders(p, m, blocks[i], chunks, both=small, report=how)
+        peak, orders = v_block_orders.squeezed_orders(p, m, blocks[i], chunks, both=small, report=how)
         squeezes.append(f"{blocks[i].name}: {how['squeeze']}")
         if not orders:
             continue
         found += 1
         candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
-            candidates.extend(vshape.squeezed_orders(p, m, blocks[i], peak)[1])
+            candidates.extend(v_block_orders.squeezed_orders(p, m, blocks[i], peak)[1])
     if squeezes:
         report["squeeze"] = "; ".join(squeezes)
     if small:  # more spacings of the block family, for the cost model to choose from
-        candidates.extend(v_blocks.candidates(p, m, chunks))
+        candidates.extend(v_block_orders.candidates(p, m, chunks))
         if space:  # v-auto: the whole two-regime block space, ranked by the cost model
             candidates.extend(
                 v_auto_blocks.candidates(p, m, chunks, stage_costs, effort=effort, report=report)
@@ -138,7 +137,7 @@ def with_offload(order: ComputeOrder, p: int) -> ComputeOrder:
     return out
 
 
-def _generator(budget, blocks: tuple[vshape.Block, ...], widest: int = 1, space: bool = False):
+def _generator(budget, blocks: tuple[Block, ...], widest: int = 1, space: bool = False):
     def generate(req: GenerationRequest) -> ComputeOrder:
         p, m = req.pp, req.micro_batches
         cap = budget(p, req.params)
@@ -171,7 +170,7 @@ ZBV = Algorithm(
     summary="zero-bubble V: two chunks per rank, B/W split, 1F1B's memory",
     memory="p",
     constraints="v = 2, any p >= 1, m >= 1",
-    generate=zbv_timed.floored(_generator(lambda p, params: float(p), (vshape.ZB, vshape.ZB_TIGHT))),
+    generate=zbv_timed.floored(_generator(lambda p, params: float(p), (ZB, ZB_TIGHT))),
     params=(OFFLOAD, EFFORT),
     **_COMMON,
 )
@@ -181,7 +180,7 @@ V_HALF = Algorithm(
     summary="V schedule at about half of 1F1B's activation memory",
     memory="floor((p+2)/2)",
     constraints="v = 2, any p >= 1, m >= 1",
-    generate=_generator(lambda p, params: float((p + 2) // 2), (vshape.HALF,)),
+    generate=_generator(lambda p, params: float((p + 2) // 2), (HALF,)),
     params=(OFFLOAD, EFFORT),
     **_COMMON,
 )
@@ -191,7 +190,7 @@ V_MIN = Algorithm(
     summary="V schedule at about a third of 1F1B's activation memory",
     memory="floor((p+4)/3)",
     constraints="v = 2, any p >= 1, m >= 1",
-    generate=_generator(lambda p, params: float((p + 4) // 3), (vshape.MIN,)),
+    generate=_generator(lambda p, params: float((p + 4) // 3), (MIN,)),
     params=(OFFLOAD, EFFORT),
     **_COMMON,
 )

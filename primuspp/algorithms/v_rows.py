@@ -1,23 +1,17 @@
-"""Whole-schedule array passes of `vshape.SlotSchedule`: the per-rank numpy helpers there, run for every
-rank at once.
-
-Why: the per-rank helpers (`_ws_slots`, `_profile`, `_walk`, `_place_ws`) cost a dozen numpy calls and a
-list round trip each, p times per pass; at p = 64 that was a third of a V generation outside its move
-loops. Here each is a handful of 2-D calls over the (ranks x slots) grid `occ`. The grid is rebuilt from
-`slot` (one scatter) rather than from the nested lists, which numpy converts slowly.
-
-tests/algorithms/test_v_squeeze.py holds each equal to its per-rank reference.
+"""Whole-grid array passes of a V slot grid (`v_grid.SlotSchedule`): W placement, profiles, walks,
+tightening and decoding, each a handful of 2-D numpy calls over the (ranks x slots) grid `occ`, rebuilt from
+each op's slot by one scatter. tests/oracles/v_slots.py holds the per-rank loops each is checked against.
 """
 
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from primuspp.schedule.array_order import ArrayOrder
+from primuspp.schedule.array_order import KINDS, ArrayOrder
+from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.timing_arrays import UNIT_STARTS
 
 _F, _B, _W = 0, 1, 2
 
@@ -73,37 +67,19 @@ def _codes(occ: np.ndarray) -> np.ndarray:
     return code
 
 
-def _before(mask: np.ndarray) -> np.ndarray:
-    """Count of True in each row before each slot: (p, width + 1), a leading 0 column."""
-    out = np.zeros((mask.shape[0], mask.shape[1] + 1), dtype=INT)
-    np.cumsum(mask, axis=1, dtype=INT, out=out[:, 1:])
-    return out
-
-
 def _sum_before(step: np.ndarray) -> np.ndarray:
     """Sum of each row's int8 `step`s before each slot: (p, width + 1), a leading 0 column (one
-    accumulate for what two `_before` counts and a difference would take)."""
+    accumulate)."""
     out = np.zeros((step.shape[0], step.shape[1] + 1), dtype=INT)
     out[:, 1:] = step
     np.cumsum(out[:, 1:], axis=1, out=out[:, 1:])
     return out
 
 
-def _run(before_b: np.ndarray, free: np.ndarray) -> np.ndarray:
-    """W's run before each slot when each free slot runs a pending one (a B makes one pending): free
-    slots so far + the running minimum of (B's - free slots) so far (a queueing identity). The readable
-    form of `_pending`, which the passes below use."""
-    before_free = _before(free)
-    lag = before_b - before_free
-    np.minimum.accumulate(lag, axis=1, out=lag)
-    lag += before_free
-    return lag
-
-
 def _pending(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(pending W's before each slot, the running minimum m of (B's - free slots) so far), each (p, width
-    + 1), when each free slot runs a pending W: by `_run`'s identity the W's run before slot t are
-    free(t) + m(t), so the pending ones are B's(t) - free(t) - m(t); a free slot runs one where one is
+    + 1), when each free slot runs a pending W: W's run before slot t are free(t) + m(t) (a queueing
+    identity), so the pending ones are B's(t) - free(t) - m(t); a free slot runs one where one is
     pending before it."""
     lag = _sum_before((code == _B).view(np.int8) - (code == 3).view(np.int8))
     low = np.minimum.accumulate(lag, axis=1)
@@ -112,7 +88,7 @@ def _pending(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fill_ws(occ: np.ndarray, slot: np.ndarray) -> None:
-    """`vshape._ws_slots` on every row, applied: each free slot runs the W of the oldest completed B whose
+    """Each free slot runs the W of the oldest completed B whose
     W has not run (rows are independent; the queueing identity is computed along axis 1)."""
     p = occ.shape[0]
     code = _codes(occ)
@@ -143,10 +119,6 @@ def order_of(occ: np.ndarray, n: int) -> ArrayOrder:
     """Each rank's occupied slots of the grid `occ` (n stages) in slot order, as an `ArrayOrder`: columns
     straight from the op ids (op = 3 * (mb * n + stage) + kind), each node's slot kept as the timing's guess
     of its unit-cost start (`timing_arrays.UNIT_STARTS`, checked there)."""
-    from primuspp.schedule.array_order import KINDS, ArrayOrder
-    from primuspp.schedule.nodes import NodeKind
-    from primuspp.schedule.timing_arrays import UNIT_STARTS
-
     codes = np.array([KINDS.index(k) for k in (NodeKind.F, NodeKind.B, NodeKind.W)], dtype=np.int8)
     placed = occ >= 0
     flat = occ[placed].astype(np.int64)  # row-major: rank by rank, each in slot order
@@ -161,7 +133,7 @@ def order_of(occ: np.ndarray, n: int) -> ArrayOrder:
 
 
 def profiles(occ: np.ndarray) -> np.ndarray:
-    """`SlotSchedule._profile` of every row: (p, width + 1) live chunk activations during each slot (F
+    """(p, width + 1) live chunk activations during each slot (F
     counts from its slot, W until the end of its slot), then the level after the last slot."""
     code = _codes(occ)
     is_w = (code == _W).view(np.int8)
@@ -173,7 +145,7 @@ def profiles(occ: np.ndarray) -> np.ndarray:
 
 
 def walks(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`SlotSchedule._walk` of every row (W's stripped): (pending B's, live chunks) before each slot, each
+    """Each row's walk with W's derived (W's stripped): (pending B's, live chunks) before each slot, each
     (p, width + 1). Live chunks: F's - W's run = F's - free slots - the running minimum (`_pending`)."""
     code = _codes(occ)
     pend, low = _pending(code)
@@ -182,15 +154,15 @@ def walks(occ: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return pend, live
 
 
-def chunked(*arrays: np.ndarray):
-    """The arrays as memoryviews, one chunk, for `for op, ... in zip(*chunk)`: iterating a memoryview makes
-    each Python int as it is read, so no list of them is built (`tolist` cost ~20 ns an element, about a
-    tenth of a V squeeze at p = 32-64, and at p = 256 hundreds of MB) and none is held."""
-    yield [memoryview(np.ascontiguousarray(a)) for a in arrays]
+def views(*arrays: np.ndarray) -> list[memoryview]:
+    """The arrays as memoryviews, for `for op, ... in zip(*views(...))`: iterating a memoryview makes each
+    Python int as it is read, so no list of them is built (`tolist` costs ~20 ns an element, about a tenth
+    of a V squeeze at p = 32-64, and at p = 256 hundreds of MB)."""
+    return [memoryview(np.ascontiguousarray(a)) for a in arrays]
 
 
 def columns(occ: np.ndarray, rank_of_stage: np.ndarray, n: int, kinds: tuple[int, ...]):
-    """The ops of the given kinds ordered by slot, then rank (`SlotSchedule._ops_by_slot`), with their
+    """The ops of the given kinds ordered by slot, then rank, with their
     kinds, stages and ranks: four arrays."""
     ops = occ.T.ravel()
     ops = ops[ops >= 0]
@@ -214,8 +186,8 @@ def inputs(ops: np.ndarray, kind: np.ndarray, stage: np.ndarray, n: int, none: i
 
 
 #: rank sweeps `by_ranks` runs before it checks the ends and goes on a slot at a time from the first
-#: wrong one: "min" settles in 1, zb's block in 2 (tests/algorithms/test_v_tighten.py); most others
-#: would take about p / 2 or more and go by slots at once
+#: wrong one: "min" settles in 1, zb's block in 2; most others would take about p / 2 or more and go by
+#: slots at once
 SWEEPS = 2
 
 #: `by_ranks` sweeps down from the raw repetition when at most this share of its ops could start earlier
@@ -225,22 +197,18 @@ SWEEPS = 2
 LOOSE_SHARE = 0.01
 
 
-def tighten(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> np.ndarray | None:
-    """`SlotSchedule._tighten_reference` on a grid whose row index is the rank: each op, ranks keeping
-    their slot order, starts at the first slot after its inputs and its rank's previous op. The new slots;
-    None (nothing done) if some input does not sit in an earlier slot.
+def tighten(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> np.ndarray:
+    """Each op, ranks keeping their slot order, at the first slot after its inputs and its rank's previous
+    op (whole microbatches, every op placed, each input in an earlier slot): the new slots.
 
     This is a longest path with unit durations. An op's input on its own rank sits in an earlier slot, so
     the rank order already binds it; of a V op's inputs one at most is on another rank (`_links`).
     `by_ranks` solves it a rank at a time (then a slot at a time from where `sweeps` sweeps left it
-    wrong), or a slot at a time at once for a block whose sweeps would not settle. Equal to
-    `tighten_by_slots`, the loop it replaces (which runs where some op is not placed)."""
+    wrong), or a slot at a time at once for a block whose sweeps would not settle."""
     if not slot.size:  # no microbatch: nothing to move
         return slot.copy()
-    if slot.size % (3 * n) or (slot < 0).any():
-        return tighten_by_slots(occ, slot, n)
-    if not _inputs_before(slot, n):
-        return None
+    if slot.size % (3 * n) or (slot < 0).any() or not _inputs_before(slot, n):
+        raise ValueError("tighten: needs whole microbatches, every op placed after its inputs")
     return by_ranks(occ, slot, n, sweeps)
 
 
@@ -251,64 +219,6 @@ def _inputs_before(slot: np.ndarray, n: int) -> bool:
     return bool(
         (f[:, 1:] > f[:, :-1]).all() and (b > f).all() and (w > b).all() and (b[:, :-1] > b[:, 1:]).all()
     )
-
-
-def tighten_from(
-    short_new: np.ndarray, short_occ: np.ndarray, occ: np.ndarray, slot: np.ndarray, n: int
-) -> np.ndarray | None:
-    """`tighten(occ, slot, n)` for a raw repetition d microbatches longer than one already tightened
-    (`short_new`, the new slots of the raw repetition `short_occ`), without solving it again; None where
-    the guess below is wrong (the caller then runs `tighten`).
-
-    The guess: the short one with d periods inserted where the two raw grids first differ (column t). An
-    op before t keeps its slot (its inputs and rank predecessors all sit before it: the same ops in both);
-    from t on each op takes the slot of its copy k microbatches earlier plus 6 k, k = 1 for the first
-    period from t, 2 for the next, up to d. It is kept only if it solves `by_ranks`' system (every op ends
-    one slot after the later of its input on another rank and its rank predecessor), whose solution is
-    unique: then it is the tightened repetition. It holds where the short one repeats (one microbatch
-    later, 6 slots later) around t, as the steady state does once settled."""
-    cells = 3 * n
-    d, left = divmod(slot.size - short_new.size, cells)
-    if d <= 0 or left or slot.size % cells or (slot < 0).any() or not _inputs_before(slot, n):
-        return None
-    width = short_occ.shape[1]
-    differ = np.flatnonzero((short_occ != occ[:, :width]).any(axis=0))
-    t = int(differ[0]) if differ.size else width
-    k = slot - t  # each op's periods past t: 0 before t, 1 in [t, t + 6), ..., d from t + 6 (d - 1) on
-    k //= 6
-    k += 1
-    np.clip(k, 0, d, out=k)
-    source = np.arange(slot.size, dtype=np.int64) - cells * k
-    if source.min() < 0 or source.max() >= short_new.size:
-        return None
-    guess = short_new[source]
-    guess += 6 * k
-    return guess if solves(occ, slot, guess, n) else None
-
-
-def solves(occ: np.ndarray, slot: np.ndarray, new: np.ndarray, n: int) -> bool:
-    """Whether `new` solves `by_ranks`' system for the raw repetition (`occ`, `slot`: every op placed, its
-    inputs in earlier slots): each op, its rank's ops in raw slot order, ends one slot after the later of
-    its input on another rank and its rank predecessor (the equations `by_ranks` checks before it
-    resumes)."""
-    mask = occ >= 0
-    ops = occ[mask]  # rank-major, each rank's ops in slot order
-    total, none = ops.size, slot.size
-    count = np.count_nonzero(mask, axis=1)
-    inp = _links(ops, n, none)[0]
-    pos = np.empty(none + 1, dtype=np.intp)  # each op's index in `ops`; a missing input: the 0 at the end
-    pos[ops] = np.arange(total)
-    pos[none] = total
-    end = np.empty(total + 1, dtype=INT)
-    np.add(new[ops], 1, out=end[:-1])
-    end[total] = 0
-    after = np.empty(total, dtype=INT)  # each op's rank predecessor's end (0 for a rank's first op)
-    after[1:] = end[:-2]
-    firsts = np.cumsum(count) - count
-    after[firsts[count > 0]] = 0
-    need = np.maximum(end[pos[inp]], after)
-    need += 1
-    return bool(np.array_equal(need, end[:-1]))
 
 
 def _links(ops: np.ndarray, n: int, none: int) -> tuple[np.ndarray, np.ndarray]:
@@ -338,47 +248,26 @@ def _links(ops: np.ndarray, n: int, none: int) -> tuple[np.ndarray, np.ndarray]:
     return inp, reader.ravel()[key]
 
 
-def by_ranks(
-    occ: np.ndarray,
-    slot: np.ndarray,
-    n: int,
-    sweeps: int = SWEEPS,
-    report: dict | None = None,
-    unit_slots: bool = True,
-) -> np.ndarray:
+def by_ranks(occ: np.ndarray, slot: np.ndarray, n: int, sweeps: int = SWEEPS) -> np.ndarray:
     """`tighten`'s new slots (inputs checked there) by at most `sweeps` rank sweeps, then a slot at a
-    time from the first raw slot whose ops the sweeps left wrong, if any; with `unit_slots`, by slots
-    alone where the sweeps would start up from 0 and some input sits one raw slot before its op on
-    another rank (`_unit_step`). `report`, if given, gets
-    "sweeps" (how many ran), "down" (whether they started from the raw repetition) and "resumed" (the raw
-    slot the slot loop started at; None if it did not run).
+    time from the first raw slot whose ops the sweeps left wrong, if any; by slots alone where the sweeps
+    would start up from 0 and some input sits one raw slot before its op on another rank (`_unit_step`).
 
     On one rank, its ops in slot order, D = 1..k and ready = the end (new slot + 1) of each op's input on
-    another rank (0 if none), the ends are D + maximum.accumulate(ready - (D - 1)) (the max-plus scan of
-    `schedule/timing_arrays.py`). The ranks are swept 0..p-1, then p-1..0, and so on, each scanned from
-    the ends the others have so far; a rank is scanned again only when an end it reads has changed since
-    its last scan, and the sweeps stop when none is left to scan.
+    another rank (0 if none), the ends are D + maximum.accumulate(ready - (D - 1)). The ranks are swept
+    0..p-1, then p-1..0, and so on, each scanned from the ends the others have so far; a rank is scanned
+    again only when an end it reads has changed since its last scan.
 
-    Why that is the longest path. The solution is its own scan, and a scan is monotone in its inputs.
-    Started from ends at or below the solution (all 0: "up"), each scan leaves a rank's ends at or below
-    the solution and at or above what it had (its inputs only grew); started from ends at or above it
-    (the raw repetition, a valid schedule: "down"), at or above the solution and at or below what it
-    had. Either way the ends move one way and are bounded integers, so the sweeps would stop; when they
-    stop, every op ends at 1 + max(its input's end, its rank's previous op's end). Inputs and rank
-    predecessors sit in earlier raw slots (a DAG), so by induction in raw slot order that system has one
-    solution: the longest path, which the slot loop computes. The same induction gives the resumption:
-    if every op before raw slot t satisfies its equation, the ops before t are right, and the slot loop
-    goes on from t with them.
+    Why that is the longest path: the solution is its own scan, and a scan is monotone in its inputs.
+    Started from ends at or below the solution (all 0: "up") or at or above it (the raw repetition, a valid
+    schedule: "down"), the ends move one way towards it; when they stop, every op ends at 1 + max(its
+    input's end, its rank's previous op's end), a system with one solution (inputs and rank predecessors
+    sit in earlier raw slots: by induction in raw slot order). The same induction lets the slot loop
+    resume from the first raw slot whose ops break an equation.
 
-    Sweeps run down where few raw ops are loose (`LOOSE_SHARE`): "min" then settles in 1 sweep (7 up),
-    zb's block in 2 up (24 to 96 down; p = 8..32, m = 2 p + 2), "wide-33" in 2 up. Blocks whose chains
-    zigzag between neighbouring ranks (half's, a spacing of 1 beside one of 2 or more) need about p / 2
-    sweeps and more (5 to 163 at p = 8..32); the check after `sweeps` finds them wrong from a small share
-    of the raw slots on. Measured over the blocks of `vshape.CATALOG` and `v_family.AUTO_BLOCKS` (p = 2..32,
-    m = 2 p + 2): every block that needs more than `SWEEPS` up from 0 has a chain of spacing 1, and of those
-    only "min" is nearly tight, so a block that would sweep up with such a chain goes by slots at once
-    (`unit_slots`), saving the sweeps: in effect "min", zb's block and "wide-33" sweep, the rest go by
-    slots ("min-b0" too, which would settle in 2 sweeps down)."""
+    Sweeps run down where few raw ops are loose (`LOOSE_SHARE`): "min" then settles in 1 sweep, zb's
+    block in 2 up. Blocks whose chains zigzag between neighbouring ranks (a spacing of 1 beside one of 2
+    or more) need about p / 2 sweeps and more, and go by slots."""
     p = occ.shape[0]
     mask = occ >= 0
     ops = occ[mask]  # rank-major, each rank's ops in slot order
@@ -400,9 +289,7 @@ def by_ranks(
     after[edges[:-1]] = 0
     loose = np.maximum(end[ready], after) + 1 < end[:-1]
     down = np.count_nonzero(loose) <= LOOSE_SHARE * total
-    if not down and unit_slots and _unit_step(slot, n):
-        if report is not None:
-            report.update(sweeps=0, down=False, resumed=0)
+    if not down and _unit_step(slot, n):
         return by_slots(occ, slot, n)
     if not down:
         end[:] = 0
@@ -432,7 +319,6 @@ def by_ranks(
         done += 1
     new = slot.copy()
     new[ops] = end[:-1] - 1
-    resumed = None
     if any(dirty):
         after[1:] = end[:-2]
         after[edges[:-1]] = 0
@@ -442,8 +328,6 @@ def by_ranks(
             kept = np.count_nonzero(mask[:, :resumed], axis=1)  # each rank's ops before it
             ends = np.where(kept > 0, end[np.asarray(edges[:-1]) + kept - 1], 0).astype(INT)
             new = by_slots(occ, new, n, resumed, ends)
-    if report is not None:
-        report.update(sweeps=done, down=bool(down), resumed=resumed)
     return new
 
 
@@ -459,8 +343,8 @@ def _unit_step(slot: np.ndarray, n: int) -> bool:
 def by_slots(
     occ: np.ndarray, slot: np.ndarray, n: int, start: int = 0, ready: np.ndarray | None = None
 ) -> np.ndarray:
-    """`tighten`'s new slots a slot at a time (inputs checked there): the loop of `tighten_by_slots` with
-    each op's one input on another rank (`_links`). From raw slot `start` on, `slot` then holding the
+    """`tighten`'s new slots a slot at a time (inputs checked there), each op's one input on another rank
+    read through `_links`. From raw slot `start` on, `slot` then holding the
     new slots before it and `ready` each rank's first free slot after them."""
     p, width = occ.shape
     flat = occ[:, start:].T.ravel()  # slot-major, then rank
@@ -483,40 +367,6 @@ def by_slots(
     return s[:-1]
 
 
-def tighten_by_slots(occ: np.ndarray, slot: np.ndarray, n: int) -> np.ndarray | None:
-    """`tighten`'s reference, a slot at a time with both inputs of each op: each op, in slot order,
-    starts at the first slot after its inputs and its rank's previous op. An op's inputs sit in earlier
-    slots, so the ops of one slot are independent (one per rank) and each slot is one vector step. The
-    new slots; None (nothing done) if some input does not sit in an earlier slot."""
-    p, width = occ.shape
-    flat = occ.T.ravel()  # slot-major, then rank
-    where = np.flatnonzero(flat >= 0)
-    ops = flat[where]
-    first, second = inputs(ops, ops % 3, ops // 3 % n, n, slot.size)
-    s = np.append(slot, INT(-1))  # the slot of a missing input, at index slot.size
-    if not (np.all(s[first] < s[ops]) and np.all(s[second] < s[ops])):
-        return None
-    rows = (where % p).astype(INT)
-    bounds = np.searchsorted(where, np.arange(width + 1) * p).tolist()
-    ready = np.zeros(p, dtype=INT)
-    for a, b in pairwise(bounds):
-        if a < b:
-            e = np.maximum(s[first[a:b]], s[second[a:b]])
-            e += 1
-            r = rows[a:b]
-            u = np.maximum(ready[r], e)
-            s[ops[a:b]] = u
-            u += 1
-            ready[r] = u
-    return s[:-1]
-
-
-def raw_peak(p: int, m: int, fo: list[int], bo: list[int]) -> int:
-    """`SlotSchedule(p, m, fo, bo, tighten=False).peak()` from the F and B slots alone, for m cut to
-    `steady_microbatches(fo, bo)` where it is longer (the same peak: see there)."""
-    return raw_peak_grid(p, min(m, steady_microbatches(fo, bo)), fo, bo)
-
-
 def steady_microbatches(fo: list[int], bo: list[int]) -> int:
     """A microbatch count from which on the raw repetition's peak no longer changes.
 
@@ -536,24 +386,3 @@ def steady_microbatches(fo: list[int], bo: list[int]) -> int:
         max(x) - min(x) for x in ((fo[r], fo[n - 1 - r], bo[r], bo[n - 1 - r]) for r in range(n // 2))
     )
     return 2 + -(-(spread + 17) // 6)
-
-
-def raw_peak_grid(p: int, m: int, fo: list[int], bo: list[int]) -> int:
-    """`SlotSchedule(p, m, fo, bo, tighten=False).peak()` from the F and B slots alone: the W's that
-    `fill_ws` would place before each slot are counted by the queueing identity (`_pending`), so neither
-    op ids nor the W's slots are built."""
-    n = 2 * p
-    base = min(fo)
-    width = max(bo) - base + 6 * m + 3 * m + 2
-    rank = np.minimum(np.arange(n), n - 1 - np.arange(n))
-    shift = 6 * np.arange(m)[:, None] - base
-    code = np.full((p, width), 3, dtype=np.int8)
-    rows = np.broadcast_to(rank[None, :], (m, n))
-    code[rows, np.asarray(fo)[None, :] + shift] = _F
-    code[rows, np.asarray(bo)[None, :] + shift] = _B
-    # live chunks before each slot: F's - W's run = F's - free slots - the running minimum (`_pending`)
-    low = _pending(code)[1]
-    level = _sum_before((code == _F).view(np.int8) - (code == 3).view(np.int8))
-    level -= low
-    level[:, :-1] += code == _F  # an F counts from its own slot
-    return int(level.max())

@@ -67,8 +67,8 @@ def test_unknown_effort_is_refused():
 
 @pytest.mark.parametrize("algo", ["zbv", "v-half", "v-min"])
 def test_the_report_says_how_the_v_blocks_were_squeezed(monkeypatch, algo):
-    """The size switch of `vshape.squeezed_orders` (a long m from its steady-state period, `v_period`) is
-    reported too, for each block built; the period's nodes are the full squeeze's."""
+    """The size switch of `v_block_orders.squeezed_orders` (a long m from its steady-state period,
+    `v_period`) is reported too, for each block built; the period's nodes are the full squeeze's."""
     from primuspp.algorithms import floor, v_period
 
     p = 4

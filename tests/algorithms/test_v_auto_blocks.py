@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import v_auto_blocks, v_blocks, v_family, vshape
+from primuspp.algorithms import v_auto_blocks, v_blocks, v_family
 from primuspp.algorithms.portfolio import score
+from primuspp.algorithms.v_grid import SlotSchedule
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import v_shape
@@ -53,7 +54,7 @@ def test_warm_and_tail_orders_are_valid_and_keep_every_node(p, extra, pick):
     m = p + extra
     blocks = list(v_auto_blocks.space(p))
     name, fo, bo = blocks[pick % len(blocks)]
-    ref = vshape.SlotSchedule(p, m, fo, bo).order()
+    ref = SlotSchedule(p, m, fo, bo).order()
     for _, order in v_auto_blocks.warm_candidates(p, m, 2 * p, [(name, fo, bo)]):
         assert _nodes(order) == _nodes(ref)
         _valid(p, m, order)
@@ -66,7 +67,7 @@ def test_warm_and_tail_orders_are_valid_and_keep_every_node(p, extra, pick):
 def test_front_load_fills_the_first_rank_before_its_first_chunk0_backward():
     p, m = 4, 8
     fo, bo = v_auto_blocks.chains(p, 1, 1, p - 1, (1, 1, 1))
-    order = vshape.SlotSchedule(p, m, fo, bo).order()
+    order = SlotSchedule(p, m, fo, bo).order()
     new = v_auto_blocks.front_load(order, p, 2 * p, m)
     assert new is not None
 

@@ -1,9 +1,12 @@
 """The V family: budgets, the v-auto frontier, offload, small m, unequal costs."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from primuspp.algorithms import vshape
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.v_blocks import CATALOG, HALF, MIN, ZB, Block, offsets
+from primuspp.algorithms.v_grid import SlotSchedule
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
@@ -16,22 +19,28 @@ def metrics(name, pp, m, costs=COSTS, **params):
     return simulate(build_schedule(name, pp, None, m, costs, **params), costs).metrics
 
 
-@pytest.mark.parametrize("pp", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16])
+@settings(max_examples=12, deadline=None)
+@given(pp=st.integers(1, 16))
 def test_named_blocks_hold_their_memory_class(pp):
-    m = 4 * pp + 4
-    assert vshape.block_peak(pp, m, vshape.MIN) == 2 * ((pp + 4) // 3)
-    assert vshape.block_peak(pp, m, vshape.HALF) == 2 * ((pp + 2) // 2)
-    assert vshape.block_peak(pp, m, vshape.ZB) == 2 * pp
+    def peak(block):
+        return SlotSchedule(pp, 4 * pp + 4, *offsets(pp, block), tighten=False).peak()
+
+    assert peak(MIN) == 2 * ((pp + 4) // 3)
+    assert peak(HALF) == 2 * ((pp + 2) // 2)
+    assert peak(ZB) == 2 * pp
 
 
-@pytest.mark.parametrize("pp", range(1, 13))
-def test_block_offsets_never_collide(pp):
-    for block in (*vshape.CATALOG, vshape.Block("odd", 1, 3, 2, 4)):
-        fo, bo = vshape.offsets(pp, block)
-        n = 2 * pp
-        for r in range(pp):
-            residues = {fo[r] % 6, fo[n - 1 - r] % 6, bo[r] % 6, bo[n - 1 - r] % 6}
-            assert len(residues) == 4, (block.name, r)
+@settings(max_examples=40, deadline=None)
+@given(
+    pp=st.integers(1, 24),
+    block=st.sampled_from(CATALOG) | st.builds(Block, st.just("any"), *[st.integers(1, 5)] * 6),
+)
+def test_block_offsets_never_collide(pp, block):
+    fo, bo = offsets(pp, block)
+    n = 2 * pp
+    for r in range(pp):
+        residues = {fo[r] % 6, fo[n - 1 - r] % 6, bo[r] % 6, bo[n - 1 - r] % 6}
+        assert len(residues) == 4, (block.name, r)
 
 
 @pytest.mark.parametrize("pp,m", [(4, 8), (4, 16), (6, 24), (8, 32)])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from primuspp.algorithms import v_family, vshape
+from primuspp.algorithms import v_family
+from primuspp.algorithms.v_blocks import CATALOG
 from primuspp.schedule.array_order import ArrayOrder
 
 #: every named V block (the catalog's and v-auto's)
-BLOCKS = tuple(dict.fromkeys((*vshape.CATALOG, *v_family.AUTO_BLOCKS)))
+BLOCKS = tuple(dict.fromkeys((*CATALOG, *v_family.AUTO_BLOCKS)))
 
 
 def columns(order: ArrayOrder) -> tuple[list[int], ...]:

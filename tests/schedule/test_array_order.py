@@ -9,9 +9,11 @@ import random
 import numpy as np
 import pytest
 
-from primuspp.algorithms import dualpipe, gpipe, interleaved, one_f_one_b, portfolio, vshape, zero_bubble
+from primuspp.algorithms import dualpipe, gpipe, interleaved, one_f_one_b, portfolio, zero_bubble
 from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule, get_algorithm
+from primuspp.algorithms.v_blocks import ZB, ZB_TIGHT, offsets
+from primuspp.algorithms.v_grid import SlotSchedule
 from primuspp.schedule.array_order import ArrayOrder, rank_lengths
 from primuspp.schedule.compact import order_arrays_reference
 from primuspp.schedule.costs import CostModel
@@ -80,11 +82,11 @@ def test_array_generators_equal_their_node_references(name, p, m):
             assert_equal_orders(interleaved.generate(req), interleaved.generate_reference(req))
 
 
-def _slot_order_reference(sched: vshape.SlotSchedule) -> list[list[Node]]:
+def _slot_order_reference(sched: SlotSchedule) -> list[list[Node]]:
     """The slot schedule's order as Nodes, read from its codes one op at a time."""
     kinds = (NodeKind.F, NodeKind.B, NodeKind.W)
     out = []
-    for row in sched.occ:
+    for row in sched.occ.tolist():
         seq = []
         for op in row:
             if op >= 0:
@@ -96,9 +98,9 @@ def _slot_order_reference(sched: vshape.SlotSchedule) -> list[list[Node]]:
 
 @pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 9), (6, 12)])
 def test_slot_schedule_order_equals_its_codes(p, m):
-    for block in (vshape.ZB, vshape.ZB_TIGHT):
-        sched = vshape.SlotSchedule(p, m, *vshape.offsets(p, block))
-        sched.squeeze_derived(sched.peak() - 1)
+    for block in (ZB, ZB_TIGHT):
+        sched = SlotSchedule(p, m, *offsets(p, block))
+        sched.squeeze_derived(sched.peak())
         assert_equal_orders(sched.order(), _slot_order_reference(sched))
 
 
@@ -174,8 +176,8 @@ def test_scoring_columns_equals_scoring_nodes(b_free):
     p, m = 4, 10
     placement = v_shape(p)
     costs = CostModel(1000, 1100, 700, comm=30).for_placement(placement)
-    for block in (vshape.ZB, vshape.ZB_TIGHT):
-        array = vshape.SlotSchedule(p, m, *vshape.offsets(p, block)).order()
+    for block in (ZB, ZB_TIGHT):
+        array = SlotSchedule(p, m, *offsets(p, block)).order()
         nodes = [list(seq) for seq in ArrayOrder(array.rows, array.first)]
         assert portfolio.score(placement, m, array, costs, b_free) == portfolio.score(
             placement, m, nodes, costs, b_free
