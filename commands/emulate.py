@@ -26,7 +26,7 @@ class EmulateBackend:
         self.describe = ""
 
     def check(self, opts: TrainOptions) -> Any:
-        from primuspp.commands.train import check_outputs, refuse, refuse_megatron_only
+        from primuspp.commands.train_checks import check_outputs, refuse, refuse_megatron_only
 
         refuse_megatron_only(opts, "the emulated cluster")
         refuse(opts, ("verify", "inject_fault", "clip_grad"), "the emulated cluster computes nothing")

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, run_table, step_bar
-from primuspp.commands.train import (
+from primuspp.commands.train_checks import (
     EMULATION_FLAGS,
     check_clip,
     check_outputs,

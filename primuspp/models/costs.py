@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from primuspp.models.hardware import Hardware
-from primuspp.models.memory import LayerMemory, head_memory, layer_memory
+from primuspp.models.memory import LayerMemory, head_memory, layer_memory, sp_gathered_inputs
 from primuspp.models.parallel import Parallel
 from primuspp.models.spec import ModelSpec
 
@@ -71,16 +71,6 @@ def tp_collective_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
     """One TP all-reduce (or all-gather + reduce-scatter) of a layer's hidden states."""
     tokens = par.tokens
     return _ring_ms(tokens * spec.hidden * BYTES, par.tp, 2.0, hw)
-
-
-def sp_gathered_inputs(spec: ModelSpec, moe: bool) -> int:
-    """Column-parallel linears of a layer that all-gather their hidden-sized input under sequence
-    parallelism: the QKV projection (MLA: the q and kv down projections) and the MLP's fc1 (MoE: the shared
-    experts' fc1; routed experts get their tokens from the dispatch)."""
-    attention = 2 if spec.mla and spec.q_lora_rank else 1
-    if moe:
-        return attention + (1 if spec.shared_experts else 0)
-    return attention + 1
 
 
 def sp_regather_ms(spec: ModelSpec, moe: bool, par: Parallel, hw: Hardware) -> float:

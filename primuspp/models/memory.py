@@ -25,7 +25,7 @@ measured with saved-tensor hooks (tests/megatron/test_model_params.py).
 gradients; B frees the rest.
 
 Sequence parallelism with `sp_wgrad="keep"` (Parallel): each column-parallel linear keeps its all-gathered,
-full-sequence input from F until W instead of its sequence piece (costs.sp_gathered_inputs of them per
+full-sequence input from F until W instead of its sequence piece (sp_gathered_inputs of them per
 layer, and the output layer's): (1 - 1/t) x its input more, in the activation and in `w_kept`. With
 `regather` W gathers it again (time: costs.sp_regather_ms) and nothing more is kept.
 """
@@ -106,7 +106,6 @@ def _sp_keep_bytes(spec: ModelSpec, moe: bool, par: Parallel, inputs: int | None
     pieces of each column-parallel input."""
     if not par.sp or par.sp_wgrad != "keep":
         return 0.0
-    from primuspp.models.costs import sp_gathered_inputs
 
     n = sp_gathered_inputs(spec, moe) if inputs is None else inputs
     t = par.tokens  # this rank's tokens: CP splits the sequence
@@ -246,3 +245,13 @@ def state_bytes(dense_params: float, expert_params: float, par: Parallel) -> Sta
     else:
         optimizer = per * params
     return StateBytes(2 * params, par.main_grad_bytes * params, optimizer)
+
+
+def sp_gathered_inputs(spec: ModelSpec, moe: bool) -> int:
+    """Column-parallel linears of a layer that all-gather their hidden-sized input under sequence
+    parallelism: the QKV projection (MLA: the q and kv down projections) and the MLP's fc1 (MoE: the shared
+    experts' fc1; routed experts get their tokens from the dispatch)."""
+    attention = 2 if spec.mla and spec.q_lora_rank else 1
+    if moe:
+        return attention + (1 if spec.shared_experts else 0)
+    return attention + 1
