@@ -36,6 +36,7 @@ from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import linear
+from primuspp.schedule.semantics import kind_durations
 
 Generator = Callable[[GenerationRequest], ComputeOrder]
 _F, _B, _W = 0, 1, 2
@@ -50,7 +51,7 @@ class _Stuck(Exception):
 class _Build:
     def __init__(self, p: int, m: int, costs: StageCosts, max_mem: int) -> None:
         self.p, self.m, self.max_mem, self.comm = p, m, max_mem, costs.comm
-        self.dur = (costs.forward, costs.backward, costs.wgrad)
+        self.dur = tuple(kind_durations(costs)[k] for k in _KINDS)  # the semantics table's durations
         self.count = [[0] * p for _ in range(3)]
         self.end = [[[-1.0] * m for _ in range(p)] for _ in range(3)]
         self.clock = [0.0] * p

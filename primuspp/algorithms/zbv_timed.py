@@ -36,6 +36,7 @@ from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
+from primuspp.schedule.semantics import kind_durations
 
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
@@ -287,7 +288,7 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
     max_chunks = int(2 * cap + 1e-9)
     if max_chunks < 2 * p:  # the warm-up reserves up to 2p chunks on rank p - 1
         return [], -1
-    per_stage = [costs.forward, costs.backward, costs.wgrad]
+    per_stage = [kind_durations(costs)[k] for k in _KINDS]  # the semantics table's durations
     means = [[sum(x) / len(x)] * len(x) for x in per_stage]
     versions = [("mean-", means)]
     if any(len(set(x)) > 1 for x in per_stage):
