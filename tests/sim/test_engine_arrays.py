@@ -17,7 +17,7 @@ from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
 from primuspp.sim import simulate
-from primuspp.sim.engine_reference import simulate_reference
+from tests.oracles.engine import simulate_reference
 from primuspp.trace.columns import IntervalColumns
 from tests.schedule.random_orders import random_order
 
