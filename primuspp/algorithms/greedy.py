@@ -23,8 +23,8 @@ sums are exact and no W started late, the planned step time and longest span are
 the order does not time it again.
 
 The order comes out as an `ArrayOrder` (integer columns: one int per decision while planning, the columns
-built once at the end), so a pass builds no Node; `schedule_reference` emits the same decisions as Node
-lists, the readable form tests hold it equal to. On one route, with costs whose sums are exact (multiples of
+built once at the end), so a pass builds no Node; the tests hold it equal to the same decisions as
+Node lists (`tests/oracles/constructions.py`). On one route, with costs whose sums are exact (multiples of
 a power of two), a pass appends the repeats of its steady phase at once instead of deciding them again
 (`greedy_period`); the reference decides every node.
 """
@@ -91,7 +91,7 @@ POLICIES = (
 @dataclass(frozen=True)
 class Plan:
     """A greedy result: the compute order and its planned figures (`schedule`: an ArrayOrder, which reads
-    as a tuple of per-rank Node tuples; `schedule_reference`: Node lists)."""
+    as a tuple of per-rank Node tuples; the tests' oracle: Node lists)."""
 
     policy: str
     order: ArrayOrder | list[list[Node]]
@@ -164,21 +164,6 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
     if timed:  # the candidate's timing is known: a search scoring it need not time it (`score_memo`)
         known_peak = peak if peak_exact(placement, costs, peak) else None
         score_memo.note_timing(placement, m, order, costs, makespan, max_span, known_peak)
-    return Plan(policy.name, order, makespan, max_span, peak, timed)
-
-
-def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
-    """Reference: `schedule`'s pass (never shared), never skipping a steady phase, its order as lists of
-    Nodes decoded one by one."""
-    decisions, makespan, max_span, peak, _, timed, _ = _plan(placement, m, costs, cap, policy, skip=False)
-    order = []
-    for seq in decisions:
-        nodes = []
-        for x in seq:
-            key, kind = divmod(x, 3)
-            mb, stage = divmod(key, placement.num_stages)
-            nodes.append(Node(_KINDS[kind], mb, stage))
-        order.append(nodes)
     return Plan(policy.name, order, makespan, max_span, peak, timed)
 
 

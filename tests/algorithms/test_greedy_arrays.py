@@ -1,6 +1,6 @@
-"""`greedy.schedule` emits an ArrayOrder equal to its Node reference (`schedule_reference`: every node
-decided, decoded one by one), and the search's array bookkeeping (peak, timing, bounds) reads it as the Node
-path reads the reference's lists."""
+"""`greedy.schedule` emits an ArrayOrder equal to its Node reference (`tests/oracles/constructions.py`:
+every node decided, decoded one by one), and the search's array bookkeeping (peak, timing, bounds) reads it
+as the Node path reads the reference's lists."""
 
 import numpy as np
 from hypothesis import assume, given, settings
@@ -10,6 +10,7 @@ from primuspp.algorithms import bounds, greedy, portfolio
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import make_placement
+from tests.oracles import constructions
 
 COSTS = (
     dict(forward=1.0, backward=1.0, wgrad=1.0),
@@ -56,7 +57,7 @@ def test_schedule_equals_reference(kind, pp, m, cap, policy, cost):
     placement, costs = _placement_costs(kind, pp, cost)
     assume(greedy.least_cap(placement, costs) <= cap + 1e-9)
     plan = greedy.schedule(placement, m, costs, cap, policy)
-    ref = greedy.schedule_reference(placement, m, costs, cap, policy)
+    ref = constructions.greedy_schedule(placement, m, costs, cap, policy)
     assert isinstance(plan.order, ArrayOrder) and isinstance(ref.order, list)
     assert (plan.policy, plan.makespan, plan.max_span, plan.peak) == (
         ref.policy, ref.makespan, ref.max_span, ref.peak
