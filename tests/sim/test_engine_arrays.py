@@ -1,4 +1,4 @@
-"""The array simulator (`engine.simulate`) is its readable reference (`engine_reference.simulate_reference`)
+"""The array simulator (`engine.simulate`) is its readable reference (`tests/oracles/engine.py`)
 bit for bit: intervals, transfers, memory curves, peaks and metrics, over the registry and cost models that
 take every path (the array timing and the loop, the array memory curve and `order_memory`)."""
 
