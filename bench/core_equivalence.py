@@ -39,7 +39,8 @@ VPPS = (1, 2, 3, 4)
 
 def cost_models(p: int) -> dict[str, CostModel]:
     """Equal costs, unequal per-rank costs with comm, zero costs, per-rank b_free_fraction varying (in [0, 1],
-    and partly negative)."""
+    and partly negative), and users' float costs (not multiples of a power of two: the loop's sums), equal
+    and per rank."""
     return {
         "equal": CostModel(1000, 1000, 1000),
         "unequal": CostModel(
@@ -54,6 +55,13 @@ def cost_models(p: int) -> dict[str, CostModel]:
         "bfree": CostModel(1000, 1200, 800, comm=10.0, b_free_fraction=tuple((r % 4) / 4 for r in range(p))),
         # B keeping more than F saved on some ranks (a weight-grad store)
         "bgrow": CostModel(1000, 1000, 500, b_free_fraction=tuple(-0.25 if r % 2 else 0.5 for r in range(p))),
+        "float": CostModel(1.13, 2.27, 0.71, comm=0.13),
+        "float-ranks": CostModel(
+            forward=tuple(1.13 + 0.017 * r for r in range(p)),
+            backward=tuple(2.27 - 0.031 * (r % 5) for r in range(p)),
+            wgrad=tuple(0.71 + 0.003 * (r % 3) for r in range(p)),
+            comm=0.13,
+        ),
     }
 
 

@@ -23,8 +23,8 @@ sums are exact and no W started late, the planned step time and longest span are
 the order does not time it again.
 
 The order comes out as an `ArrayOrder` (integer columns: one int per decision while planning, the columns
-built once at the end), so a pass builds no Node; `schedule_reference` emits the same decisions as Node
-lists, the readable form tests hold it equal to. On one route, with costs whose sums are exact (multiples of
+built once at the end), so a pass builds no Node; the tests hold it equal to the same decisions as
+Node lists (`tests/oracles/constructions.py`). On one route, with costs whose sums are exact (multiples of
 a power of two), a pass appends the repeats of its steady phase at once instead of deciding them again
 (`greedy_period`); the reference decides every node.
 """
@@ -46,6 +46,7 @@ from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
+from primuspp.schedule.semantics import kind_durations
 
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
@@ -90,7 +91,7 @@ POLICIES = (
 @dataclass(frozen=True)
 class Plan:
     """A greedy result: the compute order and its planned figures (`schedule`: an ArrayOrder, which reads
-    as a tuple of per-rank Node tuples; `schedule_reference`: Node lists)."""
+    as a tuple of per-rank Node tuples; the tests' oracle: Node lists)."""
 
     policy: str
     order: ArrayOrder | list[list[Node]]
@@ -166,24 +167,6 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
     return Plan(policy.name, order, makespan, max_span, peak, timed)
 
 
-def schedule_reference(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:
-    """Reference: `schedule`'s pass (never shared) by the general loop (every placement's, also where
-    `schedule` runs the one-stage loop), never skipping a steady phase, its order as lists of Nodes decoded
-    one by one."""
-    decisions, makespan, max_span, peak, _, timed, _ = _plan(
-        placement, m, costs, cap, policy, general=True, skip=False
-    )
-    order = []
-    for seq in decisions:
-        nodes = []
-        for x in seq:
-            key, kind = divmod(x, 3)
-            mb, stage = divmod(key, placement.num_stages)
-            nodes.append(Node(_KINDS[kind], mb, stage))
-        order.append(nodes)
-    return Plan(policy.name, order, makespan, max_span, peak, timed)
-
-
 def asap_exact(quantum: float | None, top: float, late: bool) -> bool:
     """Whether a pass's planned times are exactly the simulator's (`node_times`: each node as soon as its
     rank is free and its inputs have arrived) for the order it emits, so its step time and longest span are
@@ -226,20 +209,17 @@ def _plan(
     costs: StageCosts,
     cap: float,
     policy: Policy,
-    general: bool = False,
     skip: bool = True,
     blocks: bool = False,
 ) -> tuple[list[list[int]], float, float, float, int, bool, list]:
     """The pass itself: per rank, its decisions in order ((mb * stages + stage) * 3 + kind), then the
     planned step time, longest span and peak, how many microbatches of a steady phase it skipped, whether
     the planned figures are the simulator's (`asap_exact`) and, with `blocks`, the skipped decisions apart
-    (`greedy_period.Period.blocks`: the lists then lack them; without `blocks` they are in the lists). A
-    placement with one stage per rank (linear) runs `_one_stage_loop`, the same decisions without the loop
-    over a rank's stages, unless `general`; on one route it skips the repeats of its steady phase
-    (`greedy_period`) unless not `skip`."""
+    (`greedy_period.Period.blocks`: the lists then lack them; without `blocks` they are in the lists). On
+    one route it skips the repeats of its steady phase (`greedy_period`) unless not `skip`."""
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
-    dur = (costs.forward, costs.backward, costs.wgrad)
+    dur = tuple(kind_durations(costs)[k] for k in _KINDS)  # the semantics table's durations
     comm = costs.comm
     unit = memory_units(placement, costs.activation)
     bfree = costs.fractions()  # per stage, as the simulator frees them (one memory model)
@@ -311,12 +291,6 @@ def _plan(
     quantum = greedy_period.quantum(chain(dur[_F], dur[_B], dur[_W], (comm,), waits), eps)
     if skip and n_routes == 1 and quantum is not None:
         period = greedy_period.Period(m, nxt, prv, eps, state)
-    if not general and all(len(stages) == 1 for stages in rank_stages):
-        need = [foot[s] + (reserve[s] if opens[s] else 0.0) for s in range(n_stages)]
-        peak, late = _one_stage_loop(
-            placement, dur, comm, eps, cap_eps, need, foot, b_drop, w_drop, stage_mbs, policy, state, period
-        )
-        heap = []  # the loop above emptied it: the general loop below has nothing to do
     watch, s0 = period, placement.routes[0][0]
 
     while heap:
@@ -436,7 +410,7 @@ def _plan(
     top = max(free) + comm + max(waits, default=0.0) + eps  # above every time the loops formed
     if period is not None and period.jumped and top >= greedy_period.LIMIT * quantum:
         # too large for every sum to be exact, which takes millions of nodes: the pass again, unskipped
-        return _plan(placement, m, costs, cap, policy, general, skip=False, blocks=blocks)
+        return _plan(placement, m, costs, cap, policy, skip=False, blocks=blocks)
     stuck = [r for r in range(p) if left[r]]
     if stuck:  # cannot happen with cap >= 1 (see the module docstring); a bug if it does
         raise RuntimeError(f"greedy schedule stalled on ranks {stuck} (policy {policy.name}, cap {cap})")
@@ -447,179 +421,6 @@ def _plan(
         greedy_period.insert_blocks(order, skipped)
         skipped = []
     return order, max(free) - min(first), max(spans), peak, jumped, asap_exact(quantum, top, late), skipped
-
-
-def _one_stage_loop(
-    placement: Placement,
-    dur: tuple,
-    comm: float,
-    eps: float,
-    cap_eps: float,
-    need: list[float],
-    foot: list[float],
-    b_drop: list[float],
-    w_drop: list[float],
-    stage_mbs: list[list[int]],
-    policy: Policy,
-    state: tuple,
-    watch: greedy_period.Period | None = None,
-) -> float:
-    """`_plan`'s event loop where every rank holds one stage: the same decisions, events and float
-    operations, with the rank's one stage read directly (its neighbours on other ranks: comm always) and the
-    priorities written out (B before F unless `alternate` after a B; no second stage to compare), and no
-    entry pushed that would only be popped stale (before its rank is free: a rank's free time only grows)
-    or that is in the heap already (the rank's entry pushed last, at a time still to come: two equal
-    entries pop one after the other, and the second finds the rank busy, or decides as the first did).
-    `watch`: skips the steady phase's repeats (`greedy_period`), checking at each forward of the route's
-    first stage. Updates `state` in place; returns the peak and whether a W started late (`asap_exact`)."""
-    f_end, g_end, nf, nb, nw, mem, free, first, left, order, heap, last_kind = state
-    srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
-    n_stages = placement.num_stages
-    stage_of = [0] * placement.pp
-    for s in range(n_stages):
-        stage_of[srank[s]] = s
-    dur_f, dur_b, dur_w = dur
-    n_of = [len(mbs) for mbs in stage_mbs]
-    fill, lag, patience, alternate = policy.fill, policy.w_lag, policy.patience, policy.alternate
-    wait_f = [patience * d for d in dur_f]
-    wait_b = [patience * d for d in dur_b]
-    eager, fit = fill == "eager", fill == "fit"
-    inf = float("inf")
-    peak = 0.0
-    pop, push, pushpop = heapq.heappop, heapq.heappush, heapq.heappushpop
-    s0 = placement.routes[0][0]
-    pushed = [-1.0] * placement.pp  # per rank, the time of its entry pushed last
-    late = False  # a W started after its rank stood idle (`asap_exact`)
-    if not heap:
-        return peak, late
-    # an entry pushed and the next popped at once (heappushpop: the least of the heap and the entry, as a
-    # push then a pop would give)
-    t, r = pop(heap)
-    while True:
-        if t < free[r] - eps or not left[r]:
-            if not heap:
-                break
-            t, r = pop(heap)
-            continue
-        if t < free[r]:
-            t = free[r]
-        s = stage_of[r]
-        mbs = stage_mbs[s]
-        i_w, i_b, i_f = nw[s], nb[s], nf[s]
-        kind = -1  # the chosen node's kind (-1: none), microbatch and ready time
-        next_known = inf
-        blocked_by_memory = False
-        limit = t + eps
-        if i_b < i_f:
-            mb = mbs[i_b]
-            key = mb * n_stages + s
-            q = nxt[s]
-            if q < 0:
-                ready = f_end[key]
-            else:
-                e = g_end[mb * n_stages + q]
-                if e < 0:
-                    ready = -1.0
-                else:  # max(f_end[key], e + comm), without the call
-                    e += comm
-                    ready = f_end[key]
-                    if e > ready:
-                        ready = e
-            if ready >= 0:
-                if ready <= limit + wait_b[s]:
-                    kind, chosen, at = _B, mb, ready
-                elif ready < next_known:
-                    next_known = ready
-        if i_f < n_of[s]:
-            mb = mbs[i_f]
-            q = prv[s]
-            if q < 0:
-                ready = 0.0
-            else:
-                e = f_end[mb * n_stages + q]
-                ready = -1.0 if e < 0 else e + comm
-            if ready >= 0:
-                if mem[r] + need[s] > cap_eps:
-                    blocked_by_memory = True
-                elif ready <= limit + wait_f[s]:
-                    if kind < 0 or (alternate and last_kind[r] == _B):
-                        kind, chosen, at = _F, mb, ready
-                elif ready < next_known:
-                    next_known = ready
-        # a pending W: when W's lag too far behind, else when nothing else runs and the fill rule allows
-        if i_w < i_b and (
-            (lag is not None and i_b - i_w > lag * r)
-            or (
-                kind < 0
-                and (
-                    blocked_by_memory or i_b >= n_of[s] or eager or (fit and t + dur_w[s] <= next_known + eps)
-                )
-            )
-        ):
-            kind, chosen, at = _W, mbs[i_w], 0.0
-        if kind < 0:
-            if next_known < inf:
-                pushed[r] = next_known
-                t, r = pushpop(heap, (next_known, r))
-                continue
-            if not heap:
-                break
-            t, r = pop(heap)
-            continue
-        if at > limit:  # worth waiting for: it arrives within the policy's patience
-            pushed[r] = at
-            t, r = pushpop(heap, (at, r))
-            continue
-        key = chosen * n_stages + s
-        if first[r] < 0:
-            first[r] = t
-        if kind == _F:
-            end = t + dur_f[s]
-            nf[s] += 1
-            f_end[key] = end
-            mem[r] += foot[s]
-            if mem[r] > peak:
-                peak = mem[r]
-            q = nxt[s]  # the stage its activation goes to
-        elif kind == _B:
-            end = t + dur_b[s]
-            nb[s] += 1
-            g_end[key] = end
-            mem[r] -= b_drop[s]
-            q = prv[s]  # the stage its input grad goes to
-        else:
-            if t > free[r]:  # the rank stood idle before it (`asap_exact`)
-                late = True
-            end = t + dur_w[s]
-            nw[s] += 1
-            mem[r] -= w_drop[s]
-            q = -1
-        if q >= 0:  # wake the receiving rank when what it waits for arrives
-            r2 = srank[q]
-            wake = end + comm
-            # else it would be popped stale (free only grows), or it is in the heap already
-            if wake >= free[r2] - eps and left[r2] and (wake != pushed[r2] or wake <= t):
-                push(heap, (wake, r2))
-                pushed[r2] = wake
-        order[r].append(key * 3 + kind)
-        if kind != _W:
-            last_kind[r] = kind
-        free[r] = end
-        left[r] -= 1
-        if watch is not None and s == s0 and kind == _F:  # the watch reads the heap: push, then pop
-            if end != pushed[r] or end <= t:
-                push(heap, (end, r))
-                pushed[r] = end
-            if watch.check(s0, end):
-                watch = None
-        elif end != pushed[r] or end <= t:
-            pushed[r] = end
-            t, r = pushpop(heap, (end, r))
-            continue
-        if not heap:
-            break
-        t, r = pop(heap)
-    return peak, late
 
 
 def least_cap(placement: Placement, costs: StageCosts) -> float:

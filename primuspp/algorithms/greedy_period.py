@@ -1,13 +1,12 @@
 """The greedy pass's steady phase, skipped: a state that repeats, shifted, repeats its future.
 
-A greedy pass (`greedy._plan`: the one-stage loop on a linear placement, the general loop on a V; one route
-either way) reaches a steady phase in which, a microbatch or two later, the loop's whole state is the same
-but shifted: counts by P microbatches, every time by T. The loop is a function of that state only (the
-counts enter through `count < m` tests), and with exact arithmetic adding T to every time changes no
-comparison, so the next segment of decisions is the last one shifted, and so on until the counts come near
-m. `Period` watches the state at every forward of the route's first stage, and when two such states match it
-appends the repeated segments at once and moves the state past them; the loop then runs the rest (the
-cool-down) itself.
+A greedy pass (`greedy._plan`, on a placement of one route) reaches a steady phase in which, a microbatch
+or two later, the loop's whole state is the same but shifted: counts by P microbatches, every time by T.
+The loop is a function of that state only (the counts enter through `count < m` tests), and with exact
+arithmetic adding T to every time changes no comparison, so the next segment of decisions is the last one
+shifted, and so on until the counts come near m. `Period` watches the state at every forward of the route's
+first stage, and when two such states match it appends the repeated segments at once and moves the state
+past them; the loop then runs the rest (the cool-down) itself.
 
 What the state is, between two iterations of the loop (anything else the loop reads is fixed):
 - per stage the counts nf, nb, nw (relative to the first stage's nf) and per rank the activation held,

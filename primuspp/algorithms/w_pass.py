@@ -27,7 +27,7 @@ from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
-from primuspp.schedule.semantics import order_memory
+from primuspp.schedule.semantics import kind_durations, order_memory
 
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
 FILLS = ("fit", "half", "eager", "lazy")
@@ -39,6 +39,12 @@ VARIANTS = (
     ("w-half", "half", False),
     ("w-lazy", "lazy", False),
 )
+
+
+def _durations(costs: StageCosts) -> tuple:
+    """F's, B's and W's per-stage durations, from the semantics table."""
+    dur = kind_durations(costs)
+    return dur[NodeKind.F], dur[NodeKind.B], dur[NodeKind.W]
 
 
 def only_fbw(order: Sequence[Sequence[Node]]) -> bool:
@@ -99,7 +105,7 @@ def replace_w_peaks(
         return None
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
-    fwd, bwd, wgr, comm = costs.forward, costs.backward, costs.wgrad, costs.comm
+    fwd, bwd, wgr, comm = *_durations(costs), costs.comm
     units = memory_units(placement, costs.activation)
     fractions = costs.fractions()
     grow_f = list(units)
@@ -261,7 +267,7 @@ def fill_gaps(
     if not only_fbw(order):
         return None
     n_stages = placement.num_stages
-    fwd, bwd, wgr, comm = costs.forward, costs.backward, costs.wgrad, costs.comm
+    fwd, bwd, wgr, comm = *_durations(costs), costs.comm
     dur = {_F: fwd, _B: bwd, _W: wgr}
     units = memory_units(placement, costs.activation)
     fractions = costs.fractions()

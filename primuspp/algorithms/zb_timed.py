@@ -20,7 +20,8 @@ A rank may idle as long as the rank that idled most so far. The eight variants (
 returned; the one with the shortest longest span on the construction's own clock is the floor.
 
 A variant is built as one int per node (microbatch * 3 + kind; rank r runs stage r) and returned as an
-`ArrayOrder`; `build_reference` returns the same order as Node lists (tests hold them equal).
+`ArrayOrder`; tests hold it equal to the same order as Node lists
+(`tests/oracles/constructions.py`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.floor import with_floor
 from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.placement import linear
+from primuspp.schedule.semantics import kind_durations
 
 Generator = Callable[[GenerationRequest], ComputeOrder]
 _F, _B, _W = 0, 1, 2
@@ -50,7 +52,7 @@ class _Stuck(Exception):
 class _Build:
     def __init__(self, p: int, m: int, costs: StageCosts, max_mem: int) -> None:
         self.p, self.m, self.max_mem, self.comm = p, m, max_mem, costs.comm
-        self.dur = (costs.forward, costs.backward, costs.wgrad)
+        self.dur = tuple(kind_durations(costs)[k] for k in _KINDS)  # the semantics table's durations
         self.count = [[0] * p for _ in range(3)]
         self.end = [[[-1.0] * m for _ in range(p)] for _ in range(3)]
         self.clock = [0.0] * p
@@ -172,17 +174,6 @@ def build(
     gets stuck."""
     found = _decisions(p, m, costs, max_mem, fill_late, b_first, strict)
     return None if found is None else (_columns(found[0]), found[1])
-
-
-def build_reference(
-    p: int, m: int, costs: StageCosts, max_mem: int, fill_late: bool, b_first: bool, strict: bool
-) -> tuple[list[list[Node]], float] | None:
-    """Reference: `build` with the order as Node lists, decoded one node at a time."""
-    found = _decisions(p, m, costs, max_mem, fill_late, b_first, strict)
-    if found is None:
-        return None
-    order = [[Node(_KINDS[x % 3], x // 3, r) for x in seq] for r, seq in enumerate(found[0])]
-    return order, found[1]
 
 
 def _columns(decisions: list[list[int]]) -> ArrayOrder:

@@ -21,7 +21,8 @@ per-stage costs and, when the stages differ, with their means too. The caller ti
 simulator's model and keeps the best.
 
 An attempt records one int per node ((mb * 2p + stage) * 3 + kind) and a variant is returned as an
-`ArrayOrder`; `build_reference` returns the same order as Node lists (tests hold them equal).
+`ArrayOrder`; tests hold it equal to the same order as Node lists
+(`tests/oracles/constructions.py`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.floor import with_floor
 from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
-from primuspp.schedule.nodes import Node, NodeKind
+from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.placement import v_shape
+from primuspp.schedule.semantics import kind_durations
 
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
@@ -229,24 +231,6 @@ def build(
     return None if found is None else (_columns(p, found[0]), found[1])
 
 
-def build_reference(
-    p: int, m: int, dur: Sequence[Sequence[float]], comm: float, max_chunks: int, fill_b: bool, fill_f: bool
-) -> tuple[list[list[Node]], float] | None:
-    """Reference: `build` with the order as Node lists, decoded one node at a time."""
-    found = _decisions(p, m, dur, comm, max_chunks, fill_b, fill_f)
-    if found is None:
-        return None
-    order = []
-    for seq in found[0]:
-        nodes = []
-        for x in seq:
-            key, kind = divmod(x, 3)
-            mb, stage = divmod(key, 2 * p)
-            nodes.append(Node(_KINDS[kind], mb, stage))
-        order.append(nodes)
-    return order, found[1]
-
-
 def _columns(p: int, decisions: list[list[int]]) -> ArrayOrder:
     """Per-rank decisions ((mb * 2p + stage) * 3 + kind) as an ArrayOrder."""
     import numpy as np
@@ -287,7 +271,7 @@ def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[st
     max_chunks = int(2 * cap + 1e-9)
     if max_chunks < 2 * p:  # the warm-up reserves up to 2p chunks on rank p - 1
         return [], -1
-    per_stage = [costs.forward, costs.backward, costs.wgrad]
+    per_stage = [kind_durations(costs)[k] for k in _KINDS]  # the semantics table's durations
     means = [[sum(x) / len(x)] * len(x) for x in per_stage]
     versions = [("mean-", means)]
     if any(len(set(x)) > 1 for x in per_stage):

@@ -2,10 +2,13 @@
 
 Each rank runs its nodes in order; a node starts when its rank is free and its inputs have arrived (the
 producer's end, plus `comm` when the producer lives on another rank). Sends never block: this is the
-asynchronous model the simulator uses. Three forms, one result: `node_times_reference` reads the semantics
-table node by node; `node_times_events` is one pass in dependency order, no rescans (a rank that meets a
+asynchronous model the simulator uses. This is the one clock: the simulator, lowering and the searches time
+orders here (`retime` resumes the loop after a one-rank change), and every duration comes from the semantics
+table (`semantics.kind_durations`, a composite's `overlap`), so a new cost rule is an edit there. Three forms,
+one result: `node_times_reference` reads the semantics table node by node (and times any table whose kinds
+the loop does not know); `node_times_events` is one pass in dependency order, no rescans (a rank that meets a
 missing input parks on that input and is woken when it is produced); `timing_arrays.solve` computes the same
-times as array passes where it can prove them bit-identical. `node_times` picks the fastest that applies.
+times, bit for bit, as array passes. `node_times` picks the fastest that applies.
 """
 
 from __future__ import annotations
@@ -88,13 +91,13 @@ def node_times(
     rows: dict[str, Any] | None = None,
 ) -> Timing:
     """Fast path of `node_times_reference` (same results, several times faster): the array passes of
-    `timing_arrays` where they apply, else the loop `node_times_events`. `rows`: the order's
-    `compact.order_arrays`, when the caller has them (else they are built when the arrays are tried)."""
+    `timing_arrays` for large orders, else (and where they do not apply) the loop `node_times_events`.
+    `rows`: the order's `compact.order_arrays`, when the caller has them (else built when the arrays are
+    tried)."""
     if _FAST_OK and sum(rank_lengths(order)) >= ARRAY_MIN_NODES:
         from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
 
-        exact = timing_arrays.exact_costs(costs)
-        got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if exact else None
+        got = timing_arrays.solve(placement, num_microbatches, order, costs, rows)
         if got is not None:
             return _as_lists(order, got)
     return node_times_events(placement, num_microbatches, order, costs)
@@ -113,8 +116,7 @@ def node_time_arrays(
 
     from primuspp.schedule import timing_arrays
 
-    fast = _FAST_OK and timing_arrays.exact_costs(costs)
-    got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if fast else None
+    got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if _FAST_OK else None
     if got is not None:
         return got
     timing = node_times_events(placement, num_microbatches, order, costs)
@@ -143,23 +145,46 @@ def node_times_events(
 ) -> Timing:
     """The one-pass loop form of `node_times_reference`: in dependency order, a rank that meets a missing
     input parks on it and is woken when it is produced. Any table, any costs; it words a cycle's error."""
-    n_stages = placement.num_stages
-    nxt, prv, srank = placement.next_stage, placement.prev_stage, placement.stage_rank
     if not _FAST_OK:
         return node_times_reference(placement, num_microbatches, order, costs)
+    size = num_microbatches * placement.num_stages
+    n_ranks = len(order)
+    return resume(
+        placement,
+        order,
+        costs,
+        [0] * n_ranks,
+        [0.0] * n_ranks,
+        [[0.0] * len(seq) for seq in order],
+        [[0.0] * len(seq) for seq in order],
+        [None] * size,
+        [None] * size,
+    )
+
+
+def resume(
+    placement: Placement,
+    order: Sequence[Sequence[Node]],
+    costs: StageCosts,
+    ptr: list[int],
+    free: list[float],
+    starts: list[list[float]],
+    ends: list[list[float]],
+    f_end: list[float | None],
+    g_end: list[float | None],
+) -> Timing:
+    """The loop from a state: rank r has timed its first `ptr[r]` nodes (their `starts`/`ends` filled in) and
+    is free at `free[r]`; `f_end`/`g_end` hold what they produced (None: not yet). Fills in the rest, in
+    place, and returns the timing (`node_times_events` starts from nothing; `algorithms.retime` from the
+    part of an earlier timing a change on one rank cannot move)."""
+    n_stages = placement.num_stages
+    nxt, prv, srank = placement.next_stage, placement.prev_stage, placement.stage_rank
     dur = kind_durations(costs)
     fwd, bwd, bwd_w, wgr = dur[_F], dur[_B], dur[_BW], dur[_W]
     comm, fb_overlap = costs.comm, costs.fb_overlap
-    size = num_microbatches * n_stages
-    f_end: list[float | None] = [None] * size
-    g_end: list[float | None] = [None] * size
     wait_f: dict[int, list[int]] = {}
     wait_g: dict[int, list[int]] = {}
     n_ranks = len(order)
-    ptr = [0] * n_ranks
-    free = [0.0] * n_ranks
-    starts = [[0.0] * len(seq) for seq in order]
-    ends = [[0.0] * len(seq) for seq in order]
     queue = list(range(n_ranks - 1, -1, -1))
 
     while queue:
@@ -263,7 +288,8 @@ def node_times_events(
 
     stuck = [r for r in range(n_ranks) if ptr[r] < len(order[r])]
     if stuck:
-        raise ValidationError(_cycle_message(placement, num_microbatches, order, ptr, stuck, f_end, g_end))
+        m = len(f_end) // n_stages if n_stages else 0
+        raise ValidationError(_cycle_message(placement, m, order, ptr, stuck, f_end, g_end))
     return Timing(order, starts, ends, f_end, g_end)
 
 

@@ -21,12 +21,14 @@ first one scaled, accepted once it passes the same check (`_rescaled`). A genera
 unit slots (the V family) notes each node's slot in the memo (`UNIT_STARTS`): under unit durations that is
 a guess of the starts, accepted the same way instead of the sweeps (`_from_unit_starts`).
 
-The scan adds in another order than the loop, so it is used only where that cannot change a bit: every
-duration and `comm` a multiple of 2^-20 and every time below 2^32 (then every sum is exact). Where a table
-falls outside what this form proves — other costs, zero-duration compute nodes (a fixed point would then not
-prove the order acyclic), a node waiting for an input made later on its own rank or never made, a node on a
-rank its stage is not placed on, more sweeps than the loop would cost — `solve` returns None and the
-caller runs the loop (`timing.node_times_events`), which is also the one that words a cycle's error.
+The scan adds in another order than the loop, so the sweeps run only where that cannot change a bit: every
+duration and `comm` a multiple of 2^-20 and every time below 2^32 (then every sum is exact). Everywhere
+else — users' float costs, zero-duration consumers (a fixed point would then not prove the order acyclic),
+more sweeps than the budget — the times come in rounds (`_in_rounds`): each round, every rank whose next
+node has its inputs takes it, with the loop's own float operations, so the loop's bits for any costs, at a
+few numpy calls per round on one value per rank. Where the order is not one this form reads (an input made
+later on its own rank or never made, a node on a rank its stage is not placed on) or cannot run (a cycle),
+`solve` returns None and the caller runs the loop (`timing.node_times_events`), which words the error.
 
 Small tables (a few thousand nodes) pay per numpy call (~1 us each), large ones per byte moved: the passes
 below keep the calls few (per-rank views cut once, in-place operations) and the memo compact (int32 indices,
@@ -195,13 +197,6 @@ def _cost_table(costs: StageCosts) -> tuple[Any, bool, bool]:
     return got
 
 
-def exact_costs(costs: StageCosts) -> bool:
-    """Whether `costs` can time a table exactly as array passes: every duration, `comm` and overlap factor a
-    multiple of 2^-20 (`solve` checks the node durations themselves again). A cheap test a caller can make
-    before building arrays for costs that would only send it to the loop."""
-    return _cost_table(costs)[1]
-
-
 def solve(
     placement: Placement,
     num_microbatches: int,
@@ -209,8 +204,8 @@ def solve(
     costs: StageCosts,
     rows: dict[str, Any] | None = None,
 ) -> NodeTimeArrays | None:
-    """The times of `timing.node_times` by sweeps of max-plus scans, or None where they are not proven
-    identical (see the module docstring)."""
+    """The times of `timing.node_times` by sweeps of max-plus scans where they are proven identical, else in
+    rounds; None where the order is not one these read or cannot run (see the module docstring)."""
     if rows is None:
         rows = order_arrays(order)
     graph = timing_graph(placement, num_microbatches, order, rows)
@@ -221,13 +216,15 @@ def solve(
     # proofs: exact sums, and a fixed point that implies an acyclic order (every consumer takes time)
     n = len(d)
     positive = n == 0 or float(d.min()) > 0.0
-    if not positive and graph.n_cross and (d[graph.consumers] <= 0.0).any():
-        return None
     table, exact, whole = _cost_table(costs)
-    if not exact or (graph.composite and not _whole_quanta(d)):
-        return None
-    if float(d.sum()) + comm * graph.n_cross >= _LIMIT:
-        return None
+    exact = (
+        exact
+        and not (graph.composite and not _whole_quanta(d))
+        and float(d.sum()) + comm * graph.n_cross < _LIMIT
+    )
+    if not exact or (not positive and graph.n_cross and (d[graph.consumers] <= 0.0).any()):
+        # other costs (or a fixed point that would not prove the order acyclic): the loop's own operations
+        return _in_rounds(graph, d, comm, placement.num_stages, exact)
     memo = memo_of(rows) if n <= MEMO_MAX_NODES else {}
     key = ("ends", placement, num_microbatches, len(graph.first) - 1)
     ext = _rescaled(memo.get(key), graph, d, comm, table)
@@ -236,7 +233,7 @@ def solve(
     if ext is None:
         ext = _sweep(graph, d, comm)
         if ext is None:
-            return None
+            return _in_rounds(graph, d, comm, placement.num_stages, exact)
     # a node that takes time, to scale by (a cross-rank consumer takes time: checked above); and, for whole
     # durations of simple nodes, the cost table they came from (see `_rescaled`)
     j = 0 if positive else int(graph.consumers[0]) if graph.n_cross else int(np.argmax(d))
@@ -251,6 +248,48 @@ def solve(
     by_stage = ext.take(graph.producers)
     n_stages = placement.num_stages
     return NodeTimeArrays(graph.first, starts, ends, by_stage=by_stage, n_stages=n_stages, exact=True)
+
+
+def _in_rounds(graph: TimingGraph, d: Any, comm: float, n_stages: int, exact: bool) -> NodeTimeArrays | None:
+    """The loop's times by rounds: in each, every rank whose next node has all its inputs takes that node,
+    start = max(rank free, latest arrival of its cross-rank inputs), end = start + duration: the loop's own
+    float operations on each node (an input made on the node's own rank was made before it: it never
+    delays it), so the same bits for any costs, one round per step of the longest chain of nodes (a few
+    numpy calls on arrays of one value per rank). None when no rank can go on: a cycle, which the loop
+    words."""
+    n = len(d)
+    first = graph.first
+    src = graph.src
+    one = src.shape[0] == 1
+    src0 = src[0]
+    ext = np.full(n + 1, np.nan)  # NaN: not made yet; ext[n], the "no input" slot, arrives at 0.0
+    ext[n] = -comm
+    starts = np.empty(n, dtype=np.float64)
+    cur, stop = first[:-1].copy(), first[1:]
+    free = np.zeros(len(cur), dtype=np.float64)
+    live = np.flatnonzero(cur < stop)
+    while len(live):
+        at = cur[live]
+        t = ext[src0[at]] if one else ext[src[:, at]].max(axis=0)  # NaN while an input is missing
+        t += comm
+        ok = t == t
+        moved = live
+        if not ok.all():
+            if not ok.any():
+                return None
+            moved, at, t = live[ok], at[ok], t[ok]
+        np.maximum(free[moved], t, out=t)
+        starts[at] = t
+        t += d[at]
+        ext[at] = t
+        free[moved] = t
+        at += 1
+        cur[moved] = at
+        if (at == stop[moved]).any():
+            live = live[cur[live] < stop[live]]
+    ext[n] = np.nan  # the "never made" slot of the producers
+    by_stage = ext.take(graph.producers)
+    return NodeTimeArrays(first, starts, ext[:n], by_stage=by_stage, n_stages=n_stages, exact=exact)
 
 
 def _whole_quanta(values: Any, block: int = 1 << 20) -> bool:

@@ -1,16 +1,16 @@
-"""`greedy.schedule` (on a linear placement its one-stage loop) emits an ArrayOrder equal to its Node
-reference (`schedule_reference`: the general loop), and the search's array bookkeeping (peak, timing, bounds)
-reads it as the Node path reads the reference's lists."""
-
-import itertools
+"""`greedy.schedule` emits an ArrayOrder equal to its Node reference (`tests/oracles/constructions.py`:
+every node decided, decoded one by one), and the search's array bookkeeping (peak, timing, bounds) reads it
+as the Node path reads the reference's lists."""
 
 import numpy as np
-import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from primuspp.algorithms import bounds, greedy, portfolio
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import make_placement
+from tests.oracles import constructions
 
 COSTS = (
     dict(forward=1.0, backward=1.0, wgrad=1.0),
@@ -32,21 +32,6 @@ COSTS = (
 )
 
 
-def _cases():
-    """Every policy with every cost set (paired cyclically, each pair at every size and cap), at the caps
-    the greedy accepts (`least_cap`: below it the pass refuses, which test_greedy covers)."""
-    pairs = [(policy, COSTS[i % len(COSTS)]) for i, policy in enumerate(greedy.POLICIES * 2)]
-    for kind, pp, m, cap, (policy, cost) in itertools.product(
-        ("linear", "v"), (1, 2, 5), (1, 3, 11), (1.0, 2.5, 100.0), pairs
-    ):
-        if kind == "v" and cap < 2:  # V: a capped pass needs room for the turn
-            continue
-        placement, costs = _placement_costs(kind, pp, cost)
-        if greedy.least_cap(placement, costs) > cap + 1e-9:
-            continue
-        yield kind, pp, m, cap, policy, cost
-
-
 def _placement_costs(kind, pp, cost):
     placement = make_placement(kind, pp, 2 if kind == "v" else 1)
     n = placement.num_stages
@@ -56,11 +41,23 @@ def _placement_costs(kind, pp, cost):
     return placement, CostModel(**values).for_placement(placement)
 
 
-@pytest.mark.parametrize("kind,pp,m,cap,policy,cost", list(_cases()))
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    kind=st.sampled_from(("linear", "v")),
+    pp=st.sampled_from((1, 2, 5)),
+    m=st.sampled_from((1, 3, 11)),
+    cap=st.sampled_from((1.0, 2.5, 100.0)),
+    policy=st.sampled_from(greedy.POLICIES),
+    cost=st.sampled_from(COSTS),
+)
 def test_schedule_equals_reference(kind, pp, m, cap, policy, cost):
+    """Every policy and cost set, at the caps the greedy accepts (`least_cap`: below it the pass refuses,
+    which test_greedy covers; a V's capped pass needs room for the turn)."""
+    assume(kind == "linear" or cap >= 2)
     placement, costs = _placement_costs(kind, pp, cost)
+    assume(greedy.least_cap(placement, costs) <= cap + 1e-9)
     plan = greedy.schedule(placement, m, costs, cap, policy)
-    ref = greedy.schedule_reference(placement, m, costs, cap, policy)
+    ref = constructions.greedy_schedule(placement, m, costs, cap, policy)
     assert isinstance(plan.order, ArrayOrder) and isinstance(ref.order, list)
     assert (plan.policy, plan.makespan, plan.max_span, plan.peak) == (
         ref.policy, ref.makespan, ref.max_span, ref.peak

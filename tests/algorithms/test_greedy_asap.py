@@ -1,7 +1,7 @@
 """`greedy.asap_exact` and `greedy.peak_exact`: where a pass says its planned figures are the simulator's
 (every policy unless a W started late; an eager pass always), they are, bit for bit (step time and longest
 span equal `portfolio.timed_score`'s of the order it emits, the peak `portfolio.order_peak`'s), on linear
-placements (the one-stage loop) and on a V (the general loop), over dyadic costs (comm, per-stage times, a B
+placements and on a V, over dyadic costs (comm, per-stage times, a B
 that frees half or keeps more than F saved, a W of no time) and random ones; and a search's `score` of such
 an order is what a fresh timing gives."""
 

@@ -8,6 +8,7 @@ from primuspp.algorithms import zb_timed, zbv_timed
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear, v_shape
+from tests.oracles import constructions
 
 COSTS = (
     CostModel(1.0, 1.0, 1.0),
@@ -30,7 +31,7 @@ def test_zb_timed_equals_reference(p, m, cost):
     found = 0
     for max_mem, late, bfirst, strict in itertools.product((1, p, 2 * p), *([(True, False)] * 3)):
         fast = zb_timed.build(p, m, costs, max_mem, late, bfirst, strict)
-        ref = zb_timed.build_reference(p, m, costs, max_mem, late, bfirst, strict)
+        ref = constructions.zb_timed_build(p, m, costs, max_mem, late, bfirst, strict)
         assert (fast is None) == (ref is None)
         if fast is not None:
             found += 1
@@ -47,7 +48,7 @@ def test_zbv_timed_equals_reference(p, m, cost):
     found = 0
     for chunks, fill_b, fill_f in itertools.product((2 * p, 4 * p), (True, False), (True, False)):
         fast = zbv_timed.build(p, m, dur, costs.comm, chunks, fill_b, fill_f)
-        ref = zbv_timed.build_reference(p, m, dur, costs.comm, chunks, fill_b, fill_f)
+        ref = constructions.zbv_timed_build(p, m, dur, costs.comm, chunks, fill_b, fill_f)
         assert (fast is None) == (ref is None)
         if fast is not None:
             found += 1

@@ -1,5 +1,6 @@
-"""The array form of the timing (`timing_arrays.solve`): identical to the loop wherever it answers, and it
-answers where its proof holds (equal or dyadic costs) — it steps aside (None) everywhere else."""
+"""The array form of the timing (`timing_arrays.solve`): identical to the loop, bit for bit, on any costs
+(the sweeps where their proof holds, equal or dyadic costs; the rounds everywhere else); it steps aside
+(None) only where the order cannot run or is not one it reads, and the loop words why."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.errors import ValidationError
@@ -14,7 +17,7 @@ from primuspp.schedule import timing, timing_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import make_placement
-from primuspp.schedule.timing import node_times, node_times_events, node_times_reference
+from primuspp.schedule.timing import node_times, node_times_events
 from tests.schedule.random_orders import random_order
 
 PLACEMENTS = (("linear", 4, 1), ("loop", 4, 2), ("v", 4, 2), ("bidirectional", 4, 2))
@@ -58,17 +61,47 @@ def test_arrays_are_the_loop_on_every_algorithm(name, cname):
             _same(table.placement, m, order, sc, got)
 
 
-def test_non_dyadic_costs_go_to_the_loop():
-    table = build_schedule("1f1b", 4, None, 8, THIRDS)
-    sc = THIRDS.for_placement(table.placement)
-    assert timing_arrays.solve(table.placement, 8, table.compute_order(), sc) is None
-    assert not timing_arrays.exact_costs(sc)
-    assert all(timing_arrays.exact_costs(c.for_placement(table.placement)) for c in DYADIC.values())
-    # node_times still answers, through the loop
-    assert (
-        node_times(table.placement, 8, table.compute_order(), sc).ends
-        == node_times_reference(table.placement, 8, table.compute_order(), sc).ends
-    )
+def test_other_costs_are_timed_in_rounds_with_the_loops_bits(monkeypatch):
+    """Costs the sweeps cannot prove (thirds, users' floats) are timed in rounds, never swept, bit for bit
+    the loop's; so are equal costs where the sweeps give up."""
+    monkeypatch.setattr(timing_arrays, "_sweep", lambda *a: pytest.fail("swept"))
+    for name in ("1f1b", "zbv", "dualpipe"):
+        for costs in (THIRDS, CostModel(1.13, 2.27, 0.71, comm=0.13, fb_overlap=0.83)):
+            table = build_schedule(name, 4, None, 8, costs)
+            sc = costs.for_placement(table.placement)
+            got = timing_arrays.solve(table.placement, 8, table.compute_order(), sc)
+            assert got is not None and not got.exact
+            _same(table.placement, 8, table.compute_order(), sc, got)
+    monkeypatch.setattr(timing_arrays, "_sweep", lambda *a: None)
+    table = build_schedule("zbv", 4, None, 8, DYADIC["equal"])
+    sc = DYADIC["equal"].for_placement(table.placement)
+    got = timing_arrays.solve(table.placement, 8, table.compute_order(), sc, dict(table.ranks.rows))
+    assert got is not None and got.exact
+    _same(table.placement, 8, table.compute_order(), sc, got)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    kind=st.sampled_from(PLACEMENTS),
+    m=st.integers(1, 7),
+    fwd=st.lists(st.floats(0.0, 5.0), min_size=8, max_size=8),
+    bwd=st.floats(0.0, 5.0),
+    wgrad=st.floats(0.0, 3.0),
+    comm=st.sampled_from([0.0, 0.13, 2.0]),
+    overlap=st.sampled_from([1.0, 0.83]),
+    seed=st.integers(0, 10**6),
+)
+def test_arrays_are_the_loop_on_any_costs(kind, m, fwd, bwd, wgrad, comm, overlap, seed):
+    """Random orders (FB nodes, OFFLOAD/RELOAD, B/W splits) under random float costs, zero durations
+    included: wherever the arrays answer, the loop's bits; where they do not, the loop refuses too or the
+    order is one they do not read (an input made later on its own rank)."""
+    placement = make_placement(*kind)
+    n = placement.num_stages
+    costs = CostModel(tuple(fwd[:n]), bwd, wgrad, comm=comm, fb_overlap=overlap).for_placement(placement)
+    order = random_order(placement, m, random.Random(seed))
+    got = timing_arrays.solve(placement, m, order, costs)
+    if got is not None:
+        _same(placement, m, order, costs, got)
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""The array simulator (`engine.simulate`) is its readable reference (`engine_reference.simulate_reference`)
+"""The array simulator (`engine.simulate`) is its readable reference (`tests/oracles/engine.py`)
 bit for bit: intervals, transfers, memory curves, peaks and metrics, over the registry and cost models that
 take every path (the array timing and the loop, the array memory curve and `order_memory`)."""
 
@@ -17,8 +17,8 @@ from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
 from primuspp.sim import simulate
-from primuspp.sim.engine_reference import simulate_reference
 from primuspp.trace.columns import IntervalColumns
+from tests.oracles.engine import simulate_reference
 from tests.schedule.random_orders import random_order
 
 PLACEMENTS = (("linear", 4, 1), ("loop", 4, 2), ("v", 4, 2), ("bidirectional", 4, 2))
