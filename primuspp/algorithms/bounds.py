@@ -180,8 +180,8 @@ def all_simple(order: Sequence[Sequence]) -> bool:
 
 def kinds_within(order: ArrayOrder, kinds: Sequence[NodeKind]) -> bool:
     """Whether every node of the ArrayOrder is of one of `kinds` (the kinds its node-kind column holds,
-    counted once per order: `compact.kinds_present`)."""
-    from primuspp.schedule.compact import kinds_present
+    counted once per order: `array_order.kinds_present`)."""
+    from primuspp.schedule.array_order import kinds_present
 
     return all(KINDS[code] in kinds for code in kinds_present(order.rows, "node_kind"))
 

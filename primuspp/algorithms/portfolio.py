@@ -113,7 +113,7 @@ def _timed_score_arrays(
     as array passes."""
     import numpy as np
 
-    from primuspp.schedule.compact import KINDS
+    from primuspp.schedule.array_order import KINDS
 
     times = node_time_arrays(placement, m, order, costs)
     is_compute = np.array([k.is_compute for k in KINDS], dtype=bool)[order.rows["node_kind"]]
@@ -193,7 +193,7 @@ def _array_busy(order: ArrayOrder, costs: StageCosts) -> list[float]:
     weights in order, from 0.0; a memory node adds 0.0, which changes no sum)."""
     import numpy as np
 
-    from primuspp.schedule.compact import KINDS
+    from primuspp.schedule.array_order import KINDS
     from primuspp.schedule.timing_arrays import node_durations
 
     d = node_durations(order.rows, order.first, costs)

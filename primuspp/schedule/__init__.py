@@ -1,5 +1,6 @@
 """The schedule IR: nodes, placements, tables, lowering and validation."""
 
+from primuspp.schedule import semantics  # noqa: F401  (first: it sets NodeKind's flags and part kinds)
 from primuspp.schedule.costs import CostModel, StageCosts
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node, NodeKind, format_node, parse_node

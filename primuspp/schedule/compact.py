@@ -18,21 +18,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache, lru_cache
 from itertools import chain
-from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from primuspp.schedule.array_order import (
+    CODE,
+    KINDS,
+    ArrayOrder,
+    kind_stage,
+    kinds_present,
+    one_row_per_node,
+    order_arrays,
+    rank_lengths,
+)
 from primuspp.schedule.lazy_ranks import LazyRanks
-from primuspp.schedule.nodes import Node, NodeKind, format_node
-from primuspp.schedule.rows import Rows, memo_of
+from primuspp.schedule.nodes import Node, format_node
+from primuspp.schedule.placement import Placement, stage_peers
+from primuspp.schedule.rows import Rows
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
-
-if TYPE_CHECKING:
-    from primuspp.schedule.placement import Placement
-
-#: kind codes in the arrays: the index of the kind in NodeKind's order
-KINDS: tuple[NodeKind, ...] = tuple(NodeKind)
-CODE: dict[str, int] = {k.text: i for i, k in enumerate(KINDS)}  # keyed by text: a str hashes in C
-_KIND_TEXT, _MB, _STAGE = attrgetter("kind.text"), attrgetter("microbatch"), attrgetter("stage")
 
 
 class LoweredRanks(LazyRanks):
@@ -114,8 +116,6 @@ class LoweredRanks(LazyRanks):
 
     def texts(self, r: int) -> list[str]:
         """Rank r's nodes in their text form (`nodes.format_node` of each), without building comm Nodes."""
-        from primuspp.schedule.array_order import ArrayOrder
-
         out: list[str | None] = [None] * self.lengths[r]
         positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
         if isinstance(self.order, ArrayOrder):  # from the columns: no Node built
@@ -147,138 +147,6 @@ class LoweredRanks(LazyRanks):
 
     def compute_order(self) -> tuple[tuple[Node, ...], ...]:
         return self.order
-
-
-def order_arrays(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
-    """The order's nodes as flat arrays (rank-major): rank, index in the rank's list, kind code, microbatch,
-    stage, and `part`: a composite node becomes one row per part, numbered 0, 1 (0 for a simple node).
-    `node_kind`: the kind of each node (one per node, not per row); `parts_ok`: every composite node has the
-    parts its semantics name.
-
-    The fields are read with `map` over all nodes at once; only composite nodes' parts are visited one by
-    one (`order_arrays_reference` is the plain loop: a test holds the two equal). An `array_order.ArrayOrder`
-    holds these arrays already: they are returned as they are."""
-    import numpy as np
-
-    from primuspp.schedule.array_order import ArrayOrder
-
-    if isinstance(order, ArrayOrder):
-        return order.rows
-    composite_of, n_parts_of, part_ok_of = _part_tables()
-    flat = list(chain.from_iterable(order))
-    n = len(flat)
-    lengths = np.array([len(seq) for seq in order], dtype=np.int64)
-    node_kind = np.fromiter(map(CODE.__getitem__, map(_KIND_TEXT, flat)), dtype=np.int8, count=n)
-    mb = np.fromiter(map(_MB, flat), dtype=np.int64, count=n)
-    stage = np.fromiter(map(_STAGE, flat), dtype=np.int64, count=n)
-    node_rank = np.repeat(np.arange(len(order), dtype=np.int64), lengths)
-    node_index = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    composite = composite_of[node_kind]
-    if not composite.any():
-        return Rows(
-            {
-                "node_kind": node_kind,
-                "parts_ok": True,
-                "kind": node_kind,
-                "mb": mb,
-                "stage": stage,
-                "rank": node_rank,
-                "index": node_index,
-                "part": np.zeros(n, dtype=np.int64),
-            }
-        )
-    # a composite node becomes one row per part (in place of its own row)
-    where = np.nonzero(composite)[0]
-    parts = [flat[i].parts for i in where.tolist()]
-    n_parts = np.fromiter(map(len, parts), dtype=np.int64, count=len(parts))
-    per_node = np.ones(n, dtype=np.int64)
-    per_node[where] = n_parts
-    row_node = np.repeat(np.arange(n, dtype=np.int64), per_node)
-    part = np.arange(len(row_node), dtype=np.int64) - np.repeat(np.cumsum(per_node) - per_node, per_node)
-    kind, row_mb, row_stage = node_kind[row_node], mb[row_node], stage[row_node]
-    part_rows = composite[row_node]
-    flat_parts = list(chain.from_iterable(parts))
-    m_parts = len(flat_parts)
-    part_kind = np.fromiter(map(CODE.__getitem__, map(_KIND_TEXT, flat_parts)), dtype=np.int8, count=m_parts)
-    kind[part_rows] = part_kind
-    row_mb[part_rows] = np.fromiter(map(_MB, flat_parts), dtype=np.int64, count=m_parts)
-    row_stage[part_rows] = np.fromiter(map(_STAGE, flat_parts), dtype=np.int64, count=m_parts)
-    # each composite node has as many parts as its kind names, each of an allowed kind
-    owner_kind = node_kind[where]
-    parts_ok = bool((n_parts == n_parts_of[owner_kind]).all())
-    if parts_ok and m_parts:
-        parts_ok = bool(part_ok_of[np.repeat(owner_kind, n_parts), part[part_rows], part_kind].all())
-    return Rows(
-        {
-            "node_kind": node_kind,
-            "parts_ok": parts_ok,
-            "kind": kind,
-            "mb": row_mb,
-            "stage": row_stage,
-            "rank": node_rank[row_node],
-            "index": node_index[row_node],
-            "part": part,
-        }
-    )
-
-
-def one_row_per_node(rows: dict[str, Any]) -> bool:
-    """Whether row i of `rows` is node i (no composite node: each node one row of its own)."""
-    composite = _part_tables()[0]
-    return len(rows["kind"]) == len(rows["node_kind"]) and not any(
-        composite[c] for c in kinds_present(rows, "node_kind")
-    )
-
-
-def kinds_present(rows: dict[str, Any], column: str = "kind") -> list[int]:
-    """The kind codes that occur in `rows[column]` ("kind": per row, "node_kind": per node), ascending
-    (`np.unique`'s answer, counted once per order: `rows.Rows.memo`)."""
-    import numpy as np
-
-    memo = memo_of(rows)
-    got = memo.get(("present", column))
-    if got is None:
-        got = memo["present", column] = np.flatnonzero(
-            np.bincount(rows[column], minlength=len(KINDS))
-        ).tolist()
-    return got
-
-
-def order_arrays_reference(order: Sequence[Sequence[Node]]) -> dict[str, Any]:
-    """`order_arrays` as a plain loop over the nodes and their parts."""
-    import numpy as np
-
-    kinds, mbs, stages, ranks, idx, parts, node_kinds = [], [], [], [], [], [], []
-    parts_ok = True
-    for r, seq in enumerate(order):
-        for i, n in enumerate(seq):
-            node_kinds.append(CODE[n.kind.text])
-            spec = SEMANTICS[n.kind].parts
-            if spec:
-                if len(n.parts) != len(spec) or any(
-                    part.kind not in allowed for part, allowed in zip(n.parts, spec, strict=False)
-                ):
-                    parts_ok = False
-                rows = [(part, j) for j, part in enumerate(n.parts)]
-            else:
-                rows = [(n, 0)]
-            for x, j in rows:
-                kinds.append(CODE[x.kind.text])
-                mbs.append(x.microbatch)
-                stages.append(x.stage)
-                ranks.append(r)
-                idx.append(i)
-                parts.append(j)
-    return {
-        "node_kind": np.array(node_kinds, dtype=np.int8),
-        "parts_ok": parts_ok,
-        "kind": np.array(kinds, dtype=np.int8),
-        "mb": np.array(mbs, dtype=np.int64),
-        "stage": np.array(stages, dtype=np.int64),
-        "rank": np.array(ranks, dtype=np.int64),
-        "index": np.array(idx, dtype=np.int64),
-        "part": np.array(parts, dtype=np.int64),
-    }
 
 
 #: arrays of at least this many elements are made int32 where their values fit (half the memory: a large
@@ -376,25 +244,6 @@ def _lowering_tables() -> tuple[Any, Any, Any]:
     return is_compute, makes, ranks
 
 
-@cache
-def _part_tables() -> tuple[Any, Any, Any]:
-    """Per kind code: composite or not, its number of parts, and which kinds may fill each part."""
-    import numpy as np
-
-    width = max((len(sem.parts) for sem in SEMANTICS.values()), default=0) or 1
-    composite = np.zeros(len(KINDS), dtype=bool)
-    n_parts = np.zeros(len(KINDS), dtype=np.int64)
-    part_ok = np.zeros((len(KINDS), width, len(KINDS)), dtype=bool)
-    for kind, sem in SEMANTICS.items():
-        k = CODE[kind.text]
-        composite[k] = bool(sem.parts)
-        n_parts[k] = len(sem.parts)
-        for j, allowed in enumerate(sem.parts):
-            for a in allowed:
-                part_ok[k, j, CODE[a.text]] = True
-    return composite, n_parts, part_ok
-
-
 def lower_compact(
     placement: Placement,
     num_microbatches: int,
@@ -407,8 +256,6 @@ def lower_compact(
     `timing.node_time_arrays` does (flat arrays: nothing to convert); `rows`: `order_arrays(order)` when
     the caller has them."""
     import numpy as np
-
-    from primuspp.schedule.array_order import ArrayOrder, rank_lengths
 
     if not isinstance(order, ArrayOrder):
         order = tuple(tuple(seq) for seq in order)
@@ -447,7 +294,6 @@ def lower_compact(
     cstarts = starts if node_compute is None else starts[node_compute]  # rank-major, in order
 
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
-    from primuspp.schedule.timing_arrays import kind_stage
 
     # (the (kind, stage) cells as the unit-cost timing left them in the rows' memo)
     ks = kind_stage(arr, placement.num_stages) if isinstance(arr, Rows) else None
@@ -599,8 +445,6 @@ def _hand_off_tables(placement: Placement) -> tuple[Any, Any, Any, Any, int]:
     None); per cell datum * n_stages + stage: whether it hands off, the peer rank and the consuming stage."""
     import numpy as np
 
-    from primuspp.schedule.lowering import stage_peers
-
     _, makes_of, _ = _lowering_tables()
     n_stages = placement.num_stages
     fwd_peer, bwd_peer = stage_peers(placement)
@@ -620,7 +464,7 @@ def _hand_offs(
     placement: Placement, kind: Any, stage: Any, present: list[int], ks: Any = None
 ) -> tuple[Any, Any, Any, Any]:
     """The hand-offs of the order's rows (`kind`, `stage`: its columns; `present`: the kind codes in
-    them; `ks`: each row's kind * stages + stage, `timing_arrays.kind_stage`, where the caller has it): one
+    them; `ks`: each row's kind * stages + stage, `array_order.kind_stage`, where the caller has it): one
     per (simple part, produced datum) whose consumer lives on another rank, in the reference's creation
     order (rank, node, part, datum), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer stage). Where
     no kind makes both data, a row makes at most one hand-off: one pass over per-(kind, stage) tables, no
@@ -663,8 +507,6 @@ def _hand_offs_merged(
     """`_hand_offs` for any semantics table: each datum's hand-offs found apart, then merged into creation
     order."""
     import numpy as np
-
-    from primuspp.schedule.lowering import stage_peers
 
     _, makes_of, datum_rank_of = _lowering_tables()
     fwd_peer, bwd_peer = stage_peers(placement)

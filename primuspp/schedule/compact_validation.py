@@ -23,14 +23,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.compact import (
-    CODE,
-    NARROW_FROM,
-    LoweredRanks,
-    index_dtype,
-    kinds_present,
-    one_row_per_node,
-)
+from primuspp.schedule.array_order import CODE, kinds_present, one_row_per_node
+from primuspp.schedule.compact import NARROW_FROM, LoweredRanks, index_dtype
 from primuspp.schedule.semantics import ACT, ACT_PREV, COMPLETION, GRAD, GRAD_NEXT, OWN_GRAD, SAVED, SEMANTICS
 
 if TYPE_CHECKING:

@@ -14,23 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.schedule.array_order import ArrayOrder, rank_lengths
-from primuspp.schedule.compact import LoweredRanks, lower_compact, order_arrays
+from primuspp.schedule.array_order import ArrayOrder, order_arrays, rank_lengths
+from primuspp.schedule.compact import LoweredRanks, lower_compact
 from primuspp.schedule.costs import unit_costs
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.timing import ARRAY_MIN_NODES, node_time_arrays, node_times
-
-
-def stage_peers(placement: Placement) -> tuple[list[int], list[int]]:
-    """Per stage: the rank its activation goes to and the rank its input grad goes to (-1: none/local)."""
-    srank = placement.stage_rank
-    fwd, bwd = [], []
-    for s, r in enumerate(srank):
-        q, p = placement.next_stage[s], placement.prev_stage[s]
-        fwd.append(srank[q] if q >= 0 and srank[q] != r else -1)
-        bwd.append(srank[p] if p >= 0 and srank[p] != r else -1)
-    return fwd, bwd
 
 
 def lower_comms(placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]]) -> LoweredRanks:

@@ -17,10 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from primuspp.schedule.compact import KINDS, kinds_present, one_row_per_node
+from primuspp.schedule.array_order import KINDS, kind_stage, kinds_present, one_row_per_node
 from primuspp.schedule.rows import memo_of
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
-from primuspp.schedule.timing_arrays import kind_stage
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
 _QUANTUM, _LIMIT = 2.0**20, 2.0**32
@@ -39,7 +38,7 @@ def memory_levels(
     amount: Sequence[float],
     b_free: Sequence[float],
 ) -> list[tuple[Any, Any, float]] | None:
-    """Per rank (times, levels, peak) of `order_memory` over the nodes of `rows` (`compact.order_arrays`;
+    """Per rank (times, levels, peak) of `order_memory` over the nodes of `rows` (`array_order.order_arrays`;
     `node_first[r]`: rank r's first node in the flat, rank-major numbering `starts`/`ends` use), or None
     when the arrays cannot reproduce it (see the module docstring)."""
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]

@@ -30,6 +30,7 @@ class NodeKind(Enum):
     is_comm: bool
     is_memory: bool
     is_send: bool
+    parts: tuple  # per part of a composite kind, the kinds that may fill it (() for a simple kind)
     text: str  # == value, as a plain attribute (Enum.value is a slow descriptor on hot paths)
 
 
@@ -60,7 +61,7 @@ class Node:
 def fused(forward: Node, backward: Node) -> Node:
     """An FB node running `forward` (an F) and `backward` (a B or BW) overlapped: the kinds its parts may
     have are the semantics table's."""
-    first, second = _semantics.SEMANTICS[NodeKind.FB].parts
+    first, second = NodeKind.FB.parts
     if forward.kind not in first or backward.kind not in second:
         raise ValueError(f"FB needs an F and a B/BW, got {forward} and {backward}")
     return Node(NodeKind.FB, forward.microbatch, forward.stage, None, (forward, backward))
@@ -84,7 +85,7 @@ def _node_syntax() -> tuple[re.Pattern[str], str]:
     """The text form of a non-composite node (any kind the table lists without parts; longest name first
     so that BW is not read as B), and the list of those kinds for the error message."""
     if not _syntax:
-        simple = [k.value for k in NodeKind if not _semantics.SEMANTICS[k].parts]
+        simple = [k.value for k in NodeKind if not k.parts]
         names = "|".join(sorted(simple, key=len, reverse=True))
         _syntax.extend((re.compile(rf"^({names})(\d+)\.(\d+)(?:([<>])(\d+))?$"), ", ".join(simple)))
     return _syntax[0], _syntax[1]
@@ -117,8 +118,3 @@ def parse_node(text: str) -> Node:
     if arrow is not None:
         raise ValidationError(f"bad node {text!r}: only SEND/RECV nodes name a peer")
     return Node(kind, int(mb), int(stage))
-
-
-# The semantics table sets the kinds' flags above when it is imported; it imports this module first (for
-# Node and NodeKind, defined by now), so importing it here is safe in either order.
-from primuspp.schedule import semantics as _semantics  # noqa: E402

@@ -131,3 +131,14 @@ def make_placement(kind: str, pp: int, vpp: int) -> Placement:
     raise ScheduleError(
         f"unknown placement {kind!r} (allowed: {', '.join(PLACEMENT_KINDS)})", key="placement"
     )
+
+
+def stage_peers(placement: Placement) -> tuple[list[int], list[int]]:
+    """Per stage: the rank its activation goes to and the rank its input grad goes to (-1: none/local)."""
+    srank = placement.stage_rank
+    fwd, bwd = [], []
+    for s, r in enumerate(srank):
+        q, p = placement.next_stage[s], placement.prev_stage[s]
+        fwd.append(srank[q] if q >= 0 and srank[q] != r else -1)
+        bwd.append(srank[p] if p >= 0 and srank[p] != r else -1)
+    return fwd, bwd

@@ -1,4 +1,4 @@
-"""The columns of a compute order (`compact.order_arrays`) as a dict that remembers what was derived from it.
+"""A compute order's columns (`array_order.order_arrays`) as a dict that remembers what was derived from it.
 
 A build reads one order's columns several times: the unit-cost timing that lowering places the receives by,
 the validator, then the simulator's timing under the real costs. What those passes derive from the columns
@@ -14,7 +14,7 @@ from typing import Any
 
 
 class Rows(dict):
-    """`compact.order_arrays`' dictionary; `memo`: facts derived from its columns, keyed by what else they
+    """`array_order.order_arrays`' dictionary; `memo`: facts derived from its columns, keyed by what else they
     depend on (a placement, a microbatch count)."""
 
     __slots__ = ("memo",)

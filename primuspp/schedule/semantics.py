@@ -111,13 +111,16 @@ FREES = (FREE_B, FREE_REST, FREE_ALL)
 
 
 def _mark_kinds() -> None:
-    """The per-member flags of `NodeKind` (read for every node in every pass), set from the table."""
+    """The per-member flags and part kinds of `NodeKind` (read for every node in every pass), set from the
+    table: the package imports this module first (`schedule/__init__.py` via `costs`), so they are set
+    before any node is read."""
     for kind in NodeKind:
         sem = SEMANTICS[kind]
         kind.is_compute = sem.role == "compute"
         kind.is_comm = sem.role == "comm"
         kind.is_memory = sem.role == "memory"
         kind.is_send = sem.role == "comm" and sem.carries in SEND_OF
+        kind.parts = sem.parts
 
 
 _mark_kinds()

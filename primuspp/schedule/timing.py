@@ -92,7 +92,7 @@ def node_times(
 ) -> Timing:
     """Fast path of `node_times_reference` (same results, several times faster): the array passes of
     `timing_arrays` for large orders, else (and where they do not apply) the loop `node_times_events`.
-    `rows`: the order's `compact.order_arrays`, when the caller has them (else built when the arrays are
+    `rows`: the order's `array_order.order_arrays`, when the caller has them (else built when the arrays are
     tried)."""
     if _FAST_OK and sum(rank_lengths(order)) >= ARRAY_MIN_NODES:
         from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
@@ -111,7 +111,7 @@ def node_time_arrays(
     rows: dict[str, Any] | None = None,
 ) -> Any:
     """`node_times` as flat numpy arrays (`timing_arrays.NodeTimeArrays`); `rows`: the order's
-    `compact.order_arrays` when the caller has them (a lowered table keeps them)."""
+    `array_order.order_arrays` when the caller has them (a lowered table keeps them)."""
     import numpy as np
 
     from primuspp.schedule import timing_arrays

@@ -44,8 +44,14 @@ from typing import Any
 
 import numpy as np
 
-from primuspp.schedule.array_order import rank_lengths
-from primuspp.schedule.compact import KINDS, kinds_present, order_arrays
+from primuspp.schedule.array_order import (
+    KINDS,
+    NATIVE_MAX,
+    kind_stage,
+    kinds_present,
+    order_arrays,
+    rank_lengths,
+)
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
@@ -65,9 +71,6 @@ _QUANTUM = 2.0**20  # durations and comm must be multiples of 1 / _QUANTUM
 #: the rows' memo key of a generator's unit slots: each node's start if every node took one unit of time
 UNIT_STARTS = "unit starts"
 _LIMIT = 2.0**32  # and every time below this: sums then stay below 2^52 quanta, exact in a float64
-#: up to this many nodes the index columns are numpy's native intp (indexing with int32 converts them
-#: first, which costs more than the copy saves on small tables); above, int32 (the memo's memory)
-_NATIVE_MAX = 1 << 20
 #: up to this many values a comparison goes through `tobytes` (one C comparison; above, no copies)
 _BYTES_MAX = 1 << 16
 
@@ -157,22 +160,6 @@ def node_durations(rows: dict[str, Any], first: Any, costs: StageCosts) -> Any:
     return d
 
 
-def kind_stage(rows: dict[str, Any], n_stages: int) -> Any:
-    """Each row's index into a (kind x stage) table, flattened (kept in the rows' memo up to _NATIVE_MAX
-    rows: above, three passes make it again rather than hold it)."""
-    kind = rows["kind"]
-    n = len(kind)
-    memo = memo_of(rows) if n <= _NATIVE_MAX else {}
-    key = ("kind_stage", n_stages)
-    got = memo.get(key)
-    if got is None:
-        got = kind.astype(np.intp if n <= _NATIVE_MAX else np.int32)
-        got *= n_stages
-        got += rows["stage"]
-        memo[key] = got
-    return got
-
-
 _COST_TABLES: dict[StageCosts, tuple[Any, bool, bool]] = {}
 
 
@@ -239,7 +226,7 @@ def solve(
     j = 0 if positive else int(graph.consumers[0]) if graph.n_cross else int(np.argmax(d))
     basis = table if whole and not graph.composite else None
     kept = ext
-    if basis is not None and n > _NATIVE_MAX and float(ext[:n].max(initial=0.0)) < 2.0**31:
+    if basis is not None and n > NATIVE_MAX and float(ext[:n].max(initial=0.0)) < 2.0**31:
         kept = ext[:n].astype(np.int32)  # whole ends: kept in half the memory (the caller may free ext)
     memo[key] = (j, float(d[j]) if n else 0.0, comm, kept, basis)
     ends = ext[:n]
@@ -417,7 +404,7 @@ def _placement_arrays(placement: Placement) -> tuple[Any, dict[str, tuple[Any, A
 
 #: orders of up to this many nodes keep their timing graph and times in their rows' memo (larger ones
 #: recompute them: the memory of a very large build matters more than its second timing). Above
-#: _NATIVE_MAX nodes what is kept is compact (int32 indices, whole ends as int32): about 11 bytes a node
+#: NATIVE_MAX nodes what is kept is compact (int32 indices, whole ends as int32): about 11 bytes a node
 MEMO_MAX_NODES = 8_000_000
 
 
@@ -482,7 +469,7 @@ def _timing_graph(
         return None
     if (srank[stage] != rank).any():
         return None
-    itype = np.intp if n <= _NATIVE_MAX else np.int32
+    itype = np.intp if n <= NATIVE_MAX else np.int32
     one_row_each = len(kind) == n  # then row i is node i
     owner = None if one_row_each else first[rank] + rows["index"]
     present = kinds_present(rows, "kind")

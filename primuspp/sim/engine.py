@@ -1,6 +1,6 @@
 """The simulator: run a lowered table under a cost model and measure it.
 
-The run is a few array passes over the table's compute order (`compact.order_arrays`: one row per node,
+The run is a few array passes over the table's compute order (`array_order.order_arrays`: one row per node,
 one per part of a composite node): the times of every node (`timing.node_time_arrays`), then the intervals,
 transfers and memory curves as numpy columns. The timeline's lists (`RankTimeline.intervals`,
 `Timeline.transfers`, `RankTimeline.memory`) are lazy views of those columns (`trace.columns`): their objects
@@ -13,14 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primuspp.schedule.compact import KINDS, LoweredRanks, kinds_present, one_row_per_node, order_arrays
+from primuspp.schedule.array_order import KINDS, kind_stage, kinds_present, one_row_per_node, order_arrays
+from primuspp.schedule.compact import LoweredRanks
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.lowering import stage_peers
 from primuspp.schedule.memory_levels import memory_levels
+from primuspp.schedule.placement import stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, order_memory
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing import node_time_arrays
-from primuspp.schedule.timing_arrays import kind_stage
 from primuspp.trace.columns import CurveColumns, IntervalColumns, TransferColumns
 from primuspp.trace.metrics import Metrics, timeline_metrics
 from primuspp.trace.timeline import RankTimeline, Timeline

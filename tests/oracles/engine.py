@@ -6,7 +6,7 @@ transfers, memory curves and metrics, bit for bit) over the registry and several
 from __future__ import annotations
 
 from primuspp.schedule.costs import CostModel, StageCosts
-from primuspp.schedule.lowering import stage_peers
+from primuspp.schedule.placement import stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, order_memory
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.timing import node_times_reference

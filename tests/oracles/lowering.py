@@ -7,9 +7,8 @@ from bisect import bisect_left
 from collections.abc import Sequence
 
 from primuspp.schedule.costs import unit_costs
-from primuspp.schedule.lowering import stage_peers
 from primuspp.schedule.nodes import Node
-from primuspp.schedule.placement import Placement
+from primuspp.schedule.placement import Placement, stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 from primuspp.schedule.timing import node_times
 

@@ -15,7 +15,6 @@ from primuspp.algorithms.registry import ALGORITHMS, build_schedule, get_algorit
 from primuspp.algorithms.v_blocks import ZB, ZB_TIGHT, offsets
 from primuspp.algorithms.v_grid import SlotSchedule
 from primuspp.schedule.array_order import ArrayOrder, rank_lengths
-from primuspp.schedule.compact import order_arrays_reference
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node, NodeKind
@@ -23,6 +22,7 @@ from primuspp.schedule.placement import make_placement, v_shape
 from primuspp.schedule.timing import ARRAY_MIN_NODES
 from primuspp.sim import simulate
 from tests.oracles.lowering import lower_comms_reference
+from tests.oracles.order_arrays import order_arrays as order_arrays_reference
 from tests.schedule.random_orders import random_order
 
 SIZES = [(1, 2), (2, 4), (3, 7), (4, 8), (5, 12), (8, 16)]

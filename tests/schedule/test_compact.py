@@ -12,20 +12,13 @@ from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params
 from primuspp.errors import ValidationError
 from primuspp.schedule import compact, compact_validation
-from primuspp.schedule.compact import (
-    LoweredRanks,
-    _hand_offs,
-    _hand_offs_merged,
-    from_ranks,
-    kinds_present,
-    order_arrays,
-)
+from primuspp.schedule.array_order import kind_stage, kinds_present, order_arrays
+from primuspp.schedule.compact import LoweredRanks, _hand_offs, _hand_offs_merged, from_ranks
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
-from primuspp.schedule.timing_arrays import kind_stage
 from primuspp.schedule.validation import validate_reference
 from tests.oracles.lowering import lower_comms_reference
 

@@ -12,7 +12,8 @@ import pytest
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule import compact, compact_validation, timing_arrays
 from primuspp.schedule import memory_levels as memory_curve
-from primuspp.schedule.compact import LoweredRanks, _compute_before, kinds_present
+from primuspp.schedule.array_order import kinds_present
+from primuspp.schedule.compact import LoweredRanks, _compute_before
 from primuspp.schedule.costs import CostModel, unit_costs
 from primuspp.schedule.rows import Rows, memo_of
 from primuspp.schedule.table import ScheduleTable

@@ -1,4 +1,4 @@
-"""`compact.order_arrays` (fields read with map, parts expanded as arrays) equals its plain loop."""
+"""`array_order.order_arrays` (fields read with map, parts expanded as arrays) equals its plain loop."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 
 from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params
-from primuspp.schedule.compact import order_arrays, order_arrays_reference
+from primuspp.schedule.array_order import order_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import make_placement
+from tests.oracles.order_arrays import order_arrays as order_arrays_reference
 from tests.schedule.random_orders import random_order
 
 _K = NodeKind

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.errors import ValidationError
-from primuspp.schedule import timing, timing_arrays
+from primuspp.schedule import array_order, timing, timing_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import make_placement
@@ -218,7 +218,7 @@ def test_a_generators_unit_slots_are_taken_only_where_they_solve_the_recurrence(
 
 @pytest.mark.parametrize("name", ["1f1b", "zbv", "dualpipe-v"])
 def test_the_compact_forms_of_large_orders_time_the_same(monkeypatch, name):
-    """Above `_NATIVE_MAX` nodes the graph's indices are int32, whole ends are kept as int32 and the
+    """Above `NATIVE_MAX` nodes the graph's indices are int32, whole ends are kept as int32 and the
     kind-stage index is made again: the lowering's and the simulation's times are the plain ones."""
     from primuspp.schedule.costs import unit_costs
     from primuspp.schedule.rows import Rows
@@ -229,7 +229,8 @@ def test_the_compact_forms_of_large_orders_time_the_same(monkeypatch, name):
     sc = costs.for_placement(pl)
     want_unit = timing_arrays.solve(pl, 12, order, unit_costs(pl), dict(table.ranks.rows))
     want = timing_arrays.solve(pl, 12, order, sc, dict(table.ranks.rows))
-    monkeypatch.setattr(timing_arrays, "_NATIVE_MAX", 0)
+    monkeypatch.setattr(timing_arrays, "NATIVE_MAX", 0)
+    monkeypatch.setattr(array_order, "NATIVE_MAX", 0)
     rows = Rows(table.ranks.rows)
     got_unit = timing_arrays.solve(pl, 12, order, unit_costs(pl), rows)
     kept = [v for k, v in rows.memo.items() if k[0] == "ends"]
