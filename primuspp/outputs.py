@@ -27,7 +27,9 @@ Rules (a user's data is never lost):
 - **Locks** (`locked_dir`): a command writing several result directories under one `--out` holds
   `<out>/.primuspp.lock` (an advisory `flock`, with the holder's pid written in it) for the whole run, so a
   second concurrent run into the same `--out` is refused (exit 2, naming the lock and the pid) instead of
-  interleaving. A lock left by a dead process holds no `flock` and is taken over.
+  interleaving. A lock left by a dead process holds no `flock` and is taken over; anything but a regular
+  file at the lock path (a FIFO, a directory) is refused and kept. Under the lock, the temp directories a
+  killed run left are removed: only those carrying the mark `replace_dir` puts in its own (`TEMP_MARK`).
 - **Preflight** (`check_file_target`, `check_dir_target`, `check_writable_dir`): every output location is
   checked before any work or rank starts, so a bad `--out` fails in a second, not after the run.
 
@@ -53,9 +55,11 @@ from primuspp.errors import ConfigError
 
 MARKER = ".primuspp"
 LOCK = ".primuspp.lock"
-#: prefixes of the temp and set-aside directories `replace_dir` makes beside its target
+#: prefixes of the temp and set-aside directories `replace_dir` makes beside its target, and the file that
+#: marks one as made by primuspp (a killed run's are removed only when they carry it)
 TMP_PREFIX = ".primuspp-tmp-"
 OLD_PREFIX = ".primuspp-old-"
+TEMP_MARK = ".primuspp-temporary"
 
 #: what each kind of owned directory may hold (besides the marker)
 _RESULT_FILES = re.compile(r"^(config\.json|summary\.json|schedule\.json|pp_rank_\d+\.json)$")
@@ -342,7 +346,7 @@ def replace_dir(path: str | Path, kind: str, write: Callable[[Path], None], key:
     parent = p.parent if str(p.parent) else Path(".")
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{p.name[:50]}-", dir=parent))
+        tmp = make_temp_dir(parent, p.name)
         os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp's 0700 is for the temp name, not the result
     except OSError as err:
         raise _fail(key, p, f"cannot create a directory beside it ({err.strerror})") from None
@@ -350,12 +354,20 @@ def replace_dir(path: str | Path, kind: str, write: Callable[[Path], None], key:
         write(tmp)
         if kind == "pp_data":  # a simulate result is marked by its summary.json
             (tmp / MARKER).write_text(json.dumps({"writer": "primuspp", "kind": kind}) + "\n")
+        os.unlink(tmp / TEMP_MARK)
         _swap_in(tmp, p, kind, key)
     except OSError as err:
         raise _fail(key, p, f"cannot write ({err.strerror})") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return p
+
+
+def make_temp_dir(parent: Path, name: str, prefix: str = TMP_PREFIX) -> Path:
+    """A new temp directory in `parent` for `name`, marked as ours (`TEMP_MARK`) until it is swapped in."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}{name[:50]}-", dir=parent))
+    (tmp / TEMP_MARK).touch()
+    return tmp
 
 
 def _swap_in(tmp: Path, p: Path, kind: str, key: str) -> None:
@@ -369,7 +381,7 @@ def _swap_in(tmp: Path, p: Path, kind: str, key: str) -> None:
     check_dir_target(p, kind, key)  # again, right before the swap: it may have changed during the work
     if _exchange(tmp, p):
         return  # `tmp` now holds the old directory; the caller removes it
-    old = Path(tempfile.mkdtemp(prefix=f"{OLD_PREFIX}{p.name[:50]}-", dir=p.parent))
+    old = make_temp_dir(p.parent, p.name, OLD_PREFIX)
     try:
         os.rename(p, old / "x")
         try:
@@ -397,6 +409,7 @@ def locked_dir(directory: str | Path, key: str = "--out") -> Iterator[Path]:
         raise _fail(key, d, f"cannot create ({err.strerror})") from None
     lock = d / LOCK
     while True:
+        _check_lock(lock, d, key)
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
         except OSError as err:
@@ -416,15 +429,17 @@ def locked_dir(directory: str | Path, key: str = "--out") -> Iterator[Path]:
             os.close(fd)
             raise _fail(key, d, f"cannot lock {lock} ({err.strerror})") from None
         try:
-            same = os.path.samestat(os.fstat(fd), os.lstat(lock))
+            now = os.fstat(fd)
+            same = os.path.samestat(now, os.lstat(lock))
         except FileNotFoundError:
             same = False
+        if same and not stat.S_ISREG(now.st_mode):  # swapped in after the check: never removed by us
+            os.close(fd)
+            _check_lock(lock, d, key)
         if same:
             break
         os.close(fd)  # the previous holder removed the file between our open and our lock: try again
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _fail(key, d, f"{lock} is not a regular file; remove it")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         _remove_leftovers(d)
@@ -438,11 +453,22 @@ def locked_dir(directory: str | Path, key: str = "--out") -> Iterator[Path]:
                 d.rmdir()
 
 
+def _check_lock(lock: Path, d: Path, key: str) -> None:
+    """The lock path holds nothing or a regular file: anything else (a FIFO, a directory) is refused and
+    left as it is."""
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISREG(os.lstat(lock).st_mode):
+            raise _fail(key, d, f"{lock} is not a regular file; left as it is, remove it to write here")
+
+
 def _remove_leftovers(d: Path) -> None:
-    """Temp directories a killed run left beside its targets (ours by name; only under the lock)."""
+    """Temp directories a killed run left beside its targets: named as ours and carrying `TEMP_MARK` (a
+    directory only named like them is the user's and is kept; only under the lock)."""
     for entry in d.iterdir():
         if entry.name.startswith((TMP_PREFIX, OLD_PREFIX)) and entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(entry / TEMP_MARK).st_mode):
+                    shutil.rmtree(entry, ignore_errors=True)
 
 
 # -- default locations -----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from primuspp.commands.app import main
-from primuspp.outputs import LOCK, MARKER
+from primuspp.outputs import LOCK, MARKER, OLD_PREFIX, TMP_PREFIX, make_temp_dir
 from primuspp.trace.pp_data import read_pp_data
 
 TRAIN = ["train", "--backend", "torch", "--pp", "2", "--mb", "2", "--steps", "1"]
@@ -384,3 +384,45 @@ def test_immutable_out_is_one_line_before_any_work(capsys, tmp_path):
         if immutable:
             subprocess.run(["chattr", "-i", str(ro)], check=True)
     assert list(ro.iterdir()) == []
+
+
+# -- issue 34: only what the writer marked as its own is deleted ------------------------------------------
+
+
+def test_a_dir_named_like_our_temporaries_but_unmarked_is_kept(capsys, tmp_path):
+    out = tmp_path / "out"
+    user = out / f"{TMP_PREFIX}mine"
+    (user / "sub").mkdir(parents=True)
+    (user / "sub" / "data.txt").write_text("precious")
+    aside = out / f"{OLD_PREFIX}mine"
+    aside.mkdir()
+    (aside / "x").write_text("mine too")
+    before = _tree_hash(user), _tree_hash(aside)
+    assert _run(capsys, *SIM, "--out", str(out))[0] == 0
+    assert (_tree_hash(user), _tree_hash(aside)) == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(["1f1b", "gpipe", user.name, aside.name])
+
+
+def test_a_killed_runs_marked_temporaries_are_removed(capsys, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    # what a run killed inside `replace_dir` leaves: a temp directory carrying the writer's mark
+    left = make_temp_dir(out, "1f1b")
+    (left / "pp_rank_0.json").write_text("{}")
+    assert _run(capsys, *SIM, "--out", str(out))[0] == 0
+    assert not left.exists()
+    assert sorted(p.name for p in out.iterdir()) == ["1f1b", "gpipe"]
+
+
+@pytest.mark.parametrize("special", ["fifo", "dir"])
+def test_a_non_regular_file_at_the_lock_path_is_refused_and_kept(capsys, tmp_path, special):
+    out = tmp_path / "out"
+    out.mkdir()
+    lock = out / LOCK
+    os.mkfifo(lock) if special == "fifo" else lock.mkdir()
+    code, _, err = _run(capsys, *SIM, "--out", str(out))
+    assert code == 2
+    _one_line_error(err, str(lock), "not a regular file")
+    kept = os.lstat(lock).st_mode
+    assert stat.S_ISFIFO(kept) if special == "fifo" else stat.S_ISDIR(kept)
+    assert sorted(p.name for p in out.iterdir()) == [LOCK]  # nothing written
