@@ -15,10 +15,12 @@ from primuspp.errors import ConfigError
 from primuspp.outputs import (
     LOCK,
     MARKER,
+    OLD_PREFIX,
     check_dir_target,
     check_file_target,
     check_writable_dir,
     locked_dir,
+    make_temp_dir,
     replace_dir,
     safe_component,
     write_file,
@@ -299,11 +301,14 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 
 def test_lock_removes_leftover_temp_directories_and_an_unused_new_directory(tmp_path):
     out = tmp_path / "out"
-    (out / ".primuspp-tmp-1f1b-abc").mkdir(parents=True)
+    out.mkdir()
+    make_temp_dir(out, "1f1b")
+    make_temp_dir(out, "1f1b", OLD_PREFIX)
+    (out / ".primuspp-tmp-unmarked").mkdir()  # named like ours, not marked: the user's
     (out / "user-dir").mkdir()
     with locked_dir(out):
         pass
-    assert sorted(p.name for p in out.iterdir()) == ["user-dir"]
+    assert sorted(p.name for p in out.iterdir()) == [".primuspp-tmp-unmarked", "user-dir"]
     with locked_dir(tmp_path / "fresh"):
         pass
     assert not (tmp_path / "fresh").exists()
