@@ -41,10 +41,9 @@ def results_dir(out_dir: str | Path, names: Sequence[str]) -> Iterator[Path]:
         yield out
 
 
-def write_result(result: SimResult, out_dir: str | Path, fast: bool = True) -> Path:
+def write_result(result: SimResult, out_dir: str | Path) -> Path:
     """Write one run's directory; an earlier one of the same name (ours) is replaced only once all is
-    written. `fast`: pp_data written from the simulator's columns (the same bytes; False writes through the
-    readable reference writer, `pp_data.rank_record`)."""
+    written."""
     name = safe_component(result.name, "run name")  # again here: no name may leave `out_dir`
 
     def write(tmp: Path) -> None:
@@ -53,7 +52,7 @@ def write_result(result: SimResult, out_dir: str | Path, fast: bool = True) -> P
             "placement": result.table.placement.kind,
             "costs": {k: (list(v) if isinstance(v, tuple) else v) for k, v in costs.__dict__.items()},
         }
-        write_pp_data([result.timeline], tmp, extra, fast=fast)
+        write_pp_data([result.timeline], tmp, extra)
         (tmp / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n")
         (tmp / "schedule.json").write_text(to_json_text(result.table) + "\n")
 

@@ -20,44 +20,163 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from primuspp.errors import ConfigError
 from primuspp.inputs import check_regular, finite, load_json
+from primuspp.trace.columns import CurveColumns, IntervalColumns
 from primuspp.trace.timeline import Interval, RankTimeline, Timeline
 
 _RANK_FILE = re.compile(r"^pp_rank_(\d+)\.json$")
 
 
+#: the pp_data group of each interval kind, and the groups in the order their keys are written
+_GROUP = {"F": "fwd", "B": "bwd", "BW": "bwd", "W": "wgrad", "FB": "fb"}
+_GROUPS = ("fwd", "bwd", "wgrad", "fb")
+
+
 def rank_record(rt: RankTimeline) -> dict[str, Any]:
-    rec: dict[str, Any] = {
-        "total": max((iv.end for iv in rt.intervals), default=0.0),
-        "memory": rt.peak_memory,
-    }
-    groups: dict[str, list[Interval]] = {"fwd": [], "bwd": [], "wgrad": [], "fb": []}
-    for iv in rt.intervals:
-        groups[{"F": "fwd", "B": "bwd", "BW": "bwd", "W": "wgrad", "FB": "fb"}[iv.kind]].append(iv)
+    """One rank's record in Primus' layout (`_record_columns`) as a dict of lists."""
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in _record_columns(rt)}
+
+
+def rank_text(rt: RankTimeline, vocab: Vocab | None = None) -> str:
+    """`json.dumps(rank_record(rt))`, written column by column: a float column through `vocab` (the repr of
+    each of a timeline's distinct times and levels, made once) where it holds the column's values."""
+    parts = []
+    for key, v in _record_columns(rt):
+        text = vocab.text(v) if vocab is not None and isinstance(v, np.ndarray) else None
+        if text is None:
+            text = json.dumps(v.tolist() if isinstance(v, np.ndarray) else v)
+        parts.append(f'"{key}": {text}')
+    return "{" + ", ".join(parts) + "}"
+
+
+class Vocab:
+    """The JSON text of each distinct float of a timeline's columns, written once. A simulated timeline's
+    times and memory levels repeat across ranks and keys (a few thousand distinct values among millions), so
+    gathering their texts is a fraction of `json.dumps` formatting every float."""
+
+    __slots__ = ("int_texts", "texts", "values")
+
+    def __init__(self, values: Any, top: int) -> None:
+        self.values = values
+        self.texts = np.array([repr(v) for v in values.tolist()], dtype=object)
+        #: the texts of the integer labels -1 .. top (microbatch, stage, chunk)
+        self.int_texts = np.array([str(i) for i in range(-1, top + 1)], dtype=object)
+
+    @classmethod
+    def of(cls, timelines: list[Timeline]) -> Vocab | None:
+        """The vocabulary of `timelines`' ranks held as columns (gathered rank by rank: no copy of all at
+        once), or None when most floats are distinct or one is not finite or is -0.0 (whose texts differ
+        from `repr`'s or from 0.0's)."""
+        parts, count, top = [], 0, 0
+        for tl in timelines:
+            for rt in tl.ranks:
+                ivs, curve = rt.intervals, rt.memory
+                cols = [ivs.start, ivs.end] if isinstance(ivs, IntervalColumns) else []
+                if cols and len(ivs):
+                    top = max(top, *(int(c.max()) for c in (ivs.mb, ivs.stage, ivs.chunk)))
+                if isinstance(curve, CurveColumns):
+                    cols += [curve.level, curve.time]
+                if cols:
+                    part = _distinct(np.concatenate(cols))
+                    if not np.isfinite(part).all() or np.signbit(part[part == 0]).any():
+                        return None
+                    parts.append(part)
+                    count += sum(len(c) for c in cols)
+        values = _distinct(np.concatenate(parts)) if parts else None
+        return cls(values, top) if values is not None and len(values) * 4 <= count else None
+
+    def text(self, col: Any) -> str | None:
+        """The JSON list of `col`, or None when its values are not all held here."""
+        if not len(col):
+            return None
+        if col.dtype.kind == "i":
+            if col.min() < -1 or col.max() >= len(self.int_texts) - 1:
+                return None
+            return "[" + ", ".join(self.int_texts[col + 1].tolist()) + "]"
+        if col.dtype != np.float64:
+            return None
+        at = np.minimum(np.searchsorted(self.values, col), len(self.values) - 1)
+        if not (self.values[at] == col).all():
+            return None
+        return "[" + ", ".join(self.texts[at].tolist()) + "]"
+
+
+def _distinct(col: Any) -> Any:
+    values = np.sort(col)
+    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+
+
+def _record_columns(rt: RankTimeline) -> list[tuple[str, Any]]:
+    """One rank's record in Primus' layout, its keys in order, each with a numpy column or a list (times in
+    ms; our extensions after Primus' keys, which its readers ignore). Read from the rank's columns
+    (`trace.columns`: a simulated rank's own, else built from its Interval objects)."""
+    ivs = _columns(rt.intervals)
+    of_kind = [_GROUPS.index(_GROUP[k]) if k in _GROUP else -1 for k in ivs.kinds]
+    group = np.array(of_kind, dtype=np.int64)[ivs.kind]
+    rows = {prefix: np.flatnonzero(group == g) for g, prefix in enumerate(_GROUPS)}
+    rec: list[tuple[str, Any]] = [
+        ("total", ivs.end.max().item() if len(ivs.end) else 0.0),
+        ("memory", rt.peak_memory),
+    ]
     for prefix in ("fwd", "bwd", "wgrad"):
-        ivs = groups[prefix]
-        rec[f"{prefix}_start"] = [iv.start for iv in ivs]
-        rec[f"{prefix}_end"] = [iv.end for iv in ivs]
+        rec += [(f"{prefix}_start", ivs.start[rows[prefix]]), (f"{prefix}_end", ivs.end[rows[prefix]])]
     for prefix in ("fwd", "bwd", "wgrad"):
-        ivs = groups[prefix]
-        rec[f"{prefix}_minibatch"] = [iv.microbatch for iv in ivs]
-        rec[f"{prefix}_chunk"] = [iv.chunk for iv in ivs]
-    rec["activation_memory_usage"] = [level for _, level in rt.memory[1:]]
+        rec += [(f"{prefix}_minibatch", ivs.mb[rows[prefix]]), (f"{prefix}_chunk", ivs.chunk[rows[prefix]])]
+    curve = rt.memory
+    if isinstance(curve, CurveColumns):
+        levels, times = curve.level, curve.time
+    else:
+        levels, times = [level for _, level in curve[1:]], [t for t, _ in curve[1:]]
+    rec.append(("activation_memory_usage", levels))
     # primuspp extensions (Primus' readers ignore unknown keys): exact kinds, stages and memory times
-    rec["bwd_kind"] = [iv.kind for iv in groups["bwd"]]
-    for prefix in ("fwd", "bwd", "wgrad"):
-        rec[f"{prefix}_stage"] = [iv.stage for iv in groups[prefix]]
-    rec["activation_memory_time"] = [t for t, _ in rt.memory[1:]]
-    if groups["fb"]:
-        fb = groups["fb"]
-        rec["fb_start"] = [iv.start for iv in fb]
-        rec["fb_end"] = [iv.end for iv in fb]
-        rec["fb_minibatch"] = [iv.microbatch for iv in fb]
-        rec["fb_chunk"] = [iv.chunk for iv in fb]
-        rec["fb_stage"] = [iv.stage for iv in fb]
-        rec["fb_backward"] = [list(iv.backward or ()) for iv in fb]
+    rec.append(("bwd_kind", [ivs.kinds[k] for k in ivs.kind[rows["bwd"]].tolist()]))
+    rec += [(f"{prefix}_stage", ivs.stage[rows[prefix]]) for prefix in ("fwd", "bwd", "wgrad")]
+    rec.append(("activation_memory_time", times))
+    fb = rows["fb"]
+    if len(fb):
+        rec += [("fb_start", ivs.start[fb]), ("fb_end", ivs.end[fb]), ("fb_minibatch", ivs.mb[fb])]
+        rec += [("fb_chunk", ivs.chunk[fb]), ("fb_stage", ivs.stage[fb])]
+        back: dict[int, list[Any]] = {}
+        if ivs.backward is not None:
+            where, kind, mb, stage, chunk = (col.tolist() for col in ivs.backward)
+            for i, k, b_mb, b_s, b_c in zip(where, kind, mb, stage, chunk, strict=True):
+                back[i] = [ivs.kinds[k], b_mb, b_s, b_c]
+        rec.append(("fb_backward", [back.get(i, []) for i in fb.tolist()]))
     return rec
+
+
+def _columns(intervals: Any) -> IntervalColumns:
+    """A rank's intervals as columns: a simulated rank's own, or built from Interval objects."""
+    if isinstance(intervals, IntervalColumns):
+        return intervals
+    kinds = sorted({iv.kind for iv in intervals})
+    code = {k: i for i, k in enumerate(kinds)}
+    backs = [(i, iv.backward) for i, iv in enumerate(intervals) if iv.backward is not None]
+    backward = None
+    if backs:
+        kinds += sorted({b[0] for _, b in backs} - set(kinds))
+        code = {k: i for i, k in enumerate(kinds)}
+        backward = tuple(
+            np.array(col, dtype=np.int64)
+            for col in zip(*((i, code[b[0]], b[1], b[2], b[3]) for i, b in backs), strict=True)
+        )
+
+    def col(values: list[Any], dtype: Any) -> Any:
+        return np.array(values, dtype=dtype)
+
+    return IntervalColumns(
+        kinds,
+        col([code[iv.kind] for iv in intervals], np.int64),
+        col([iv.microbatch for iv in intervals], np.int64),
+        col([iv.stage for iv in intervals], np.int64),
+        col([iv.chunk for iv in intervals], np.int64),
+        col([iv.start for iv in intervals], np.float64),
+        col([iv.end for iv in intervals], np.float64),
+        backward,  # type: ignore[arg-type]
+    )
 
 
 def config_record(timeline: Timeline, extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -68,23 +187,16 @@ def config_record(timeline: Timeline, extra: dict[str, Any] | None = None) -> di
     return rec
 
 
-def write_pp_data(
-    timelines: list[Timeline], directory: Path, extra: dict[str, Any] | None = None, fast: bool = True
-) -> None:
-    """Write one or more iterations of the same run (same pp) into `directory` (which must exist).
-
-    `fast`: a simulated timeline's ranks are written from its columns (`pp_data_fast.file_texts`, the same
-    bytes); False writes every rank through `rank_record`, the readable reference."""
-    from primuspp.trace.pp_data_fast import file_texts
-
+def write_pp_data(timelines: list[Timeline], directory: Path, extra: dict[str, Any] | None = None) -> None:
+    """Write one or more iterations of the same run (same pp) into `directory` (which must exist), one rank
+    file at a time (a large run's text is never held whole)."""
     first = timelines[0]
     (directory / "config.json").write_text(json.dumps(config_record(first, extra), indent=2) + "\n")
-    fast_texts = (file_texts(timelines) if fast else None) or [None] * first.pp
+    vocab = Vocab.of(timelines)
     for r in range(first.pp):
-        text = fast_texts[r]
-        if text is None:
-            text = json.dumps({tl.iteration: rank_record(tl.ranks[r]) for tl in timelines})
-        (directory / f"pp_rank_{r}.json").write_text(text + "\n")
+        texts = (f"{json.dumps(str(tl.iteration))}: {rank_text(tl.ranks[r], vocab)}" for tl in timelines)
+        text = ", ".join(texts)
+        (directory / f"pp_rank_{r}.json").write_text("{" + text + "}\n")
 
 
 def _source_and_unit(config: dict) -> tuple[str, str]:
