@@ -10,9 +10,9 @@ this process (less disturbed by other work than wall time).
 simulation's alone), the peak resident memory (RSS) of that process (and after the build, before the
 simulation), and the growth exponents of the times in p*m (least squares on logs). `--pages` says under
 which numpy huge-page advice those processes run: `cli` as the `primuspp` command runs (advice off unless
-the environment names a choice, see `primuspp/numpy_pages.py`), `numpy` with numpy's own default, or
+the environment names a choice, see `commands/process.py`), `numpy` with numpy's own default, or
 `both` (each size twice; the table's `pages` column says which). In `cli` mode the process also keeps the
-memory it frees for reuse, as the command's offline verbs do (`primuspp.heap`); so does the in-process
+memory it frees for reuse, as the command's offline verbs do (`commands/process.py`); so does the in-process
 table, unless `--default-heap`.
 """
 
@@ -34,10 +34,8 @@ from rich.table import Table
 from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params, build_schedule
+from primuspp.commands.process import HUGEPAGE_ADVICE, keep_freed_memory
 from primuspp.errors import ScheduleError
-from primuspp.gcpause import gc_paused
-from primuspp.heap import keep_freed_memory
-from primuspp.numpy_pages import HUGEPAGE_ADVICE
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 
@@ -61,8 +59,7 @@ def best_of(repeat: int, fn, cpu: list[float] | None = None):
 def order_only(name: str, pp: int, mb: int, costs: CostModel) -> None:
     algo = ALGORITHMS[name]
     params = _resolve_params(algo, {})
-    with gc_paused():  # as build_schedule runs it
-        algo.generate(GenerationRequest(pp, algo.vpp_default, mb, costs, params))
+    algo.generate(GenerationRequest(pp, algo.vpp_default, mb, costs, params))
 
 
 def one_run(name: str, pp: int, mb: int) -> dict:

@@ -36,7 +36,7 @@ cover all of ours and only one of Primus' runs, and on this machine such bursts 
 by a fifth from one run of the bench to the next. With equal sample times both sides are exposed alike; a
 run of ours stays one build and one simulation from scratch (`forget()` before each, outside the timing).
 
-The process keeps the memory it frees for reuse (`primuspp.heap.keep_freed_memory`), as the `primuspp`
+The process keeps the memory it frees for reuse (`commands.process.keep_freed_memory`), as the `primuspp`
 command's offline verbs do; both sides run in it. `--default-heap` leaves glibc's malloc as it starts.
 """
 
@@ -59,7 +59,7 @@ from rich.table import Table
 
 from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import build_schedule
-from primuspp.heap import keep_freed_memory
+from primuspp.commands.process import keep_freed_memory
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 

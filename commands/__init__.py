@@ -1,12 +1,9 @@
 """The `primuspp` command line: thin Typer verbs over the library.
 
-The command line is its own process: it turns numpy's huge-page advice off (`primuspp.numpy_pages` says
-why) before numpy is imported, unless the environment already names a choice. Processes it starts
-(training ranks) inherit that; torch's own memory is not numpy's and is unaffected.
+The command line is its own process: its process-level settings (`primuspp.commands.process`) are set
+here, before numpy is imported; processes it starts (training ranks) inherit the environment.
 """
 
-import os
+from primuspp.commands.process import set_environment
 
-from primuspp.numpy_pages import HUGEPAGE_ADVICE
-
-os.environ.setdefault(*HUGEPAGE_ADVICE)
+set_environment()

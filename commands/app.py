@@ -21,6 +21,7 @@ from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import Abort, TyperException
 
 from primuspp import __version__
+from primuspp.commands.process import defer_coercion, keep_freed_memory
 from primuspp.errors import PrimusppError
 
 HELP = "Pipeline-parallel schedules as data: simulate, draw, dump, compare and run them."
@@ -37,7 +38,7 @@ class Verb:
     help: str
     examples: tuple[str, ...]
     #: whether the verb builds and simulates tables in this process: it then keeps freed memory for reuse
-    #: (`primuspp.heap`); `train` and `algorithms` do not
+    #: (`commands.process`); `train` and `algorithms` do not
     builds: bool = True
 
 
@@ -141,55 +142,15 @@ def _flags_as_flags(params: list[Any]) -> list[Any]:
     return params
 
 
-class _DeferredCoercion:
-    """Stands in for a parameter's typer coercion until a value arrives. Typer (0.29) builds a pydantic
-        TypeAdapter for every parameter it processes, a flag not given included (its value None, which the
-        coercion returns as it is), and importing pydantic is most of a verb's start-up: `simulate --help` and
-        `algorithms` would pay it for nothing. A None value is answered here exactly as typer's
-        `RuntimeParam.coerce` answers it; a plain value (digits, a string, a path) as typer would answer it
-    (`primuspp.commands.fast_coercion`); any other goes to typer's own coercion, built on first use."""
-
-    __slots__ = ("descriptor", "real")
-
-    def __init__(self, descriptor: Any) -> None:
-        self.descriptor, self.real = descriptor, None
-
-    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
-        if value is None:
-            return () if param.multiple or param.nargs == -1 else None
-        if not (param.multiple or param.nargs == -1) or not isinstance(value, str):
-            from primuspp.commands.fast_coercion import SLOW, fast_coerce
-
-            fast = fast_coerce(self.descriptor, value, param, ctx)
-            if fast is not SLOW:
-                return fast
-        if self.real is None:
-            from typer._coercion import build_runtime_param
-
-            self.real = build_runtime_param(self.descriptor)
-        return self.real.coerce(value, param=param, ctx=ctx)
-
-
-def _defer_coercion(params: list[Any]) -> list[Any]:
-    """Each typer parameter whose coercion is not built yet gets a `_DeferredCoercion` (a parameter without
-    typer's private `_runtime_param`/`type_descriptor` is left alone: typer then does what it always did)."""
-    for param in params:
-        if getattr(param, "_runtime_param", False) is None and hasattr(param, "type_descriptor"):
-            param._runtime_param = _DeferredCoercion(param.type_descriptor)
-    return params
-
-
 class _Command(TyperCommand):
     #: set from `Verb.builds` (`load`)
     keeps_heap = False
 
     def get_params(self, ctx: Any) -> list[Any]:
-        return _defer_coercion(_flags_as_flags(super().get_params(ctx)))
+        return defer_coercion(_flags_as_flags(super().get_params(ctx)))
 
     def invoke(self, ctx: Any) -> Any:
         if self.keeps_heap:  # the verb runs (its --help does not get here)
-            from primuspp.heap import keep_freed_memory
-
             keep_freed_memory()
         return super().invoke(ctx)
 
@@ -207,7 +168,7 @@ class _LazyVerb(TyperCommand):
 
 class _Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
-        return _defer_coercion(_flags_as_flags(super().get_params(ctx)))
+        return defer_coercion(_flags_as_flags(super().get_params(ctx)))
 
 
 def load(verb: Verb) -> TyperCommand:

@@ -114,7 +114,6 @@ def simulate(
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
     from primuspp.config.loader import run_specs, simulation_config
-    from primuspp.gcpause import gc_paused
     from primuspp.sim.output import results_dir, write_results
     from primuspp.sim.runs import run, split_refused, summary
 
@@ -126,8 +125,8 @@ def simulate(
     if not algo:  # a sweep skips (and lists) what an algorithm refuses; a named one is an error (exit 2)
         specs, refused = split_refused(specs)
     target = out_dir or Path(cfg.output_dir)
-    # locked, every target checked first; the collector paused: the runs and their files are acyclic bulk
-    with results_dir(target, [spec.name for spec in specs]), gc_paused():
+    # locked, every target checked first
+    with results_dir(target, [spec.name for spec in specs]):
         results = [run(spec) for spec in progress(specs, "simulating")]
         note = write_results(results, target)
     if note:

@@ -20,7 +20,6 @@ from primuspp.algorithms import (
 )
 from primuspp.algorithms.base import Algorithm, GenerationRequest
 from primuspp.errors import ConfigError, ScheduleError, ValidationError
-from primuspp.gcpause import without_gc
 from primuspp.inputs import parse_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_csv, from_json_dict, from_text
@@ -95,7 +94,6 @@ def resolve_name(name: str) -> str:
     return name if name.startswith(FILE_PREFIX) else get_algorithm(name).name
 
 
-@without_gc
 def build_schedule(
     algorithm: str,
     pp: int | None = None,
@@ -186,7 +184,6 @@ def _resolve_params(algo: Algorithm, params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in resolved.items() if v is not None}
 
 
-@without_gc
 def load_table(
     path: str | Path, pp: int | None = None, vpp: int | None = None, micro_batches: int | None = None
 ) -> ScheduleTable:

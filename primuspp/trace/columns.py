@@ -14,8 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from primuspp.gcpause import gc_paused
-
 
 class LazyList(Sequence):
     """A list built by `build()` on first use, or by the subclass's `_make()` where no `build` is given;
@@ -39,8 +37,7 @@ class LazyList(Sequence):
         """The built list (a new list is not made on each call: do not mutate it)."""
         if self._items is None:
             build = self._build if self._build is not None else self._make
-            with gc_paused():  # many small acyclic objects at once (see gcpause)
-                self._items = build()
+            self._items = build()
             self._build = None
         return self._items
 

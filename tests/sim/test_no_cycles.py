@@ -1,18 +1,28 @@
 """A build and its simulation leave no cyclic garbage: the arrays of a table and its timeline are freed by
-reference counting when dropped, not kept until the cyclic collector runs (which `build_schedule` and the
-simulator pause, `primuspp.gcpause`)."""
+reference counting when dropped, not kept until the cyclic collector runs (which a caller may pause)."""
 
 from __future__ import annotations
 
 import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import build_schedule
-from primuspp.gcpause import gc_paused
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic collector off for the block (so that no automatic collection hides a cycle)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize(
