@@ -37,7 +37,8 @@ def viz(
     iteration: Annotated[
         str | None,
         typer.Option(
-            "--iteration", help="Iteration shown first for multi-iteration runs (default: the last)."
+            "--iteration",
+            help="Iteration shown first for multi-iteration runs (default: one of median step time).",
         ),
     ] = None,
     chrome: Annotated[

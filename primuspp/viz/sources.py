@@ -17,6 +17,10 @@ from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Timeline
 
 YAML_SUFFIXES = (".yaml", ".yml")
+#: the most bytes of pp_rank files one run may hold to be drawn, checked before any is read (about a million
+#: intervals: a 128-rank zbv run of 1024 microbatches, or a thousand iterations of a small one); a page of
+#: more boxes would not draw, and reading them took minutes and gigabytes
+MAX_RUN_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -43,14 +47,25 @@ def load_sources(paths: list[Path]) -> list[Source]:
 
 def shown_iterations(sources: list[Source], iteration: str | None) -> list[int]:
     """For each source, the index of the timeline to show first: `iteration` where the source has it, else
-    its last. An `iteration` no source has is an error."""
+    a typical one (`typical`). An `iteration` no source has is an error."""
     if iteration is not None and not any(tl.iteration == iteration for s in sources for tl in s.timelines):
         have = ", ".join(f"{s.label}: {_iteration_range(s)}" for s in sources)
         raise ConfigError(f"--iteration {iteration}: no source has it ({have})", key="iteration")
     return [
-        next((i for i, tl in enumerate(s.timelines) if tl.iteration == iteration), len(s.timelines) - 1)
+        next((i for i, tl in enumerate(s.timelines) if tl.iteration == iteration), typical(s.timelines))
         for s in sources
     ]
+
+
+def typical(timelines: tuple[Timeline, ...]) -> int:
+    """The index of the iteration whose step time (first start to last end) is the run's median (the lower
+    median; the earliest of equals): not a warm-up iteration nor an outlier."""
+    steps = []
+    for tl in timelines:
+        ends = [(iv.start, iv.end) for rt in tl.ranks for iv in rt.intervals]
+        steps.append(max(e for _, e in ends) - min(s for s, _ in ends) if ends else 0.0)
+    order = sorted(range(len(steps)), key=lambda i: (steps[i], i))
+    return order[(len(order) - 1) // 2]
 
 
 def _iteration_range(source: Source) -> str:
@@ -125,6 +140,14 @@ def with_transfers(source: Source, index: int) -> Timeline:
 
 
 def _run_dir(path: Path) -> Source:
+    size = sum(p.stat().st_size for p in path.glob("pp_rank_*.json") if p.is_file())
+    if size > MAX_RUN_BYTES:
+        raise ConfigError(
+            f"{path}: its pp_rank files hold {size / 2**20:.0f} MiB; viz draws runs of at most "
+            f"{MAX_RUN_BYTES >> 20} MiB (about a million intervals): dump fewer iterations, or simulate "
+            "fewer ranks or microbatches to look at",
+            key="path",
+        )
     timelines = read_pp_data(path)
     label = timelines[0].name or path.name
     if not needs_labels(timelines[0]):

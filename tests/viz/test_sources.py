@@ -108,3 +108,35 @@ def test_a_root_of_two_sizes_is_shown_by_size(tmp_path):
     labels = [s.label for s in load_sources([tmp_path])]
     assert labels == ["run-p4 (p 4, m 8)", "run-p8 (p 8, m 16)"]
     assert [s.label for s in load_sources([tmp_path / "run-p8"])] == ["run-p8"]
+
+
+def test_a_run_too_large_to_draw_is_refused_before_reading(tmp_path, capsys):
+    from primuspp.commands.app import main
+    from primuspp.viz.sources import MAX_RUN_BYTES
+
+    run = tmp_path / "huge"
+    run.mkdir()
+    with open(run / "pp_rank_0.json", "wb") as f:  # sparse: its size alone says what reading it would cost
+        f.truncate(MAX_RUN_BYTES + 1)
+    code = main(["viz", str(run), "--out", str(tmp_path / "v.html")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and str(run) in err and "MiB" in err, err
+    assert not (tmp_path / "v.html").exists()
+
+
+def test_a_typical_iteration_is_shown_first(tmp_path):
+    """Not the last (nor a warm-up first): the iteration of median step time."""
+    from primuspp.schedule.costs import CostModel
+    from primuspp.trace.pp_data import write_pp_data
+    from primuspp.viz.sources import shown_iterations
+
+    timelines = []
+    for i, fwd in enumerate([9.0, 1.0, 1.1, 1.05, 4.0]):  # a slow warm-up, then steady, then a slow last
+        costs = CostModel(fwd, 1.0, 1.0)
+        tl = simulate(build_schedule("1f1b", 2, None, 4, costs), costs).timeline
+        tl.iteration = str(i)
+        timelines.append(tl)
+    write_pp_data(timelines, tmp_path)
+    (source,) = load_sources([tmp_path])
+    assert shown_iterations([source], None) == [2]  # step times: 1 < 3 < 2 < 4 < 0, the median is 2
+    assert shown_iterations([source], "4") == [4]
