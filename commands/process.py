@@ -7,12 +7,15 @@ process that imports primuspp keeps Python's, typer's, glibc's and numpy's defau
   imported, unless the environment names a choice through numpy's documented `NUMPY_MADVISE_HUGEPAGE`).
   numpy asks for transparent huge pages on every array of 4 MB or more; where the kernel's THP defrag mode
   is `madvise` (so on this project's machines) the first touch of each may stall in a synchronous
-  compaction. `simulate --algo zbv --pp 256 --mb 2048`: 10.9 CPU s with the advice, 6.5 without.
+  compaction. `simulate --algo zbv --pp 256 --mb 2048`: 10.9 CPU s with the advice, 6.5 without (a quiet
+  machine, before results were written a rank at a time); measured again beside 15-20 other processes, the
+  difference was within that noise (13.1-13.9 with, 11.1-14.1 without): to be measured again quietly.
 - **Freed memory kept for reuse** (`keep_freed_memory`, when a verb that builds tables runs: not for
   `train`, `algorithms` or a --help). glibc's `mallopt`: arrays up to 32 MiB come from the heap and up to
   256 MiB of free heap top stays mapped, instead of a fresh `mmap` (a page fault per page, zeroed by the
-  kernel) for each of the few hundred large arrays a build and simulation make and drop. `simulate --algo
-  zbv --pp 64 --mb 512`: +14 % CPU without it. Elsewhere than glibc it does nothing (False).
+  kernel) for each of the few hundred large arrays a build and simulation make and drop. Without it: `simulate
+  --algo zbv --pp 64 --mb 512` +14 % CPU, the default `simulate` +9 %, zbv at p = 16 +7 % (medians of 3,
+  side by side, a loaded machine). Elsewhere than glibc it does nothing (False).
 - **typer's coercion deferred** (`defer_coercion`, on every parameter of the root and of the verb run).
   typer 0.29 builds a pydantic TypeAdapter for every parameter it processes, a flag not given included;
   importing pydantic and building them is a third of `simulate --algo zbv --pp 16 --mb 128 --json` (+54 %
