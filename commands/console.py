@@ -7,11 +7,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, TypeVar
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.progress import Progress
 
 
@@ -22,8 +21,27 @@ def _width(stream) -> int | None:
     return 160
 
 
-out = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-err = Console(stderr=True, highlight=False, width=_width(sys.stderr))
+class LazyConsole:
+    """A rich Console made on first use: importing rich is a tenth of a small command's whole CPU time, and
+    `simulate --json` prints nothing through it."""
+
+    def __init__(self, **settings: Any) -> None:
+        self._settings, self._console = settings, None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._settings)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
+
+
+out = LazyConsole(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err = LazyConsole(stderr=True, highlight=False, width=_width(sys.stderr))
 
 T = TypeVar("T")
 
@@ -33,7 +51,7 @@ def progress(items: Iterable[T], label: str, delay: float = 1.0, every: float = 
     terminal, else (a pipe, a log file) plain lines `label i/n (item) elapsed`, at most one each `every`
     seconds or 10 % of the items, and a last line when done, so a piped run is never silent for long."""
     items = list(items)
-    if not err.is_terminal:
+    if not sys.stderr.isatty():  # (rich's is_terminal, without rich)
         yield from _progress_lines(items, label, delay, every)
         return
     start = time.perf_counter()
@@ -56,7 +74,7 @@ def progress(items: Iterable[T], label: str, delay: float = 1.0, every: float = 
                     BarColumn(),
                     MofNCompleteColumn(),
                     TimeElapsedColumn(),
-                    console=err,
+                    console=err.console,
                     transient=True,
                 )
                 bar.start()

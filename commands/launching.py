@@ -131,7 +131,7 @@ def step_bar(label: str, steps: int) -> Iterator[Callable[..., None]]:
         MofNCompleteColumn(),
         TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(),
-        console=err,
+        console=err.console,
         transient=True,
     )
     task = bar.add_task(label, total=steps, status="starting ranks")
