@@ -10,14 +10,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 from primuspp.errors import ConfigError
 from primuspp.inputs import load_json
-from primuspp.outputs import OLD_PREFIX, check_dir_target, locked_dir, replace_dir, safe_component
+from primuspp.outputs import (
+    OLD_PREFIX,
+    check_dir_target,
+    locked_dir,
+    make_temp_dir,
+    replace_dir,
+    safe_component,
+)
 from primuspp.schedule.formats import to_json_text
 from primuspp.sim.engine import SimResult
 from primuspp.sim.runs import summary
@@ -79,7 +85,7 @@ def write_results(results: Sequence[SimResult], out_dir: str | Path) -> str:
         except ConfigError:
             kept.append(f"{d.name} ({at})")
             continue
-        aside = Path(tempfile.mkdtemp(prefix=OLD_PREFIX, dir=out))
+        aside = make_temp_dir(out, d.name, OLD_PREFIX)  # marked: a killed run's is removed later
         os.rename(d, aside / d.name)  # gone at once, then deleted
         shutil.rmtree(aside, ignore_errors=True)
         removed.setdefault(at, []).append(d.name)
