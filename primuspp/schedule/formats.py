@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from primuspp.errors import ConfigError, ValidationError
@@ -32,10 +33,14 @@ def to_text(table: ScheduleTable) -> str:
 
 def node_texts(table: ScheduleTable) -> list[list[str]]:
     """Each rank's nodes as `format_node` writes them (read from the arrays of a compact table)."""
+    return [_rank_texts(table, r) for r in range(len(table.ranks))]
+
+
+def _rank_texts(table: ScheduleTable, r: int) -> list[str]:
     ranks = table.ranks
     if isinstance(ranks, LoweredRanks):
-        return [ranks.texts(r) for r in range(len(ranks))]
-    return [[format_node(n) for n in nodes] for nodes in ranks]
+        return ranks.texts(r)
+    return [format_node(n) for n in ranks[r]]
 
 
 def from_text(text: str) -> ScheduleTable:
@@ -68,19 +73,31 @@ def _nodes(ranks: list[list[Any]], source: str) -> tuple[tuple[Node, ...], ...]:
 
 def to_json_dict(table: ScheduleTable) -> dict[str, Any]:
     """The JSON document of `table`."""
+    return {**_json_head(table), "ranks": node_texts(table)}
+
+
+def _json_head(table: ScheduleTable) -> dict[str, Any]:
     return {
         "format": JSON_FORMAT,
         "algorithm": table.algorithm,
         "params": table.params,
         "micro_batches": table.num_microbatches,
         "placement": table.placement.to_dict(),
-        "ranks": node_texts(table),
     }
 
 
 def to_json_text(table: ScheduleTable) -> str:
     """`json.dumps(to_json_dict(table))`: one line, as result directories hold it."""
-    return json.dumps(to_json_dict(table))
+    return "".join(to_json_pieces(table))
+
+
+def to_json_pieces(table: ScheduleTable) -> Iterator[str]:
+    """`to_json_text` in pieces, one rank's nodes at a time: result directories write a large table's text
+    piece by piece, never holding it whole."""
+    yield json.dumps(_json_head(table))[:-1] + ', "ranks": ['
+    for r in range(len(table.ranks)):
+        yield (", " if r else "") + json.dumps(_rank_texts(table, r))
+    yield "]}"
 
 
 def to_json(table: ScheduleTable) -> str:

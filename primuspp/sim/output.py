@@ -24,7 +24,7 @@ from primuspp.outputs import (
     replace_dir,
     safe_component,
 )
-from primuspp.schedule.formats import to_json_text
+from primuspp.schedule.formats import to_json_pieces
 from primuspp.sim.engine import SimResult
 from primuspp.sim.runs import summary
 from primuspp.trace.pp_data import write_pp_data
@@ -60,7 +60,9 @@ def write_result(result: SimResult, out_dir: str | Path) -> Path:
         }
         write_pp_data([result.timeline], tmp, extra)
         (tmp / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n")
-        (tmp / "schedule.json").write_text(to_json_text(result.table) + "\n")
+        with open(tmp / "schedule.json", "w", encoding="utf-8") as f:  # a rank at a time: never all held
+            f.writelines(to_json_pieces(result.table))
+            f.write("\n")
 
     return replace_dir(Path(out_dir) / name, "result", write, KEY)
 

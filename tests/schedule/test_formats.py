@@ -159,3 +159,16 @@ def test_a_hand_written_json_names_its_placement_by_kind(tmp_path):
     table = load_table(path)
     assert table.placement == build_schedule("1f1b-interleaved", 2, 2, 4).placement
     assert table.ranks == build_schedule("1f1b-interleaved", 2, 2, 4).ranks
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "params"), [("zbv", {"offload": True}), ("dualpipe-v", {}), ("1f1b", {})]
+)
+def test_the_json_text_written_a_rank_at_a_time_is_json_dumps(algorithm, params):
+    """Result directories write schedule.json piece by piece (`to_json_pieces`): the same text."""
+    from primuspp.schedule.formats import to_json_pieces
+
+    table = build_schedule(algorithm, 4, None, 8, **params)
+    assert "".join(to_json_pieces(table)) == json.dumps(to_json_dict(table))
+    objects = from_json(to_json_text(table))  # a table of node objects, not arrays
+    assert "".join(to_json_pieces(objects)) == json.dumps(to_json_dict(objects))
