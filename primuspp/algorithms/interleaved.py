@@ -1,69 +1,116 @@
 """Interleaved 1F1B (Megatron's virtual pipeline): v chunks per rank in loop placement.
 
-Microbatches run in groups of p: a rank forwards a group through chunk 0, then the same group through chunk
-1, and so on; backwards visit chunks in reverse. When p does not divide m, the order is built for the next
-multiple of p and the phantom microbatches are dropped: removing nodes from an acyclic order keeps it
-acyclic, so every m >= 1 works (a short last group cannot deadlock, unlike Megatron's warm-up formula).
+`1f1b-interleaved` is megatron-core's order (`get_schedule_table`, `get_pp_rank_microbatches`): microbatches
+run in groups of N (`microbatch_group_size_per_vp_stage`); a rank forwards a group through chunk 0, then
+the same group through chunk 1, and so on, the last group taking what is left; backwards visit the chunks
+in reverse. Rank r runs 2(p - r - 1) + (v - 1)N warm-up forwards, then one forward and one backward.
+megatron-core accepts p <= N <= m unless 0 < m mod N < p; the default N is its default, p, where it accepts
+that, else the least N it accepts (no N exists for m < p: refused). `1f1b-interleaved-padded` is the order
+for groups of p at any m: built for the next multiple of p, the phantom microbatches dropped (removing nodes
+from an acyclic order keeps it acyclic).
 """
 
 from __future__ import annotations
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import BW, F, node, one_f_one_b, one_f_one_b_columns, simple_columns
+from typing import Any
+
+from primuspp.algorithms.base import Algorithm, GenerationRequest, Param
+from primuspp.algorithms.orders import BW, F, one_f_one_b_columns, simple_columns
 from primuspp.schedule.array_order import ArrayOrder
 
 
-def chunk_sequence(p: int, v: int, m: int, reverse: bool) -> list[tuple[int, int]]:
-    """(microbatch, chunk) in the order a rank visits them, for m a multiple of p."""
-    seq = []
+def group_refusal(p: int, m: int, n: int) -> str | None:
+    """Why megatron-core refuses group size `n` for p ranks and m microbatches, or None."""
+    if not p <= n <= m:
+        return f"group_size={n}: megatron-core needs pp={p} <= group_size <= micro_batches={m}"
+    if 0 < m % n < p:
+        return f"group_size={n}: micro_batches={m} leaves a last group of {m % n} < pp={p} (megatron refuses)"
+    return None
+
+
+def default_group(p: int, m: int) -> int | None:
+    """megatron-core's default N = p where it accepts it, else the least N it accepts (None for m < p)."""
+    return next((n for n in range(p, m + 1) if group_refusal(p, m, n) is None), None)
+
+
+def chunk_sequence(n: int, v: int, m: int, reverse: bool) -> list[tuple[int, int]]:
+    """(microbatch, chunk) in the order a rank visits them: megatron-core's `get_schedule_table` for group
+    size n (chunks reversed for the backwards)."""
     chunks = range(v - 1, -1, -1) if reverse else range(v)
-    for first in range(0, m, p):
-        seq.extend((mb, c) for c in chunks for mb in range(first, first + p))
+    seq = []
+    for first in range(0, m, n):
+        last = m if first + n >= m else first + n
+        seq.extend((mb, c) for c in chunks for mb in range(first, last))
     return seq
 
 
-def generate(req: GenerationRequest) -> ArrayOrder:
-    """`generate_reference` as columns (no Node built)."""
+def _order(p: int, v: int, m: int, n: int, total: int) -> ArrayOrder:
+    """Groups of n over `total` microbatches, those from m on dropped."""
     import numpy as np
 
-    p, v, m = req.pp, req.vpp, req.micro_batches
-    padded = -(-m // p) * p
-    fwd = np.array(chunk_sequence(p, v, padded, reverse=False), dtype=np.int64).reshape(-1, 2)
-    bwd = np.array(chunk_sequence(p, v, padded, reverse=True), dtype=np.int64).reshape(-1, 2)
+    fwd, bwd = (
+        np.array(chunk_sequence(n, v, total, r), dtype=np.int64).reshape(-1, 2) for r in (False, True)
+    )
     ranks = []
     for r in range(p):
-        warmup = (p - r - 1) * 2 + (v - 1) * p
         forwards = simple_columns(F, fwd[:, 0], fwd[:, 1] * p + r)
         backwards = simple_columns(BW, bwd[:, 0], bwd[:, 1] * p + r)
-        cols = one_f_one_b_columns(warmup, forwards, backwards)
+        cols = one_f_one_b_columns(2 * (p - r - 1) + (v - 1) * n, forwards, backwards)
         keep = cols[1] < m
         ranks.append(tuple(c[keep] for c in cols))
     return ArrayOrder.from_ranks(ranks)
 
 
-def generate_reference(req: GenerationRequest) -> ComputeOrder:
+def generate(req: GenerationRequest) -> ArrayOrder:
     p, v, m = req.pp, req.vpp, req.micro_batches
-    padded = -(-m // p) * p
-    fwd_seq = chunk_sequence(p, v, padded, reverse=False)
-    bwd_seq = chunk_sequence(p, v, padded, reverse=True)
-    order = []
-    for r in range(p):
-        warmup = (p - r - 1) * 2 + (v - 1) * p
-        forwards = [node(F, mb, c * p + r) for mb, c in fwd_seq]
-        backwards = [node(BW, mb, c * p + r) for mb, c in bwd_seq]
-        order.append([n for n in one_f_one_b(warmup, forwards, backwards) if n.microbatch < m])
-    return order
+    n = req.params.get("group_size") or default_group(p, m)
+    if n != p:
+        req.report["group_size"] = n  # what Megatron's microbatch_group_size_per_vp_stage must be
+    return _order(p, v, m, n, m)
 
 
-ALGORITHM = Algorithm(
-    name="1f1b-interleaved",
-    aliases=("interleaved", "interleaved-1f1b"),
-    placement="loop",
-    summary="Megatron's virtual-pipeline 1F1B, microbatch groups of p, v chunks per rank",
-    memory="p + (p-1)/v",
-    constraints="v >= 2, any m >= 1",
-    vpp_default=2,
-    vpp_rule=">= 2",
-    vpp_ok=lambda v: v >= 2,
-    generate=generate,
+def generate_padded(req: GenerationRequest) -> ArrayOrder:
+    p, v, m = req.pp, req.vpp, req.micro_batches
+    return _order(p, v, m, p, -(-m // p) * p)
+
+
+def _refuse(p: int, v: int, m: int, params: dict[str, Any]) -> str | None:
+    if m < p:
+        return (
+            f"1f1b-interleaved: megatron-core needs micro_batches >= pp={p} (got {m}); "
+            "1f1b-interleaved-padded runs it"
+        )
+    n = params.get("group_size")
+    return None if n is None else group_refusal(p, m, n)
+
+
+_COMMON = dict(placement="loop", vpp_default=2, vpp_rule=">= 2", vpp_ok=lambda v: v >= 2)
+ALGORITHMS = (
+    Algorithm(
+        name="1f1b-interleaved",
+        aliases=("interleaved", "interleaved-1f1b"),
+        summary="Megatron's virtual-pipeline 1F1B, its order: microbatch groups of N, v chunks per rank",
+        memory="N + (2p-1-N)/v",
+        constraints="v >= 2, m >= p; group_size N: p <= N <= m, m mod N = 0 or >= p",
+        generate=generate,
+        refuse=_refuse,
+        params=(
+            Param(
+                "group_size",
+                int,
+                None,
+                "microbatch_group_size_per_vp_stage (default p, or the least accepted)",
+            ),
+        ),
+        **_COMMON,
+    ),
+    Algorithm(
+        name="1f1b-interleaved-padded",
+        aliases=("interleaved-padded",),
+        summary="interleaved 1F1B in groups of p at any m: the order for a multiple of p, extra ones dropped",
+        memory="p + (p-1)/v",
+        constraints="v >= 2, any m >= 1",
+        generate=generate_padded,
+        **_COMMON,
+    ),
 )

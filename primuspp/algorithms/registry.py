@@ -51,9 +51,14 @@ def register(algorithm: Algorithm) -> None:
     ALGORITHMS[algorithm.name] = algorithm
 
 
-for _module in (gpipe, one_f_one_b, interleaved, zero_bubble, zero_bubble_h2, heuristic, optimal):
-    register(_module.ALGORITHM)
-for _algorithm in (*v_family.ALGORITHMS, *dualpipe.ALGORITHMS):
+for _algorithm in (
+    gpipe.ALGORITHM,
+    one_f_one_b.ALGORITHM,
+    *interleaved.ALGORITHMS,
+    *(m.ALGORITHM for m in (zero_bubble, zero_bubble_h2, heuristic, optimal)),
+    *v_family.ALGORITHMS,
+    *dualpipe.ALGORITHMS,
+):
     register(_algorithm)
 
 

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from primuspp.algorithms import dualpipe, gpipe, interleaved, one_f_one_b, portfolio, zero_bubble
+from primuspp.algorithms import dualpipe, gpipe, one_f_one_b, portfolio, zero_bubble
 from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule, get_algorithm
 from primuspp.algorithms.v_blocks import ZB, ZB_TIGHT, offsets
@@ -29,14 +29,12 @@ SIZES = [(1, 2), (2, 4), (3, 7), (4, 8), (5, 12), (8, 16)]
 REFERENCES = {
     "gpipe": gpipe.generate_reference,
     "1f1b": one_f_one_b.generate_reference,
-    "1f1b-interleaved": interleaved.generate_reference,
     "dualpipe": dualpipe.generate_dualpipe_reference,
     "dualpipe-v": dualpipe.generate_dualpipe_v_reference,
 }
 ARRAY_GENERATORS = {
     "gpipe": gpipe.generate,
     "1f1b": one_f_one_b.generate,
-    "1f1b-interleaved": interleaved.generate,
     "zero-bubble": zero_bubble.generate,
     "dualpipe": dualpipe.generate_dualpipe,
     "dualpipe-v": dualpipe.generate_dualpipe_v,
@@ -57,7 +55,7 @@ def assert_equal_orders(array: ArrayOrder, nodes) -> None:
 
 def _request(name: str, p: int, m: int) -> GenerationRequest | None:
     algo = get_algorithm(name)
-    v = algo.vpp_default if name != "1f1b-interleaved" else 2
+    v = algo.vpp_default
     if algo.refuse(p, v, m, {}):
         return None
     return GenerationRequest(p, v, m, CostModel(), {})
@@ -76,10 +74,6 @@ def test_array_generators_equal_their_node_references(name, p, m):
     req = _request(name, p, m)
     reference = REFERENCES.get(name, zero_bubble.generate_reference)
     assert_equal_orders(ARRAY_GENERATORS[name](req), reference(req))
-    if name == "1f1b-interleaved":
-        for v in (3, 4):
-            req = GenerationRequest(p, v, m, CostModel(), {})
-            assert_equal_orders(interleaved.generate(req), interleaved.generate_reference(req))
 
 
 def _slot_order_reference(sched: SlotSchedule) -> list[list[Node]]:
