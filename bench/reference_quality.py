@@ -11,14 +11,14 @@ makes but does not use for its result (torch, and pulp's `value`, the identity o
 missing. Without a reference the script says "reference not available" and exits 0. Nothing of the
 reference is copied into primuspp.
 
-For every case — p in {4, 8, 16}, m in {p, 2p, 4p}, and a set of unequal costs (W/B from 0.3 to 1, comm
-from 0 to 20 % of F, with and without per-stage variation) — both sides' compute orders go through
-primuspp's lowering, validation and simulator under the same cost model. A case is `worse` when
-primuspp's step time, its steady bubble (1 - mean busy / longest rank span) or its peak activation
-memory (microbatch units per rank, the simulator's memory model) is above the reference's (relative
-tolerance 1e-9); `better` when none is worse and the step time or the steady bubble is below it; else
-`equal`. The reference generators are fed the cost model they accept: per-stage lists for the ZB heuristic,
-one value per kind (the per-stage mean, as its runtime does) for the V generators.
+For every case — p in {4, 8, 16}, m in {p, 2p, 4p}, and a set of unequal costs (W/B from 0.3 to 2, comm from
+0 to 20 % of F, with and without per-stage variation, B twice F, the first and last ranks heavier) — both
+sides' compute orders go through primuspp's lowering, validation and simulator under the same cost model. A
+case is `worse` when primuspp's step time, its steady bubble (1 - mean busy / longest rank span) or its peak
+activation memory (microbatch units per rank, the simulator's memory model) is above the reference's
+(relative tolerance 1e-9); `better` when none is worse and the step time or the steady bubble is below it;
+else `equal`. The reference generators are fed the cost model they accept: per-stage lists for the ZB
+heuristic, one value per kind (the per-stage mean, as its runtime does) for the V generators.
 
 Pairs: zero-bubble <-> ZB-H1 (the ZB heuristic at p microbatches), zb-h2 <-> ZB-H2 (at 2p - 1, primuspp's
 budget), zero-bubble-heuristic <-> the ZB heuristic at max_mem p, zbv <-> zbv.py, v-half/v-min <->
@@ -173,20 +173,27 @@ class StageCostsIn:
 
 def cost_cases(p: int) -> list[StageCostsIn]:
     """Unequal costs: W/B from 0.3 to 1, comm from 0 to 20 % of F, flat or varying by rank (the first and
-    last ranks heavier, as embedding and loss make them, and a mild ripple in between)."""
+    last ranks heavier, as embedding and loss make them, and a mild ripple in between); then B and W apart
+    from F: a backward twice the forward, W heavier than B, the first and last ranks 1.5-2x the rest."""
     cases = []
-    for name, wb, comm, vary in (
-        ("equal", 1.0, 0.0, False),
-        ("w.3-c.2", 0.3, 0.2, False),
-        ("w.5-c.05-var", 0.5, 0.05, True),
-        ("w.7-c.1", 0.7, 0.1, False),
-        ("w.6-c.1-var", 0.6, 0.1, True),
-        ("w1-c.2-var", 1.0, 0.2, True),
-        ("w.3-c0-var", 0.3, 0.0, True),
+    for name, bf, wb, comm, vary, ends in (
+        ("equal", 1.0, 1.0, 0.0, False, 1.0),
+        ("w.3-c.2", 1.0, 0.3, 0.2, False, 1.0),
+        ("w.5-c.05-var", 1.1, 0.5, 0.05, True, 1.0),
+        ("w.7-c.1", 1.0, 0.7, 0.1, False, 1.0),
+        ("w.6-c.1-var", 1.1, 0.6, 0.1, True, 1.0),
+        ("w1-c.2-var", 1.1, 1.0, 0.2, True, 1.0),
+        ("w.3-c0-var", 1.1, 0.3, 0.0, True, 1.0),
+        ("b2-w.5", 2.0, 0.5, 0.0, False, 1.0),
+        ("b2-w1-c.1", 2.0, 1.0, 0.1, False, 1.0),
+        ("w1.5-c.05", 1.0, 1.5, 0.05, False, 1.0),
+        ("w2-c.1-var", 1.1, 2.0, 0.1, True, 1.0),
+        ("ends1.5-w.5", 1.0, 0.5, 0.05, False, 1.5),
+        ("ends2-b2-c.1", 2.0, 0.5, 0.1, False, 2.0),
     ):
         f, b, w = [], [], []
         for r in range(p):
-            scale = 1.0
+            scale = ends if r in (0, p - 1) else 1.0
             if vary:
                 scale = 1.0 + 0.08 * ((r * 7) % 5 - 2) / 2
                 if r == 0:
@@ -194,7 +201,7 @@ def cost_cases(p: int) -> list[StageCostsIn]:
                 if r == p - 1:
                     scale += 0.25
             f.append(round(1000 * scale, 3))
-            b.append(round(1100 * scale, 3) if vary else 1000.0)
+            b.append(round(1000 * bf * scale, 3))
             w.append(round(b[-1] * wb, 3))
         cases.append(StageCostsIn(name, tuple(f), tuple(b), tuple(w), round(comm * sum(f) / p, 3)))
     return cases

@@ -9,7 +9,7 @@ then the shortest step time, wins.
 
 from __future__ import annotations
 
-from primuspp.algorithms import cost_aware, greedy
+from primuspp.algorithms import cost_aware, greedy, zb_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.portfolio import pick
@@ -49,7 +49,7 @@ ALGORITHM = Algorithm(
     vpp_default=1,
     vpp_rule="1",
     vpp_ok=lambda v: v == 1,
-    generate=generate,
+    generate=zb_timed.floored(generate, lambda p, params: float(2 * p - 1)),
     uses_costs=True,
     params=(EFFORT,),
 )
