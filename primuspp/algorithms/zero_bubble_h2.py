@@ -4,7 +4,8 @@ The capped list scheduler (`greedy`) at 2p-1: with that much room rank r keeps f
 warm-up (up to 2(p-r)-1 forwards before its first B), keeps the 1F1B rhythm in the steady phase, and fills
 every wait with pending W's, so the tail is W's. With F = B = W and m >= 2p every rank runs without a gap
 from its first forward to its last W. A few tie-break policies are tried; the shortest longest-rank span,
-then the shortest step time, wins.
+then the shortest step time, wins; a full search is floored, like zero-bubble's, by the timed construction
+at 2p - 1 (`zb_timed.floored`), which keeps it level with sail-sg's ZB-H2 when W or B outweighs F.
 """
 
 from __future__ import annotations

@@ -25,10 +25,12 @@ def jobs_for(p: int) -> list[Job]:
     jobs = [Job(a, p, v, m) for a, v in ALGOS]
     jobs += [Job("megatron-1f1b", p, 1, m), Job("megatron-interleaved", p, 2, m)]
     jobs += [Job("dualpipe-v", p, 2, m), Job("zbv", p, 2, m, overlap=True)]
-    if p == 4:
+    if p == 4:  # m = 6: megatron-core's interleaved order in groups of N = 6, ours and its own
         jobs += [Job("zbv", p, 2, 6), Job("zero-bubble", p, 1, 5, overlap=True)]
-    else:  # every other registered algorithm the backend runs, at p=2
-        listed = {a for a, _ in ALGOS} | {"dualpipe-v", "dualpipe"}
+        jobs += [Job("1f1b-interleaved", p, 2, 6), Job("megatron-interleaved", p, 2, 6)]
+    else:  # every other registered algorithm the backend runs, at p=2 (the padded order where it pads)
+        listed = {a for a, _ in ALGOS} | {"dualpipe-v", "dualpipe", "1f1b-interleaved-padded"}
+        jobs.append(Job("1f1b-interleaved-padded", p, 2, 3))
         if importlib.util.find_spec("highspy") is None:  # zb-optimal needs the 'optimal' extra
             listed.add("zb-optimal")
         jobs += [Job(a.name, p, a.vpp_default, m) for a in ALGORITHMS.values() if a.name not in listed]
@@ -40,6 +42,7 @@ def jobs_for(p: int) -> list[Job]:
     return jobs
 
 
+INTERLEAVED = ("1f1b-interleaved", "megatron-interleaved")
 DP_JOBS = [Job("zbv", 2, 2, 4, dp=2, overlap=True), Job("1f1b", 2, 1, 3, dp=2)]
 
 
@@ -95,14 +98,17 @@ def test_losses_and_gradients_match_one_process(runs, name):
     assert grad <= TOL, (name, grad)
 
 
-@pytest.mark.parametrize("p", [4, 2])
 @pytest.mark.parametrize(
-    ("ours", "theirs"), [("1f1b", "megatron-1f1b"), ("1f1b-interleaved", "megatron-interleaved")]
+    ("ours", "theirs", "p", "m"),
+    [
+        *((a, b, p, 2 * p) for p in (4, 2) for a, b in (("1f1b", "megatron-1f1b"), INTERLEAVED)),
+        (*INTERLEAVED, 4, 6),
+    ],
 )
-def test_equals_megatrons_own_schedule(runs, p, ours, theirs):
+def test_equals_megatrons_own_schedule(runs, ours, theirs, p, m):
     v = 2 if "interleaved" in ours else 1
-    _, mine = runs[Job(ours, p, v, 2 * p).name]
-    _, megatron = runs[Job(theirs, p, v, 2 * p).name]
+    _, mine = runs[Job(ours, p, v, m).name]
+    _, megatron = runs[Job(theirs, p, v, m).name]
     want = {
         "losses": [sum(r["losses"][i] for r in megatron) for i in range(2)],
         "grads": [{k: g for r in megatron for k, g in r["grads"][i].items()} for i in range(2)],

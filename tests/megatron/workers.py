@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from primuspp.algorithms.interleaved import default_group
 from primuspp.runtime.launch import WorkerContext
 
 SPEC = dict(layers=8, hidden=32, heads=2, seq_len=16, vocab=64)
@@ -106,7 +107,7 @@ def run_job(ctx: WorkerContext, job: Job) -> dict[str, Any]:
         # batch_p2p_comm=False: with P=2 Megatron's batched p2p pairs the two directions wrongly on gloo
         extra.update(
             virtual_pipeline_model_parallel_size=job.v,
-            microbatch_group_size_per_vp_stage=job.p,
+            microbatch_group_size_per_vp_stage=default_group(job.p, job.m),
             batch_p2p_comm=False,
         )
     pp_rank = parallel_state.get_pipeline_model_parallel_rank()
