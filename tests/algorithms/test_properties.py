@@ -49,6 +49,7 @@ GRID = {
     "zb-h2": [1],
     "zero-bubble-heuristic": [1],
     "1f1b-interleaved": [2, 3, 4],
+    "1f1b-interleaved-padded": [2, 3, 4],
     "zbv": [2],
     "v-half": [2],
     "v-min": [2],
