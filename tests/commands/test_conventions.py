@@ -111,10 +111,11 @@ def test_default_sweep_skips_refused_algorithms(capsys, tmp_path):
     assert code == 0
     doc = json.loads(out)
     refused = {r["algorithm"]: r["reason"] for r in doc["refused"]}
-    assert set(refused) == {"dualpipe", "dualpipe-v"} and "2*pp" in refused["dualpipe"]
+    assert set(refused) == {"dualpipe", "dualpipe-v", "1f1b-interleaved"} and "2*pp" in refused["dualpipe"]
+    assert "1f1b-interleaved-padded runs it" in refused["1f1b-interleaved"]  # m < p: no megatron order
     assert {r["algorithm"] for r in doc["results"]} == set(ALGORITHMS) - {
-        "dualpipe",
-        "dualpipe-v",
+        *refused,
+        "1f1b-interleaved-padded",  # not in the packaged config
         "zb-optimal",
     }
     assert not (tmp_path / "dualpipe").exists()
@@ -133,7 +134,7 @@ def test_compare_sweep_skips_refused_algorithms(capsys):
     code, out, _ = run_cli(capsys, "compare", "--pp", "4", "--mb", "2", "--json")
     assert code == 0
     doc = json.loads(out)
-    assert {r["name"] for r in doc["refused"]} == {"dualpipe", "dualpipe-v"}
+    assert {r["name"] for r in doc["refused"]} == {"dualpipe", "dualpipe-v", "1f1b-interleaved-v2"}  # m < p
 
 
 def test_progress_prints_lines_when_not_a_terminal(capsys):
