@@ -90,7 +90,7 @@ ALGORITHMS = (
         name="1f1b-interleaved",
         aliases=("interleaved", "interleaved-1f1b"),
         summary="Megatron's virtual-pipeline 1F1B, its order: microbatch groups of N, v chunks per rank",
-        memory="N + (2p-1-N)/v",
+        memory="N+(2p-1-N)/v",
         constraints="v >= 2, m >= p; group_size N: p <= N <= m, m mod N = 0 or >= p",
         generate=generate,
         refuse=_refuse,

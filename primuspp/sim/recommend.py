@@ -29,6 +29,8 @@ def candidate_specs(
     for algo in ALGORITHMS.values():
         if algo.name == "zb-optimal":  # an exact solver: too slow to sweep; run it explicitly
             continue
+        if algo.name == "1f1b-interleaved-padded" and micro_batches % pp == 0:  # 1f1b-interleaved's table
+            continue
         vpps = sorted({algo.vpp_default, *(v for v in range(2, max_vpp + 1) if algo.vpp_ok(v))})
         for vpp in vpps:
             if not algo.vpp_ok(vpp):
