@@ -22,9 +22,9 @@ from primuspp.schedule.array_order import ArrayOrder
 def group_refusal(p: int, m: int, n: int) -> str | None:
     """Why megatron-core refuses group size `n` for p ranks and m microbatches, or None."""
     if not p <= n <= m:
-        return f"group_size={n}: megatron-core needs pp={p} <= group_size <= micro_batches={m}"
+        return f"1f1b-interleaved: megatron-core needs pp={p} <= group_size <= micro_batches={m} (got {n})"
     if 0 < m % n < p:
-        return f"group_size={n}: micro_batches={m} leaves a last group of {m % n} < pp={p} (megatron refuses)"
+        return f"1f1b-interleaved: megatron-core refuses group_size={n}: a last group of {m % n} < pp={p}"
     return None
 
 
