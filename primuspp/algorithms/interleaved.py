@@ -94,14 +94,7 @@ ALGORITHMS = (
         constraints="v >= 2, m >= p; group_size N: p <= N <= m, m mod N = 0 or >= p",
         generate=generate,
         refuse=_refuse,
-        params=(
-            Param(
-                "group_size",
-                int,
-                None,
-                "microbatch_group_size_per_vp_stage (default p, or the least accepted)",
-            ),
-        ),
+        params=(Param("group_size", int, None, "microbatch_group_size_per_vp_stage (default p or least)"),),
         **_COMMON,
     ),
     Algorithm(
