@@ -80,7 +80,10 @@ def test_listed_help_is_the_docstring(verb):
     "args,message",
     [
         (("simulate", "--algo", "zbw"), "unknown algorithm 'zbw'; did you mean zbv?"),
-        (("simulate", "--algo", "1f1binterleaved"), "did you mean 1f1b-interleaved?"),
+        (
+            ("simulate", "--algo", "1f1binterleaved"),
+            "did you mean 1f1b-interleaved or 1f1b-interleaved-padded?",
+        ),
         (
             ("dump", "--format", "jsn"),
             "'jsn' is not one of 'text', 'json', 'csv', 'chrome'; did you mean json?",
