@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from types import SimpleNamespace
 
-from primuspp.algorithms.interleaved import default_group, group_refusal
+from primuspp.algorithms.classic.interleaved import default_group, group_refusal
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms

@@ -43,9 +43,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from primuspp.algorithms.floor import forget
-from primuspp.algorithms.portfolio import memory_units, order_peak
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search.floor import forget
+from primuspp.algorithms.search.portfolio import memory_units, order_peak
 from primuspp.errors import PrimusppError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms

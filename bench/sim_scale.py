@@ -32,8 +32,8 @@ from rich.console import Console
 from rich.table import Table
 
 from primuspp.algorithms.base import GenerationRequest
-from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params, build_schedule
+from primuspp.algorithms.search.floor import forget
 from primuspp.commands.process import HUGEPAGE_ADVICE, keep_freed_memory
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel

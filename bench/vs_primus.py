@@ -57,8 +57,8 @@ from functools import partial
 from rich.console import Console
 from rich.table import Table
 
-from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search.floor import forget
 from primuspp.commands.process import keep_freed_memory
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate

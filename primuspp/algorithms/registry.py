@@ -7,18 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from primuspp.algorithms import (
-    dualpipe,
-    gpipe,
-    heuristic,
-    interleaved,
-    one_f_one_b,
-    optimal,
-    v_family,
-    zero_bubble,
-    zero_bubble_h2,
-)
 from primuspp.algorithms.base import Algorithm, GenerationRequest
+from primuspp.algorithms.classic import gpipe, interleaved, one_f_one_b
+from primuspp.algorithms.dualpipe import dualpipe
+from primuspp.algorithms.v import family as v_family
+from primuspp.algorithms.zero_bubble import zb_h2 as zero_bubble_h2
+from primuspp.algorithms.zero_bubble import zb_optimal as optimal
+from primuspp.algorithms.zero_bubble import zero_bubble
+from primuspp.algorithms.zero_bubble import zero_bubble_heuristic as heuristic
 from primuspp.errors import ConfigError, ScheduleError, ValidationError
 from primuspp.inputs import parse_json, read_text
 from primuspp.schedule.costs import CostModel

@@ -48,7 +48,7 @@ from primuspp.sim.engine import SimResult, simulate
 
 #: Adam's step reads and writes about this many bytes per parameter of a rank's optimizer shard.
 OPTIMIZER_BYTES_PER_PARAM = 30
-#: the V family's activation budgets, microbatches per rank (algorithms/v_family.py)
+#: the V family's activation budgets, microbatches per rank (algorithms/v/family.py)
 V_BUDGETS = {"zbv": lambda p: p, "v-half": lambda p: (p + 2) // 2, "v-min": lambda p: (p + 4) // 3}
 
 

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import bounds
-from primuspp.algorithms.floor import forget
 from primuspp.algorithms.orders import node
-from primuspp.algorithms.portfolio import score
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search import bounds
+from primuspp.algorithms.search.floor import forget
+from primuspp.algorithms.search.portfolio import score
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import to_json
 from primuspp.schedule.nodes import NodeKind
@@ -83,8 +83,8 @@ def test_no_order_goes_below_its_peaks_bounds(kind, pp, m, fwd, wgrad, comm, b_f
 
 def test_zb_h1_is_proven_optimal_at_equal_costs():
     """At F = B = W the rank 0 of ZB-H1 idles p - 1 units at its head, which p activations cannot fill."""
-    from primuspp.algorithms import zero_bubble
     from primuspp.algorithms.base import GenerationRequest
+    from primuspp.algorithms.zero_bubble import zero_bubble
 
     p, m = 4, 8
     placement = make_placement("linear", p, 1)
@@ -126,7 +126,7 @@ def test_stopping_on_the_proof_changes_no_table(monkeypatch, algo, costs):
 def test_rank_bounds_kept_equal_the_reference():
     """The kept bounds are the reference's for the same arguments, a new placement or costs computes anew,
     and `score_memo.forget` drops them."""
-    from primuspp.algorithms import score_memo
+    from primuspp.algorithms.search import score_memo
 
     score_memo.forget()
     for kind, pp, m in (("linear", 4, 8), ("v", 3, 6), ("linear", 4, 9)):

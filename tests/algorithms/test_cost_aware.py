@@ -4,10 +4,12 @@ import random
 
 import pytest
 
-from primuspp.algorithms import local_search, w_pass, zb_timed, zbv_timed, zero_bubble
 from primuspp.algorithms.base import GenerationRequest
-from primuspp.algorithms.portfolio import lower_bounds, score
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search import local_search, w_pass
+from primuspp.algorithms.search.portfolio import lower_bounds, score
+from primuspp.algorithms.v import zbv_timed
+from primuspp.algorithms.zero_bubble import zb_timed, zero_bubble
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import linear, v_shape

@@ -2,8 +2,10 @@
 
 import pytest
 
-from primuspp.algorithms import heuristic, v_family, zero_bubble_h2
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.v import family as v_family
+from primuspp.algorithms.zero_bubble import zb_h2 as zero_bubble_h2
+from primuspp.algorithms.zero_bubble import zero_bubble_heuristic as heuristic
 from primuspp.schedule.formats import to_json
 
 LIMITS = {
@@ -69,7 +71,8 @@ def test_unknown_effort_is_refused():
 def test_the_report_says_how_the_v_blocks_were_squeezed(monkeypatch, algo):
     """The size switch of `v_block_orders.squeezed_orders` (a long m from its steady-state period,
     `v_period`) is reported too, for each block built; the period's nodes are the full squeeze's."""
-    from primuspp.algorithms import floor, v_period
+    from primuspp.algorithms.search import floor
+    from primuspp.algorithms.v import period as v_period
 
     p = 4
     m = 3 * (v_period.starts(2 * p)[0] + 1)  # long enough for every cap the V family passes

@@ -3,8 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import greedy
-from primuspp.algorithms.portfolio import memory_units, order_peak, score
+from primuspp.algorithms.search import greedy
+from primuspp.algorithms.search.portfolio import memory_units, order_peak, score
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import make_placement

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import bounds, greedy, portfolio
+from primuspp.algorithms.search import bounds, greedy, portfolio
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import make_placement

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from primuspp.algorithms import greedy, portfolio, score_memo
+from primuspp.algorithms.search import greedy, portfolio, score_memo
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import make_placement
 

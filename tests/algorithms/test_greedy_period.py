@@ -7,7 +7,7 @@ import itertools
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import greedy, greedy_period
+from primuspp.algorithms.search import greedy, greedy_period
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear, make_placement
 

@@ -3,7 +3,7 @@ nobody can change, is shared."""
 
 import pytest
 
-from primuspp.algorithms import greedy
+from primuspp.algorithms.search import greedy
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import make_placement

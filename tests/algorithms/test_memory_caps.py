@@ -8,9 +8,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms.greedy import least_cap
-from primuspp.algorithms.portfolio import memory_units, order_peak
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search.greedy import least_cap
+from primuspp.algorithms.search.portfolio import memory_units, order_peak
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.semantics import order_memory

@@ -1,9 +1,10 @@
 """The refine width is part of the search effort: a documented switch, reported above it, tested on both
 sides."""
 
-from primuspp.algorithms import effort, greedy, refine
-from primuspp.algorithms.floor import forget
+from primuspp.algorithms import effort
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search import greedy, refine
+from primuspp.algorithms.search.floor import forget
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 

@@ -4,9 +4,11 @@ the block) picks the same order with and without it."""
 
 import pytest
 
-from primuspp.algorithms import greedy, heuristic, refine, zero_bubble
 from primuspp.algorithms.base import GenerationRequest
-from primuspp.algorithms.floor import forget
+from primuspp.algorithms.search import greedy, refine
+from primuspp.algorithms.search.floor import forget
+from primuspp.algorithms.zero_bubble import zero_bubble
+from primuspp.algorithms.zero_bubble import zero_bubble_heuristic as heuristic
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 

@@ -5,7 +5,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms.retime import retime
+from primuspp.algorithms.search.retime import retime
 from primuspp.errors import ValidationError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import make_placement

@@ -1,8 +1,10 @@
 """`score_memo`: a looked-up score (timing and peak) is exactly `portfolio.score`'s, for Node lists and for
 ArrayOrders, and a content key never confuses two different orders."""
 
-from primuspp.algorithms import one_f_one_b, portfolio, score_memo, zero_bubble
 from primuspp.algorithms.base import GenerationRequest
+from primuspp.algorithms.classic import one_f_one_b
+from primuspp.algorithms.search import portfolio, score_memo
+from primuspp.algorithms.zero_bubble import zero_bubble
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear

@@ -4,7 +4,8 @@ import itertools
 
 import pytest
 
-from primuspp.algorithms import zb_timed, zbv_timed
+from primuspp.algorithms.v import zbv_timed
+from primuspp.algorithms.zero_bubble import zb_timed
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear, v_shape
@@ -59,9 +60,9 @@ def test_zbv_timed_equals_reference(p, m, cost):
 def test_variants_shared_within_one_call(monkeypatch):
     """zero-bubble-heuristic floors its result and runs zero-bubble, which floors its own: the timed
     variants are built once per call, each `orders` call still returning new (equal) ArrayOrders."""
-    from primuspp.algorithms import heuristic
     from primuspp.algorithms.base import GenerationRequest
-    from primuspp.algorithms.floor import forget
+    from primuspp.algorithms.search.floor import forget
+    from primuspp.algorithms.zero_bubble import zero_bubble_heuristic as heuristic
 
     calls = []
     real = zb_timed._variants

@@ -7,9 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import v_auto_blocks, v_blocks, v_family
-from primuspp.algorithms.portfolio import score
-from primuspp.algorithms.v_grid import SlotSchedule
+from primuspp.algorithms.search.portfolio import score
+from primuspp.algorithms.v import auto_blocks as v_auto_blocks
+from primuspp.algorithms.v import blocks as v_blocks
+from primuspp.algorithms.v import family as v_family
+from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.placement import v_shape

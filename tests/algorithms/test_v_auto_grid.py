@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import v_auto_grid as g
-from primuspp.algorithms.portfolio import memory_units, order_peak, score
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search.portfolio import memory_units, order_peak, score
+from primuspp.algorithms.v import auto_grid as g
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import NodeKind

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.algorithms.v_blocks import CATALOG, HALF, MIN, ZB, Block, offsets
-from primuspp.algorithms.v_grid import SlotSchedule
+from primuspp.algorithms.v.blocks import CATALOG, HALF, MIN, ZB, Block, offsets
+from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind

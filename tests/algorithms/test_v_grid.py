@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import v_rows
-from primuspp.algorithms.v_block_orders import raw_peak
-from primuspp.algorithms.v_blocks import ZB, offsets
-from primuspp.algorithms.v_grid import SlotSchedule
+from primuspp.algorithms.v import rows as v_rows
+from primuspp.algorithms.v.block_orders import raw_peak
+from primuspp.algorithms.v.blocks import ZB, offsets
+from primuspp.algorithms.v.grid import SlotSchedule
 from tests.algorithms.v_orders import BLOCKS
 from tests.oracles import v_slots
 

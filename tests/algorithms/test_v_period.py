@@ -11,9 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import v_family, v_period, v_rows
-from primuspp.algorithms.v_block_orders import raw_peak, squeezed, squeezed_orders
-from primuspp.algorithms.v_blocks import (
+from primuspp.algorithms.v import family as v_family
+from primuspp.algorithms.v import period as v_period
+from primuspp.algorithms.v import rows as v_rows
+from primuspp.algorithms.v.block_orders import raw_peak, squeezed, squeezed_orders
+from primuspp.algorithms.v.blocks import (
     CATALOG,
     HALF,
     MIN,
@@ -24,7 +26,7 @@ from primuspp.algorithms.v_blocks import (
     estimated_peak,
     offsets,
 )
-from primuspp.algorithms.v_grid import SlotSchedule
+from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.schedule.array_order import ArrayOrder
 from tests.algorithms.v_orders import BLOCKS
 from tests.algorithms.v_orders import columns as _columns

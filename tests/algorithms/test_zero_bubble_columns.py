@@ -3,8 +3,8 @@ Node reference at every p and m, fewer microbatches than ranks included."""
 
 import pytest
 
-from primuspp.algorithms import zero_bubble
 from primuspp.algorithms.base import GenerationRequest
+from primuspp.algorithms.zero_bubble import zero_bubble
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import CostModel
 

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms import zb_timed
-from primuspp.algorithms.portfolio import score
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search.portfolio import score
+from primuspp.algorithms.zero_bubble import zb_timed
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 from primuspp.sim import simulate

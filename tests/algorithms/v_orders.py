@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from primuspp.algorithms import v_family
-from primuspp.algorithms.v_blocks import CATALOG
+from primuspp.algorithms.v import family as v_family
+from primuspp.algorithms.v.blocks import CATALOG
 from primuspp.schedule.array_order import ArrayOrder
 
 #: every named V block (the catalog's and v-auto's)

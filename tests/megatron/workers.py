@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from primuspp.algorithms.interleaved import default_group
+from primuspp.algorithms.classic.interleaved import default_group
 from primuspp.runtime.launch import WorkerContext
 
 SPEC = dict(layers=8, hidden=32, heads=2, seq_len=16, vocab=64)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import greedy, zb_timed, zbv_timed
-from primuspp.algorithms.greedy import Plan, Policy
+from primuspp.algorithms.search import greedy
+from primuspp.algorithms.search.greedy import Plan, Policy
+from primuspp.algorithms.v import zbv_timed
+from primuspp.algorithms.zero_bubble import zb_timed
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement

@@ -6,7 +6,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from primuspp.algorithms.v_period import PERIOD
+from primuspp.algorithms.v.period import PERIOD
 from primuspp.schedule.array_order import ArrayOrder
 
 

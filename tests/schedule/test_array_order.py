@@ -9,11 +9,14 @@ import random
 import numpy as np
 import pytest
 
-from primuspp.algorithms import dualpipe, gpipe, one_f_one_b, portfolio, zero_bubble
 from primuspp.algorithms.base import GenerationRequest
+from primuspp.algorithms.classic import gpipe, one_f_one_b
+from primuspp.algorithms.dualpipe import dualpipe
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule, get_algorithm
-from primuspp.algorithms.v_blocks import ZB, ZB_TIGHT, offsets
-from primuspp.algorithms.v_grid import SlotSchedule
+from primuspp.algorithms.search import portfolio
+from primuspp.algorithms.v.blocks import ZB, ZB_TIGHT, offsets
+from primuspp.algorithms.v.grid import SlotSchedule
+from primuspp.algorithms.zero_bubble import zero_bubble
 from primuspp.schedule.array_order import ArrayOrder, rank_lengths
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 import pytest
 
-from primuspp.algorithms.floor import forget
 from primuspp.algorithms.registry import build_schedule
+from primuspp.algorithms.search.floor import forget
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import greedy, score_memo
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.bounds import Proof
-from primuspp.algorithms.portfolio import Score, pick
-from primuspp.algorithms.refine import pick_refined
+from primuspp.algorithms.search import greedy, score_memo
+from primuspp.algorithms.search.bounds import Proof
+from primuspp.algorithms.search.portfolio import Score, pick
+from primuspp.algorithms.search.refine import pick_refined
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
 

@@ -3,10 +3,11 @@ from a short one with the steady-state period inserted (`v_period`)."""
 
 from __future__ import annotations
 
-from primuspp.algorithms import v_period, v_rows
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.v_blocks import Block, estimated_peak, family, offsets
-from primuspp.algorithms.v_grid import SlotSchedule
+from primuspp.algorithms.v import period as v_period
+from primuspp.algorithms.v import rows as v_rows
+from primuspp.algorithms.v.blocks import Block, estimated_peak, family, offsets
+from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.schedule.array_order import ArrayOrder
 
 #: family blocks squeezed per search (`candidates`): the widest that fit, then the tighter spacings

@@ -22,8 +22,8 @@ from collections.abc import Callable, Sequence
 from functools import cache
 
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units, order_peak, score
-from primuspp.algorithms.refine import refined_pool
+from primuspp.algorithms.search.portfolio import Score, lower_bounds, memory_units, order_peak, score
+from primuspp.algorithms.search.refine import refined_pool
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from primuspp.algorithms import score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, lower_bounds, memory_units
-from primuspp.algorithms.retime import retime
+from primuspp.algorithms.search import score_memo, w_pass
+from primuspp.algorithms.search.portfolio import Score, lower_bounds, memory_units
+from primuspp.algorithms.search.retime import retime
 from primuspp.errors import ValidationError
 from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.costs import StageCosts

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
-from primuspp.algorithms import bounds, local_search, score_memo, w_pass
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.effort import refine_top
-from primuspp.algorithms.portfolio import Score, pick
+from primuspp.algorithms.search import bounds, local_search, score_memo, w_pass
+from primuspp.algorithms.search.portfolio import Score, pick
 from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement

@@ -10,10 +10,11 @@ at 2p - 1 (`zb_timed.floored`), which keeps it level with sail-sg's ZB-H2 when W
 
 from __future__ import annotations
 
-from primuspp.algorithms import cost_aware, greedy, zb_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import EFFORT, full_search
-from primuspp.algorithms.portfolio import pick
+from primuspp.algorithms.search import cost_aware, greedy
+from primuspp.algorithms.search.portfolio import pick
+from primuspp.algorithms.zero_bubble import zb_timed
 from primuspp.schedule.placement import linear
 
 FULL_SEARCH_LIMIT = 20_000  # with effort="auto": compute nodes up to which every policy is tried

@@ -39,8 +39,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 
-from primuspp.algorithms import greedy_period, score_memo
-from primuspp.algorithms.portfolio import memory_units
+from primuspp.algorithms.search import greedy_period, score_memo
+from primuspp.algorithms.search.portfolio import memory_units
 from primuspp.errors import ScheduleError
 from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts

@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from primuspp.algorithms import greedy, one_f_one_b, refine, score_memo, zb_timed, zero_bubble
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
-from primuspp.algorithms.bounds import Proof
+from primuspp.algorithms.classic import one_f_one_b
 from primuspp.algorithms.effort import EFFORT, full_search
-from primuspp.algorithms.portfolio import Score, pick
+from primuspp.algorithms.search import greedy, refine, score_memo
+from primuspp.algorithms.search.bounds import Proof
+from primuspp.algorithms.search.portfolio import Score, pick
+from primuspp.algorithms.zero_bubble import zb_timed, zero_bubble
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 

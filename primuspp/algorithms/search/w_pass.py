@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import array_rank_peaks, memory_units
+from primuspp.algorithms.search.portfolio import array_rank_peaks, memory_units
 from primuspp.errors import ValidationError
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
@@ -51,7 +51,7 @@ def only_fbw(order: Sequence[Sequence[Node]]) -> bool:
     """Whether every node is an F, B or W (identity tests: a set of kinds would hash every node's Enum; an
     ArrayOrder: its kind column)."""
     if isinstance(order, ArrayOrder):
-        from primuspp.algorithms.bounds import kinds_within
+        from primuspp.algorithms.search.bounds import kinds_within
 
         return kinds_within(order, (_F, _B, _W))
     return all(n.kind is _F or n.kind is _B or n.kind is _W for seq in order for n in seq)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
-from primuspp.algorithms.floor import with_floor
+from primuspp.algorithms.search.floor import with_floor
 from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import NodeKind

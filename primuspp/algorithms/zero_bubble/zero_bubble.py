@@ -11,7 +11,6 @@ and re-places W's with the cost model (`cost_aware.best_linear`); the constructi
 
 from __future__ import annotations
 
-from primuspp.algorithms import cost_aware, greedy, zb_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import EFFORT, full_search
 from primuspp.algorithms.orders import (
@@ -23,6 +22,8 @@ from primuspp.algorithms.orders import (
     nodes,
     one_f_one_b,
 )
+from primuspp.algorithms.search import cost_aware, greedy
+from primuspp.algorithms.zero_bubble import zb_timed
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import linear

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms import greedy, v_auto_blocks, v_auto_grid, v_block_orders, zbv_timed
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
 from primuspp.algorithms.effort import EFFORT, full_search
-from primuspp.algorithms.portfolio import memory_units, pick
-from primuspp.algorithms.refine import pick_refined
-from primuspp.algorithms.v_blocks import HALF, MIN, ZB, ZB_TIGHT, Block, estimated_peak
+from primuspp.algorithms.search import greedy
+from primuspp.algorithms.search.portfolio import memory_units, pick
+from primuspp.algorithms.search.refine import pick_refined
+from primuspp.algorithms.v import auto_blocks as v_auto_blocks
+from primuspp.algorithms.v import auto_grid as v_auto_grid
+from primuspp.algorithms.v import block_orders as v_block_orders
+from primuspp.algorithms.v import zbv_timed
+from primuspp.algorithms.v.blocks import HALF, MIN, ZB, ZB_TIGHT, Block, estimated_peak
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import v_shape
 

@@ -16,7 +16,7 @@ those), so a hit returns exactly what a new timing would; `score` keeps the orde
 from __future__ import annotations
 
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import Score, memory_units, order_peak, timed_score
+from primuspp.algorithms.search.portfolio import Score, memory_units, order_peak, timed_score
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
@@ -36,7 +36,7 @@ _nodes = [0]
 
 def forget() -> None:
     """Drop every kept figure, the kept lower bounds too (benchmarks time generation, not lookups)."""
-    from primuspp.algorithms import bounds
+    from primuspp.algorithms.search import bounds
 
     _kept.clear()
     _nodes[0] = 0

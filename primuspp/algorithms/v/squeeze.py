@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from primuspp.algorithms import v_rows
+from primuspp.algorithms.v import rows as v_rows
 
 _F, _B, _W = 0, 1, 2
 #: byte maps of a +-1 on base-255 low digits

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from primuspp.algorithms import v_rows, v_squeeze
-from primuspp.algorithms.v_blocks import PERIOD
+from primuspp.algorithms.v import rows as v_rows
+from primuspp.algorithms.v import squeeze as v_squeeze
+from primuspp.algorithms.v.blocks import PERIOD
 from primuspp.schedule.array_order import ArrayOrder
 
 _F, _B, _W = 0, 1, 2

@@ -23,9 +23,9 @@ from collections import deque
 from collections.abc import Iterator
 
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.portfolio import score
-from primuspp.algorithms.v_blocks import PERIOD
-from primuspp.algorithms.v_grid import SlotSchedule
+from primuspp.algorithms.search.portfolio import score
+from primuspp.algorithms.v.blocks import PERIOD
+from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.errors import PrimusppError
 from primuspp.schedule.costs import StageCosts, unit_costs
 from primuspp.schedule.nodes import Node, NodeKind

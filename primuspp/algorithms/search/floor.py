@@ -15,12 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from primuspp.algorithms import local_search, score_memo
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
-from primuspp.algorithms.bounds import Proof
-from primuspp.algorithms.bounds import kept as bounds_at_hand
-from primuspp.algorithms.portfolio import Score, lower_bounds, pick
-from primuspp.algorithms.refine import refined_pool
+from primuspp.algorithms.search import local_search, score_memo
+from primuspp.algorithms.search.bounds import Proof
+from primuspp.algorithms.search.bounds import kept as bounds_at_hand
+from primuspp.algorithms.search.portfolio import Score, lower_bounds, pick
+from primuspp.algorithms.search.refine import refined_pool
 from primuspp.errors import ValidationError
 from primuspp.schedule.array_order import copied
 from primuspp.schedule.costs import CostModel, StageCosts

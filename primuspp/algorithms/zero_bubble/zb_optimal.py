@@ -19,9 +19,9 @@ import os
 import sys
 from contextlib import contextmanager
 
-from primuspp.algorithms import heuristic
 from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
-from primuspp.algorithms.portfolio import score
+from primuspp.algorithms.search.portfolio import score
+from primuspp.algorithms.zero_bubble import zero_bubble_heuristic as heuristic
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import linear

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
-from primuspp.algorithms.portfolio import Score, memory_units
+from primuspp.algorithms.search.portfolio import Score, memory_units
 from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import NodeKind

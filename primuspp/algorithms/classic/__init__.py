@@ -1,0 +1,1 @@
+"""GPipe, 1F1B and interleaved 1F1B."""

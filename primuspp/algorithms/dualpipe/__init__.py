@@ -1,0 +1,1 @@
+"""DualPipe and DualPipe-V."""
