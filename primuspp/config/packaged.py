@@ -27,6 +27,7 @@ COST_KEYS = (
     "activation",
     "b_free_fraction",
     "fb_overlap",
+    "offload",
 )
 
 

@@ -76,6 +76,7 @@ class CostsConfig(BaseModel):
     activation: PerStageValue | None = None
     b_free_fraction: PerStageValue | None = None
     fb_overlap: Number | None = None
+    offload: PerStageValue | None = None
 
     def given(self) -> dict[str, Any]:
         return {k: (tuple(v) if isinstance(v, list) else v) for k, v in self if v is not None}

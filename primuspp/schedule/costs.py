@@ -22,7 +22,9 @@ class CostModel:
     `comm_bytes` / `bandwidth` adds a size term. `b_free_fraction` of an activation is freed by B, the rest by
     W (BW frees all): a scalar, or one value per virtual stage or per rank (a fraction: not split over
     chunks). It may be negative: B then leaves more than F saved (e.g. a weight-grad store keeping the output
-    gradients for W), and W frees it all. An FB node costs `fb_overlap` x (F + B).
+    gradients for W), and W frees it all. An FB node costs `fb_overlap` x (F + B). `offload` is the time one
+    OFFLOAD or RELOAD takes (moving one microbatch's activation to host or back), split over chunks like
+    `activation`; the clock serialises it on its rank's timeline (an upper bound: no copy-engine overlap).
     """
 
     forward: PerStage = 1.0
@@ -34,6 +36,7 @@ class CostModel:
     activation: PerStage = 1.0
     b_free_fraction: PerStage = 0.0
     fb_overlap: float = 1.0
+    offload: PerStage = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -76,6 +79,7 @@ class CostModel:
             b_free_fraction=_planning_fraction(self.b_free_fraction),
             fb_overlap=self.fb_overlap,
             b_free=_fractions(self.b_free_fraction, placement),
+            offload=_per_stage("offload", self.offload, placement),
         )
 
 
@@ -135,6 +139,12 @@ class StageCosts:
     b_free_fraction: float = 0.0
     fb_overlap: float = 1.0
     b_free: tuple[float, ...] = ()
+    #: per stage, the time of one OFFLOAD or RELOAD (none given: 0.0 everywhere)
+    offload: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.offload:
+            object.__setattr__(self, "offload", (0.0,) * len(self.forward))
 
     def fraction_freed_by_b(self, stage: int) -> float:
         return self.b_free[stage] if self.b_free else self.b_free_fraction

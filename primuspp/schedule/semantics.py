@@ -86,8 +86,8 @@ SEMANTICS: dict[NodeKind, KindSemantics] = {
     _K.RECV_F: KindSemantics(_K.RECV_F, "comm", carries=ACT_PREV),
     _K.SEND_B: KindSemantics(_K.SEND_B, "comm", carries=GRAD),
     _K.RECV_B: KindSemantics(_K.RECV_B, "comm", carries=GRAD_NEXT),
-    _K.OFFLOAD: KindSemantics(_K.OFFLOAD, "memory", (SAVED,), at_start=(TO_HOST,)),
-    _K.RELOAD: KindSemantics(_K.RELOAD, "memory", at_start=(FROM_HOST,)),
+    _K.OFFLOAD: KindSemantics(_K.OFFLOAD, "memory", (SAVED,), at_start=(TO_HOST,), cost=("offload",)),
+    _K.RELOAD: KindSemantics(_K.RELOAD, "memory", at_start=(FROM_HOST,), cost=("offload",)),
 }
 #: the comm kind that sends / receives each produced datum
 SEND_OF = {ACT: _K.SEND_F, GRAD: _K.SEND_B}
@@ -153,10 +153,10 @@ def duration(node: Node, costs: StageCosts) -> float:
 
 
 def kind_durations(costs: StageCosts) -> dict[NodeKind, tuple[float, ...]]:
-    """Fast-path form of `duration` for the simple kinds: per kind, its time on each stage."""
+    """Fast-path form of `duration` for the simple kinds that take time: per kind, its time on each stage."""
     out = {}
     for kind, sem in SEMANTICS.items():
-        if sem.parts or sem.role != "compute":
+        if sem.parts or not sem.cost:
             continue
         rows = [getattr(costs, field) for field in sem.cost]
         out[kind] = tuple(sum(vals, 0.0) if len(vals) > 1 else vals[0] for vals in zip(*rows, strict=True))

@@ -55,12 +55,9 @@ _FAST_OK = (
     and SEMANTICS[_FB].parts == ((_F,), (_B, _BW))
     and SEMANTICS[_FB].overlap == "fb_overlap"
     and {k for k, sem in SEMANTICS.items() if sem.role == "compute"} == {*_FAST_RULES, _FB}
-    # the other kinds take no time and wait for nothing a valid table has not already done on this rank
-    and all(
-        not sem.cost and not (set(sem.consumes) - {SAVED})
-        for sem in SEMANTICS.values()
-        if sem.role != "compute"
-    )
+    # the other kinds wait for nothing a valid table has not already done on this rank; their durations
+    # (if any: OFFLOAD/RELOAD's host transfer) come from `kind_durations`
+    and all(not (set(sem.consumes) - {SAVED}) for sem in SEMANTICS.values() if sem.role != "compute")
 )
 
 
@@ -277,7 +274,8 @@ def resume(
                 g_end[bkey] = end
                 woken = (wait_f.pop(key, None) or []) + (wait_g.pop(bkey, None) or [])
             else:
-                end = ready
+                d = dur.get(kind)
+                end = ready + d[s] if d else ready
                 woken = None
             st[i] = ready
             en[i] = t = end

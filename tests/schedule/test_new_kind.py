@@ -28,7 +28,7 @@ EDITS = {
     "schedule/semantics.py": [
         ('TO_HOST, FROM_HOST = "to_host", "from_host"\n', 'DROP, REMAKE = "drop", "remake"\n'),
         (
-            '    _K.RELOAD: KindSemantics(_K.RELOAD, "memory", at_start=(FROM_HOST,)),\n',
+            '    _K.RELOAD: KindSemantics(_K.RELOAD, "memory", at_start=(FROM_HOST,), cost=("offload",)),\n',
             '    _K.DISCARD: KindSemantics(_K.DISCARD, "memory", (SAVED,), at_start=(DROP,)),\n'
             "    _K.RECOMPUTE: KindSemantics("
             '_K.RECOMPUTE, "compute", at_start=(REMAKE,), cost=("forward",)),\n',
