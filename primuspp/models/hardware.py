@@ -88,6 +88,9 @@ class Hardware(_Strict):
     gpus_per_node: int = Field(ge=1)
     intra_node: Link
     inter_node: Link
+    #: the GPU's link to host memory, one direction (what an OFFLOAD or RELOAD moves over); by default PCIe
+    #: Gen5 x16's 64 GB/s
+    host: Link = Link(bandwidth=64.0e9, latency=10.0e-6)
     reserved_bytes: float = Field(default=0.0, ge=0, allow_inf_nan=False)
     efficiency: Efficiency = Efficiency()
     overhead: Overhead = Overhead()

@@ -306,6 +306,8 @@ def stage_plan(
         activation=per_stage(pc.activation),
         b_free_fraction=per_stage(pc.b_free),
         fb_overlap=fb,
+        # an OFFLOAD or RELOAD moves one microbatch's activation of the stage over the host link
+        offload=per_stage(tuple((hw.host.latency + a / hw.host.bandwidth) * 1e3 for a in pc.activation)),
     )
     return StagePlan(costs, cut, pc, placement, replace(costs, wgrad=per_stage(pc.wgrad)))
 
