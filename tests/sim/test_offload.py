@@ -65,3 +65,26 @@ def test_the_three_clock_forms_time_offload_alike(algo, offload):
         if n.kind.is_memory
     }
     assert took and all(abs(t - offload / 2) < 1e-9 for t in took)
+
+
+def test_the_model_times_a_transfer_over_the_host_link():
+    from primuspp.models import PRESETS
+    from primuspp.models.hardware import load_hardware
+    from primuspp.models.parallel import Parallel
+    from primuspp.models.project import stage_plan
+
+    spec, hw = PRESETS["llama3-8b"], load_hardware("h100")
+    par = Parallel(pp=4, vpp=2, micro_batch_size=1, global_batch_size=16, seq_len=4096)
+    plan = stage_plan(spec, hw, par, "v-half")
+    act = [plan.parts.activation[plan.placement.model_part[s]] for s in range(plan.placement.num_stages)]
+    assert plan.costs.offload == tuple((hw.host.latency + a / hw.host.bandwidth) * 1e3 for a in act)
+    assert all(t > 0.1 for t in plan.costs.offload)  # hundreds of MB at 64 GB/s: milliseconds, not free
+    slow = hw.model_copy(update={"host": hw.host.model_copy(update={"bandwidth": hw.host.bandwidth / 8})})
+    table = build_schedule("v-half", 4, 2, 8, plan.costs, offload=True)
+    fast_step = simulate(table, plan.costs).metrics.step_time
+    slow_costs = stage_plan(spec, slow, par, "v-half").costs
+    slow_step = simulate(
+        build_schedule("v-half", 4, 2, 8, slow_costs, offload=True), slow_costs
+    ).metrics.step_time
+    plain = simulate(build_schedule("v-half", 4, 2, 8, plan.costs), plan.costs).metrics.step_time
+    assert slow_step > fast_step >= plain
