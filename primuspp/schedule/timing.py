@@ -63,7 +63,8 @@ _FAST_OK = (
 
 @dataclass(frozen=True)
 class Timing:
-    """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (non-compute nodes get zero-length slots).
+    """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (comm nodes get zero-length slots, memory
+    nodes their host transfer's).
     `forward_end[key]` / `grad_end[key]`, key = microbatch * stages + stage: when the activation / the input
     grad of (microbatch, stage) was produced. `arrays`: the same times as flat numpy arrays
     (`timing_arrays.NodeTimeArrays`) when the array passes computed them, else None."""
