@@ -15,7 +15,7 @@ from primuspp.schedule.timing import node_times
 from primuspp.sim import simulate
 from primuspp.sim.iterations import simulate_iterations
 
-VPP = {"1f1b-interleaved": 2, "zbv": 2, "v-half": 2, "v-min": 2, "v-auto": 2, "dualpipe": 2, "dualpipe-v": 2}
+VPP = {name: a.vpp_default for name, a in ALGORITHMS.items()}
 PARAMS = {"zb-optimal": {"time_limit": 0.2}}
 #: unequal per-rank costs and a p2p latency: nothing lines up by accident
 UNEVEN = CostModel(forward=(4.0, 6.0, 5.0, 3.0), backward=(5.0, 4.0, 6.0, 5.0), wgrad=2.0, comm=0.7)
