@@ -60,7 +60,8 @@ def test_webgl_page_and_two_sections(tmp_path):
     _viz(str(tmp_path / "sim"), "--out", str(page))
     status = page_status(page)
     assert status["errors"] == []
-    by_label = {s["label"]: s for s in status["sections"]}
+    # a root of two sizes labels each run with its size: "zero-bubble (p 8, m 256)"
+    by_label = {s["label"].split(" (")[0]: s for s in status["sections"]}
     assert by_label["zero-bubble"]["mode"] == "gl" and by_label["zero-bubble"]["svg_bars"] == 0
     assert by_label["zero-bubble"]["boxes_per_rank"] == [len(rt.intervals) for rt in big.timeline.ranks]
     assert by_label["1f1b"]["boxes_per_rank"] == [32] * 8
