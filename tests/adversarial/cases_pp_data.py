@@ -155,7 +155,8 @@ _add("rank-fifo", "8", (*READERS, "train-costs-from"), _fifo_rank, ERR("pp_rank_
 _add("config-fifo", "8", ("viz", "costs-from"), _fifo_file("config.json"), ERR("config.json"))
 _add("summary-fifo", "8", ("compare",), _fifo_file("summary.json"), ERR("summary.json"))
 _add("schedule-fifo", "8", ("viz",), _fifo_file("schedule.json"), EITHER("schedule.json"))
-_add("rank-100mb", "8", ("viz",), _huge_rank, ERR("pp_rank_0.json"))
+# viz refuses the whole run before reading it: the line names the run and its pp_rank files
+_add("rank-100mb", "8", ("viz",), _huge_rank, ERR("pp_rank_0.json", "pp_rank files"))
 # -- item 9 ----------------------------------------------------------------------------------------
 _add("rank-latin1", "9", READERS, _raw(b'{"1": {"fwd_start": [], "x": "caf\xe9"}}'), ERR("pp_rank_0.json"))
 _add("config-latin1", "9", ("viz", "compare"), _config(raw=b'{"name": "caf\xe9"}'), ERR("config.json"))
