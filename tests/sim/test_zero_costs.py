@@ -11,7 +11,7 @@ from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 
 #: one admissible (vpp, params) per algorithm; the exact solver is kept short
-VPP = {"1f1b-interleaved": 2, "zbv": 2, "v-half": 2, "v-min": 2, "v-auto": 2, "dualpipe": 2, "dualpipe-v": 2}
+VPP = {name: a.vpp_default for name, a in ALGORITHMS.items()}
 PARAMS = {"zb-optimal": {"time_limit": 0.2}}
 #: the tiny positive costs the zero-cost peaks are checked against
 TINY = CostModel(forward=1e-3, backward=1e-3, wgrad=1e-3)
