@@ -24,14 +24,15 @@ from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import make_placement, v_shape
 from primuspp.schedule.timing import ARRAY_MIN_NODES
 from primuspp.sim import simulate
+from tests.oracles import generators
 from tests.oracles.lowering import lower_comms_reference
 from tests.oracles.order_arrays import order_arrays as order_arrays_reference
 from tests.schedule.random_orders import random_order
 
 SIZES = [(1, 2), (2, 4), (3, 7), (4, 8), (5, 12), (8, 16)]
 REFERENCES = {
-    "gpipe": gpipe.generate_reference,
-    "1f1b": one_f_one_b.generate_reference,
+    "gpipe": generators.gpipe,
+    "1f1b": generators.one_f_one_b_order,
     "dualpipe": dualpipe.generate_dualpipe_reference,
     "dualpipe-v": dualpipe.generate_dualpipe_v_reference,
 }
@@ -75,7 +76,7 @@ def test_every_array_generator_has_cases():
 @pytest.mark.parametrize("name,p,m", CASES)
 def test_array_generators_equal_their_node_references(name, p, m):
     req = _request(name, p, m)
-    reference = REFERENCES.get(name, zero_bubble.generate_reference)
+    reference = REFERENCES.get(name, generators.zero_bubble)
     assert_equal_orders(ARRAY_GENERATORS[name](req), reference(req))
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import BW, F, nodes, simple_columns
+from primuspp.algorithms.base import Algorithm, GenerationRequest
+from primuspp.algorithms.orders import BW, F, simple_columns
 from primuspp.schedule.array_order import ArrayOrder
 
 
 def generate(req: GenerationRequest) -> ArrayOrder:
-    """`generate_reference` as columns (no Node built)."""
+    """`tests/oracles/generators.gpipe` as columns (no Node built)."""
     import numpy as np
 
     m = req.micro_batches
@@ -17,11 +17,6 @@ def generate(req: GenerationRequest) -> ArrayOrder:
         f, bw = simple_columns(F, np.arange(m), r), simple_columns(BW, np.arange(m), r)
         ranks.append(tuple(np.concatenate(pair) for pair in zip(f, bw, strict=True)))
     return ArrayOrder.from_ranks(ranks)
-
-
-def generate_reference(req: GenerationRequest) -> ComputeOrder:
-    m = req.micro_batches
-    return [nodes(F, range(m), r) + nodes(BW, range(m), r) for r in range(req.pp)]
 
 
 ALGORITHM = Algorithm(

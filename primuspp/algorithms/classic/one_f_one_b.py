@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.orders import BW, F, code, nodes, one_f_one_b
+from primuspp.algorithms.base import Algorithm, GenerationRequest
+from primuspp.algorithms.orders import BW, F, code
 from primuspp.schedule.array_order import ArrayOrder
 
 
 def generate(req: GenerationRequest) -> ArrayOrder:
-    """`generate_reference` as columns, every rank at once (no Node built): rank r runs w = min(p - r - 1, m)
+    """1F1B as columns, every rank at once (no Node built; its Node form: tests/oracles/generators.py):
+    rank r runs w = min(p - r - 1, m)
     forwards, then F(w + j), B(j) pairs, then the remaining backwards, so F(i) sits at i (i < w) or
     w + 2 (i - w), and B(j) at w + 2 j + 1 (j < m - w) or m + j."""
     import numpy as np
@@ -30,11 +31,6 @@ def generate(req: GenerationRequest) -> ArrayOrder:
         mb[at] = mbs
     stage = np.repeat(np.arange(p, dtype=np.int64), n)
     return ArrayOrder.from_flat(kind, mb, stage, [n] * p)
-
-
-def generate_reference(req: GenerationRequest) -> ComputeOrder:
-    p, m = req.pp, req.micro_batches
-    return [one_f_one_b(p - r - 1, nodes(F, range(m), r), nodes(BW, range(m), r)) for r in range(p)]
 
 
 ALGORITHM = Algorithm(

@@ -18,14 +18,10 @@ from primuspp.algorithms.orders import (
     F,
     W,
     code,
-    node,
-    nodes,
-    one_f_one_b,
 )
 from primuspp.algorithms.search import cost_aware, greedy
 from primuspp.algorithms.zero_bubble import zb_timed
 from primuspp.schedule.array_order import ArrayOrder
-from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import linear
 
 FULL_SEARCH_LIMIT = 20_000  # with effort="auto": compute nodes up to which the cost-aware search runs
@@ -37,7 +33,8 @@ POLICIES = tuple(
 
 
 def generate(req: GenerationRequest) -> ArrayOrder:
-    """`generate_reference` as columns, every rank at once (no Node built): each node's place in its rank's
+    """ZB-H1 as columns, every rank at once (no Node built; its Node form: tests/oracles/generators.py):
+    each node's place in its rank's
     order is counted in closed form (`_places`)."""
     import numpy as np
 
@@ -77,24 +74,6 @@ def _places(p: int, m: int) -> tuple:
     after = np.take_along_axis(place_b, np.minimum(k, m - 1), axis=1) + 1
     place_w = np.where(k <= m - 1, after, 2 * m + i)
     return place_f, place_b, place_w
-
-
-def generate_reference(req: GenerationRequest) -> ComputeOrder:
-    p, m = req.pp, req.micro_batches
-    order = []
-    for r in range(p):
-        base = one_f_one_b(p - r - 1, nodes(F, range(m), r), nodes(B, range(m), r))
-        seq: list[Node] = []
-        pending: list[int] = []
-        for n in base:
-            seq.append(n)
-            if n.kind is B:
-                pending.append(n.microbatch)
-                if len(pending) > r:
-                    seq.append(node(W, pending.pop(0), r))
-        seq.extend(nodes(W, pending, r))
-        order.append(seq)
-    return order
 
 
 def generate_cost_aware(req: GenerationRequest) -> ComputeOrder:

@@ -1,0 +1,36 @@
+"""The Node-list forms of the generators that emit columns: each test holds the product's columns equal to
+its readable order here."""
+
+from __future__ import annotations
+
+from primuspp.algorithms.base import ComputeOrder, GenerationRequest
+from primuspp.algorithms.orders import BW, B, F, W, node, nodes, one_f_one_b
+from primuspp.schedule.nodes import Node
+
+
+def gpipe(req: GenerationRequest) -> ComputeOrder:
+    m = req.micro_batches
+    return [nodes(F, range(m), r) + nodes(BW, range(m), r) for r in range(req.pp)]
+
+
+def one_f_one_b_order(req: GenerationRequest) -> ComputeOrder:
+    p, m = req.pp, req.micro_batches
+    return [one_f_one_b(p - r - 1, nodes(F, range(m), r), nodes(BW, range(m), r)) for r in range(p)]
+
+
+def zero_bubble(req: GenerationRequest) -> ComputeOrder:
+    p, m = req.pp, req.micro_batches
+    order = []
+    for r in range(p):
+        base = one_f_one_b(p - r - 1, nodes(F, range(m), r), nodes(B, range(m), r))
+        seq: list[Node] = []
+        pending: list[int] = []
+        for n in base:
+            seq.append(n)
+            if n.kind is B:
+                pending.append(n.microbatch)
+                if len(pending) > r:
+                    seq.append(node(W, pending.pop(0), r))
+        seq.extend(nodes(W, pending, r))
+        order.append(seq)
+    return order
