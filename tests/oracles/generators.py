@@ -4,6 +4,7 @@ its readable order here."""
 from __future__ import annotations
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
+from primuspp.algorithms.dualpipe import dualpipe as _dp
 from primuspp.algorithms.orders import BW, B, F, W, node, nodes, one_f_one_b
 from primuspp.schedule.nodes import Node
 
@@ -34,3 +35,11 @@ def zero_bubble(req: GenerationRequest) -> ComputeOrder:
         seq.extend(nodes(W, pending, r))
         order.append(seq)
     return order
+
+
+def dualpipe(req: GenerationRequest) -> ComputeOrder:
+    return _dp._dualpipe_ranks(req, node, _dp.fb_node)
+
+
+def dualpipe_v(req: GenerationRequest) -> ComputeOrder:
+    return _dp._dualpipe_v_ranks(req, node, _dp.fb_node)

@@ -33,8 +33,8 @@ SIZES = [(1, 2), (2, 4), (3, 7), (4, 8), (5, 12), (8, 16)]
 REFERENCES = {
     "gpipe": generators.gpipe,
     "1f1b": generators.one_f_one_b_order,
-    "dualpipe": dualpipe.generate_dualpipe_reference,
-    "dualpipe-v": dualpipe.generate_dualpipe_v_reference,
+    "dualpipe": generators.dualpipe,
+    "dualpipe-v": generators.dualpipe_v,
 }
 ARRAY_GENERATORS = {
     "gpipe": gpipe.generate,

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
+from primuspp.algorithms.base import Algorithm, GenerationRequest
 from primuspp.algorithms.orders import code, fb_node, node
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import NodeKind
@@ -151,21 +151,13 @@ def _dualpipe_v_ranks(req: GenerationRequest, make, fuse) -> list[list]:
 
 
 def generate_dualpipe(req: GenerationRequest) -> ArrayOrder:
-    """DualPipe's order as columns (`generate_dualpipe_reference`: the same steps as Nodes)."""
+    """DualPipe's order as columns (the same steps make its Node form with `node` and `fb_node`)."""
     return _columns(_dualpipe_ranks(req, _code, _fused))
 
 
-def generate_dualpipe_reference(req: GenerationRequest) -> ComputeOrder:
-    return _dualpipe_ranks(req, node, fb_node)
-
-
 def generate_dualpipe_v(req: GenerationRequest) -> ArrayOrder:
-    """DualPipe-V's order as columns (`generate_dualpipe_v_reference`: the same steps as Nodes)."""
+    """DualPipe-V's order as columns (the same steps make its Node form with `node` and `fb_node`)."""
     return _columns(_dualpipe_v_ranks(req, _code, _fused))
-
-
-def generate_dualpipe_v_reference(req: GenerationRequest) -> ComputeOrder:
-    return _dualpipe_v_ranks(req, node, fb_node)
 
 
 def refuse_dualpipe(p: int, v: int, m: int, params: dict) -> str | None:
