@@ -16,8 +16,8 @@ Data (route terms; `prev`/`next` are the neighbouring stages on the microbatch's
 
 Memory, in fractions of the stage's activation `a` per microbatch: F allocates `a` at its start; B frees
 `b_free_fraction * a` at its end, W the rest (what is still resident), BW all of it; OFFLOAD moves what is
-resident to host at its start and RELOAD brings it back. `order_memory` is the one memory model: the
-simulator draws its curve from it and every planner that works under a cap counts its peak with it.
+resident to host (freed at its end) and RELOAD brings it back (held from its start). `order_memory` is the
+one memory model: the simulator draws its curve from it and every planner under a cap counts its peak with it.
 
 Validation reads the rest: what each kind `leaves` on its rank for later nodes of the same (mb, stage),
 `COMPLETION` (what every (mb, stage) must run, and the ways to do it) and `STASHES` (which memory effect
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from primuspp.schedule.nodes import Node, NodeKind
@@ -86,7 +87,7 @@ SEMANTICS: dict[NodeKind, KindSemantics] = {
     _K.RECV_F: KindSemantics(_K.RECV_F, "comm", carries=ACT_PREV),
     _K.SEND_B: KindSemantics(_K.SEND_B, "comm", carries=GRAD),
     _K.RECV_B: KindSemantics(_K.RECV_B, "comm", carries=GRAD_NEXT),
-    _K.OFFLOAD: KindSemantics(_K.OFFLOAD, "memory", (SAVED,), at_start=(TO_HOST,), cost=("offload",)),
+    _K.OFFLOAD: KindSemantics(_K.OFFLOAD, "memory", (SAVED,), at_end=(TO_HOST,), cost=("offload",)),
     _K.RELOAD: KindSemantics(_K.RELOAD, "memory", at_start=(FROM_HOST,), cost=("offload",)),
 }
 #: the comm kind that sends / receives each produced datum
@@ -315,9 +316,13 @@ def order_memory(
     the node's start or end time from `starts`/`ends` (the simulator's curve), or without them its
     position in the order. The same events as `memory_events` (a test holds them equal), with the common
     effects inlined: the simulator calls this for every rank, planners for every candidate (with
-    `keep_curve=False`: the peak alone, the curve left empty)."""
-    if starts is None or ends is None:
+    `keep_curve=False`: the peak alone, the curve left empty). Host transfers run beside compute (the
+    clock), so with times their effects may land after later nodes' starts: the curve is then put in time
+    order and its levels and peak recounted."""
+    timed = starts is not None and ends is not None
+    if not timed:
         starts = ends = range(len(nodes))
+    keep_curve = keep_curve or timed
     level, peak = 0.0, 0.0
     curve: list[tuple[float, float]] = []
     add = curve.append
@@ -379,7 +384,24 @@ def order_memory(
             add((when, level))
         if level > peak:
             peak = level
+    if timed and any(b[0] < a[0] for a, b in pairwise(curve)):
+        return _in_time_order(curve)
     return curve, peak
+
+
+def _in_time_order(curve: list[tuple[float, float]]) -> tuple[list[tuple[float, float]], float]:
+    """A curve whose events are out of time order (a host transfer ending after later nodes started), its
+    changes replayed in time order (ties kept in order): (curve, peak)."""
+    changes = [(t, level - (curve[i - 1][1] if i else 0.0)) for i, (t, level) in enumerate(curve)]
+    changes.sort(key=lambda c: c[0])
+    out, level, peak = [], 0.0, 0.0
+    for t, change in changes:
+        level += change
+        if -1e-9 < level < 1e-9:
+            level = 0.0
+        out.append((t, level))
+        peak = max(peak, level)
+    return out, peak
 
 
 def order_peak(order: Sequence[Sequence[Node]], amount: Sequence[float], b_free: Sequence[float]) -> float:

@@ -1,14 +1,15 @@
-"""Start and end time of every compute node of a compute order under a cost model.
+"""Start and end time of every node of a compute order under a cost model: the one clock.
 
-Each rank runs its nodes in order; a node starts when its rank is free and its inputs have arrived (the
-producer's end, plus `comm` when the producer lives on another rank). Sends never block: this is the
-asynchronous model the simulator uses. This is the one clock: the simulator, lowering and the searches time
-orders here (`retime` resumes the loop after a one-rank change), and every duration comes from the semantics
-table (`semantics.kind_durations`, a composite's `overlap`), so a new cost rule is an edit there. Three forms,
-one result: `node_times_reference` reads the semantics table node by node (and times any table whose kinds
-the loop does not know); `node_times_events` is one pass in dependency order, no rescans (a rank that meets a
-missing input parks on that input and is woken when it is produced); `timing_arrays.solve` computes the same
-times, bit for bit, as array passes. `node_times` picks the fastest that applies.
+Each rank runs its compute nodes in order; a node starts when its rank is free and its inputs have arrived
+(the producer's end, plus `comm` when the producer lives on another rank). Sends never block: this is the
+asynchronous model the simulator uses. A host transfer (OFFLOAD / RELOAD) runs on the rank's host link, one
+at a time in order, beside compute: it starts once the compute before it in the order has ended and the
+link is free; the node that uses a reloaded activation waits for its RELOAD to end. The simulator, lowering
+and the searches time orders here (`retime` resumes the loop after a one-rank change), and every duration
+comes from the semantics table (`semantics.kind_durations`, a composite's `overlap`), so a new duration is an
+edit there and a new rule an edit of `resume`. `node_times_events` is the loop, one pass in dependency order
+(a rank that meets a missing input parks on it and is woken when it is produced); `timing_arrays.solve` gives
+the same times, bit for bit, as array passes, on the large orders where that is several times quicker.
 """
 
 from __future__ import annotations
@@ -23,48 +24,15 @@ from primuspp.schedule.array_order import rank_lengths
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
-from primuspp.schedule.semantics import (
-    ACT,
-    ACT_PREV,
-    GRAD,
-    GRAD_NEXT,
-    OWN_GRAD,
-    SAVED,
-    SEMANTICS,
-    duration,
-    inputs,
-    kind_durations,
-    outputs,
-)
+from primuspp.schedule.semantics import ACT, duration, inputs, kind_durations, outputs
 
-_F, _B, _W, _BW, _FB = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB
-
-# `node_times_events` (and the array passes, which rely on the same rules) is the fast path: one branch per
-# kind, written out, with durations from the table (`kind_durations`). It runs only while the semantics table
-# says what its branches do: for any other table (a new node kind, a changed rule) `node_times_reference`,
-# which reads the table for every node, takes over, so a new kind is timed correctly before anyone touches
-# this file.
-_FAST_RULES = {
-    _F: ((ACT_PREV,), (ACT,)),
-    _B: ((SAVED, GRAD_NEXT), (GRAD,)),
-    _BW: ((SAVED, GRAD_NEXT), (GRAD,)),
-    _W: ((OWN_GRAD,), ()),
-}
-_FAST_OK = (
-    all((SEMANTICS[k].consumes, SEMANTICS[k].produces) == rule for k, rule in _FAST_RULES.items())
-    and SEMANTICS[_FB].parts == ((_F,), (_B, _BW))
-    and SEMANTICS[_FB].overlap == "fb_overlap"
-    and {k for k, sem in SEMANTICS.items() if sem.role == "compute"} == {*_FAST_RULES, _FB}
-    # the other kinds wait for nothing a valid table has not already done on this rank; their durations
-    # (if any: OFFLOAD/RELOAD's host transfer) come from `kind_durations`
-    and all(not (set(sem.consumes) - {SAVED}) for sem in SEMANTICS.values() if sem.role != "compute")
-)
+_F, _B, _W, _BW, _FB, _RELOAD = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW, NodeKind.FB, NodeKind.RELOAD
 
 
 @dataclass(frozen=True)
 class Timing:
-    """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (comm nodes get zero-length slots, memory
-    nodes their host transfer's).
+    """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (comm nodes get zero-length slots, host
+    transfers their time on the host link).
     `forward_end[key]` / `grad_end[key]`, key = microbatch * stages + stage: when the activation / the input
     grad of (microbatch, stage) was produced. `arrays`: the same times as flat numpy arrays
     (`timing_arrays.NodeTimeArrays`) when the array passes computed them, else None."""
@@ -88,11 +56,11 @@ def node_times(
     costs: StageCosts,
     rows: dict[str, Any] | None = None,
 ) -> Timing:
-    """Fast path of `node_times_reference` (same results, several times faster): the array passes of
-    `timing_arrays` for large orders, else (and where they do not apply) the loop `node_times_events`.
+    """The times of `order`: the array passes of `timing_arrays` for large orders, else (and where they do not
+    apply) the loop `node_times_events`; the same bits either way.
     `rows`: the order's `array_order.order_arrays`, when the caller has them (else built when the arrays are
     tried)."""
-    if _FAST_OK and sum(rank_lengths(order)) >= ARRAY_MIN_NODES:
+    if sum(rank_lengths(order)) >= ARRAY_MIN_NODES:
         from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
 
         got = timing_arrays.solve(placement, num_microbatches, order, costs, rows)
@@ -114,7 +82,7 @@ def node_time_arrays(
 
     from primuspp.schedule import timing_arrays
 
-    got = timing_arrays.solve(placement, num_microbatches, order, costs, rows) if _FAST_OK else None
+    got = timing_arrays.solve(placement, num_microbatches, order, costs, rows)
     if got is not None:
         return got
     timing = node_times_events(placement, num_microbatches, order, costs)
@@ -141,10 +109,8 @@ def _as_lists(order: Sequence[Sequence[Node]], got: Any) -> Timing:
 def node_times_events(
     placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], costs: StageCosts
 ) -> Timing:
-    """The one-pass loop form of `node_times_reference`: in dependency order, a rank that meets a missing
-    input parks on it and is woken when it is produced. Any table, any costs; it words a cycle's error."""
-    if not _FAST_OK:
-        return node_times_reference(placement, num_microbatches, order, costs)
+    """The loop: in dependency order, a rank that meets a missing input parks on it and is woken when it is
+    produced. Any table, any costs; it words a cycle's error."""
     size = num_microbatches * placement.num_stages
     n_ranks = len(order)
     return resume(
@@ -170,11 +136,14 @@ def resume(
     ends: list[list[float]],
     f_end: list[float | None],
     g_end: list[float | None],
+    link: list[float] | None = None,
+    reloaded: dict[int, float] | None = None,
 ) -> Timing:
     """The loop from a state: rank r has timed its first `ptr[r]` nodes (their `starts`/`ends` filled in) and
-    is free at `free[r]`; `f_end`/`g_end` hold what they produced (None: not yet). Fills in the rest, in
-    place, and returns the timing (`node_times_events` starts from nothing; `algorithms.retime` from the
-    part of an earlier timing a change on one rank cannot move)."""
+    is free at `free[r]`; `f_end`/`g_end` hold what they produced (None: not yet); `link[r]`: when rank r's
+    host link is free, `reloaded[key]`: when a RELOAD brought back (microbatch, stage) key's activation
+    (None: no transfer yet). Fills in the rest, in place, and returns the timing (`node_times_events` starts
+    from nothing; `algorithms.retime` from the part of an earlier timing a change on one rank cannot move)."""
     n_stages = placement.num_stages
     nxt, prv, srank = placement.next_stage, placement.prev_stage, placement.stage_rank
     dur = kind_durations(costs)
@@ -184,6 +153,8 @@ def resume(
     wait_g: dict[int, list[int]] = {}
     n_ranks = len(order)
     queue = list(range(n_ranks - 1, -1, -1))
+    link = [0.0] * n_ranks if link is None else link
+    reloaded = {} if reloaded is None else reloaded
 
     while queue:
         r = queue.pop()
@@ -216,6 +187,10 @@ def resume(
                     break
                 if e > ready:
                     ready = e
+                if reloaded:
+                    e = reloaded.get(key, 0.0)
+                    if e > ready:
+                        ready = e
                 q = nxt[s]
                 if q >= 0:
                     e = g_end[key - s + q]
@@ -260,6 +235,10 @@ def resume(
                         break
                     if e > ready:
                         ready = e
+                if reloaded:
+                    e = reloaded.get(bkey, 0.0)
+                    if e > ready:
+                        ready = e
                 if q >= 0:
                     e = g_end[bkey - bs + q]
                     if e is None:
@@ -274,10 +253,23 @@ def resume(
                 f_end[key] = end
                 g_end[bkey] = end
                 woken = (wait_f.pop(key, None) or []) + (wait_g.pop(bkey, None) or [])
+            elif kind.is_compute:  # a kind with no branch above: its inputs and outputs read from the table
+                got = _other_compute(node, r, ready, placement, costs, f_end, g_end, wait_f, wait_g)
+                if got is None:
+                    break
+                end, woken = got
             else:
+                # a host transfer: on the rank's host link, after the compute before it, not on the compute
+                # stream (`t` stays); what it brings back is there at its end
+                if link[r] > ready:
+                    ready = link[r]
                 d = dur.get(kind)
-                end = ready + d[s] if d else ready
-                woken = None
+                link[r] = end = ready + d[s] if d else ready
+                if kind is _RELOAD:
+                    reloaded[key] = end
+                st[i], en[i] = ready, end
+                i += 1
+                continue
             st[i] = ready
             en[i] = t = end
             i += 1
@@ -292,46 +284,26 @@ def resume(
     return Timing(order, starts, ends, f_end, g_end)
 
 
-def node_times_reference(
-    placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], costs: StageCosts
-) -> Timing:
-    """The readable form of `node_times`, reading the semantics table for every node: a node starts when
-    its rank is free and each input it consumes has arrived (`comm` later when made on another rank); it
-    ends its duration later, and what it produces exists from then on. Ranks are swept until none moves."""
-    n_ranks, n_stages = len(order), placement.num_stages
-    made: dict[tuple[str, int, int], float] = {}
-    ptr, free = [0] * n_ranks, [0.0] * n_ranks
-    starts = [[0.0] * len(seq) for seq in order]
-    ends = [[0.0] * len(seq) for seq in order]
-    moved = True
-    while moved:
-        moved = False
-        for r, seq in enumerate(order):
-            while ptr[r] < len(seq):
-                node = seq[ptr[r]]
-                needs = inputs(node, placement)
-                if any(x not in made for x in needs):
-                    break
-                ready = free[r]
-                for what, mb, s in needs:
-                    arrival = made[(what, mb, s)] + (costs.comm if placement.stage_rank[s] != r else 0.0)
-                    ready = max(ready, arrival)
-                end = ready + duration(node, costs)
-                for x in outputs(node):
-                    made[x] = end
-                starts[r][ptr[r]], ends[r][ptr[r]] = ready, end
-                free[r] = end
-                ptr[r] += 1
-                moved = True
-    size = num_microbatches * n_stages
-    f_end: list[float | None] = [None] * size
-    g_end: list[float | None] = [None] * size
-    for (what, mb, s), t in made.items():
-        (f_end if what == ACT else g_end)[mb * n_stages + s] = t
-    stuck = [r for r in range(n_ranks) if ptr[r] < len(order[r])]
-    if stuck:
-        raise ValidationError(_cycle_message(placement, num_microbatches, order, ptr, stuck, f_end, g_end))
-    return Timing(order, starts, ends, f_end, g_end)
+def _other_compute(node, r, ready, placement, costs, f_end, g_end, wait_f, wait_g):
+    """(end, ranks to wake) of a compute node of a kind `resume` has no branch for, from the semantics table;
+    None (the rank parked on the missing input) when an input is not made yet."""
+    n_stages = placement.num_stages
+    for what, mb, q in inputs(node, placement):
+        k = mb * n_stages + q
+        e = (f_end if what == ACT else g_end)[k]
+        if e is None:
+            (wait_f if what == ACT else wait_g).setdefault(k, []).append(r)
+            return None
+        if placement.stage_rank[q] != r:
+            e += costs.comm
+        ready = max(ready, e)
+    end = ready + duration(node, costs)
+    woken: list[int] = []
+    for what, mb, q in outputs(node):
+        k = mb * n_stages + q
+        (f_end if what == ACT else g_end)[k] = end
+        woken += (wait_f if what == ACT else wait_g).pop(k, [])
+    return end, woken
 
 
 def _describe_input(what: str, mb: int, s: int) -> str:

@@ -55,7 +55,8 @@ from tests.oracles.lowering import lower_comms_reference
 from primuspp.schedule.nodes import NodeKind, parse_node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
-from primuspp.schedule.timing import node_times, node_times_reference
+from primuspp.schedule.timing import node_times
+from tests.oracles.timing import node_times_reference
 from primuspp.schedule.validation import validate
 from primuspp.sim import simulate
 from primuspp.trace.chrome import chrome_trace

@@ -1,5 +1,6 @@
-"""OFFLOAD/RELOAD cost time: a host transfer (`costs.offload`) occupies its rank, so the memory offload saves
-is weighed against the time it takes."""
+"""OFFLOAD/RELOAD cost time: a host transfer (`costs.offload`) runs on its rank's host link beside compute, and
+the backward that needs a reloaded activation waits for its RELOAD, so the memory offload saves is weighed
+against the time the link cannot hide."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from hypothesis import strategies as st
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule import timing_arrays
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.timing import node_times_events, node_times_reference
+from primuspp.schedule.timing import node_times_events
+from tests.oracles.timing import node_times_reference
 from primuspp.sim.engine import simulate
 
 
@@ -27,7 +29,7 @@ def test_a_slow_host_link_is_slower_than_a_fast_one_and_never_faster_than_no_off
         fast = _step(algo, 8, 32, CostModel(**base, offload=0.01), True)
         slow = _step(algo, 8, 32, CostModel(**base, offload=2.0), True)
         assert free == plain  # a free transfer changes nothing (the old model)
-        assert slow > fast > plain, (algo, slow, fast, plain)
+        assert slow > fast >= plain, (algo, slow, fast, plain)
 
 
 @settings(max_examples=15, deadline=None)
