@@ -9,10 +9,10 @@ from primuspp.schedule.costs import CostModel, StageCosts
 from primuspp.schedule.placement import stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, order_memory
 from primuspp.schedule.table import ScheduleTable
-from tests.oracles.timing import node_times_reference
 from primuspp.sim.engine import SimResult
 from primuspp.trace.metrics import timeline_metrics
 from primuspp.trace.timeline import Interval, RankTimeline, Timeline, Transfer
+from tests.oracles.timing import node_times_reference
 
 
 def simulate_reference(

@@ -1,5 +1,5 @@
-"""OFFLOAD/RELOAD cost time: a host transfer (`costs.offload`) runs on its rank's host link beside compute, and
-the backward that needs a reloaded activation waits for its RELOAD, so the memory offload saves is weighed
+"""OFFLOAD/RELOAD cost time: a host transfer (`costs.offload`) runs on its rank's host link beside compute,
+and the backward that needs a reloaded activation waits for its RELOAD, so the memory offload saves is weighed
 against the time the link cannot hide."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule import timing_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.timing import node_times_events
-from tests.oracles.timing import node_times_reference
 from primuspp.sim.engine import simulate
+from tests.oracles.timing import node_times_reference
 
 
 def _step(algo: str, pp: int, m: int, costs: CostModel, offload: bool) -> float:
