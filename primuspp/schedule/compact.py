@@ -33,7 +33,6 @@ from primuspp.schedule.array_order import (
 from primuspp.schedule.lazy_ranks import LazyRanks
 from primuspp.schedule.nodes import Node, format_node
 from primuspp.schedule.placement import Placement, stage_peers
-from primuspp.schedule.rows import Rows
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 
 
@@ -261,7 +260,7 @@ def lower_compact(
         order = tuple(tuple(seq) for seq in order)
     n_ranks = len(order)
     arr = rows if rows is not None else order_arrays(order)
-    kind, mb, stage, rank = arr["kind"], arr["mb"], arr["stage"], arr["rank"]
+    mb, stage, rank = arr["mb"], arr["stage"], arr["rank"]
     lengths0 = np.array(rank_lengths(order), dtype=np.int64)
     first = np.zeros(n_ranks + 1, dtype=np.int64)
     np.cumsum(lengths0, out=first[1:])
@@ -296,9 +295,7 @@ def lower_compact(
     # hand-offs: one per (simple part, produced datum) whose consumer lives on another rank
 
     # (the (kind, stage) cells as the unit-cost timing left them in the rows' memo)
-    ks = kind_stage(arr, placement.num_stages) if isinstance(arr, Rows) else None
-    h_rows, datum, peer, cons = _hand_offs(placement, kind, stage, kinds_present(arr, "kind"), ks)
-    del ks
+    h_rows, datum, peer, cons = _hand_offs(placement, kind_stage(arr, placement.num_stages))
     h_rank = rank[h_rows]
     h_node = h_rows if gidx is None else gidx[h_rows]  # (the rows' microbatch and stage: read when needed)
     del gidx
@@ -440,12 +437,15 @@ def lower_compact(
 
 
 @lru_cache(maxsize=32)
-def _hand_off_tables(placement: Placement) -> tuple[Any, Any, Any, Any, int]:
-    """Per kind code, `datum * n_stages` (datum 0 = ACT, 1 = GRAD, 2 = none: no kind makes both, else
-    None); per cell datum * n_stages + stage: whether it hands off, the peer rank and the consuming stage."""
+def _hand_off_cells(placement: Placement) -> tuple[Any, Any, Any, Any]:
+    """Per (kind, stage) cell, kind * stages + stage: whether the cell hands off, its datum (0 = ACT, 1 =
+    GRAD), the peer rank and the consuming stage. A simple kind makes at most one datum (the semantics
+    table: an FB's parts make one each)."""
     import numpy as np
 
     _, makes_of, _ = _lowering_tables()
+    if (makes_of[0] & makes_of[1]).any():
+        raise NotImplementedError("lowering: a node kind that makes both an activation and an input grad")
     n_stages = placement.num_stages
     fwd_peer, bwd_peer = stage_peers(placement)
     peer_of = np.full((3, n_stages), -1, dtype=np.int64)
@@ -454,90 +454,28 @@ def _hand_off_tables(placement: Placement) -> tuple[Any, Any, Any, Any, int]:
     cons_of[0], cons_of[1] = placement.next_stage, placement.prev_stage
     datum_of = np.full(len(KINDS), 2 * n_stages, dtype=np.int64)
     datum_of[makes_of[0]], datum_of[makes_of[1]] = 0, n_stages
-    tables = (datum_of, (peer_of >= 0).reshape(-1), peer_of.reshape(-1), cons_of.reshape(-1))
-    for a in tables:
-        a.setflags(write=False)
-    return (*tables, n_stages)
-
-
-def _hand_offs(
-    placement: Placement, kind: Any, stage: Any, present: list[int], ks: Any = None
-) -> tuple[Any, Any, Any, Any]:
-    """The hand-offs of the order's rows (`kind`, `stage`: its columns; `present`: the kind codes in
-    them; `ks`: each row's kind * stages + stage, `array_order.kind_stage`, where the caller has it): one
-    per (simple part, produced datum) whose consumer lives on another rank, in the reference's creation
-    order (rank, node, part, datum), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer stage). Where
-    no kind makes both data, a row makes at most one hand-off: one pass over per-(kind, stage) tables, no
-    merge (`_hand_offs_merged` is the general form; a test holds the two equal)."""
-    import numpy as np
-
-    _, makes_of, _ = _lowering_tables()
-    if (makes_of[0] & makes_of[1])[present].any():
-        return _hand_offs_merged(placement, kind, stage, present)
-    if ks is not None:  # tables by (kind, stage) cell: two passes fewer
-        hands_ks, datum_ks, peer_ks, cons_ks = _hand_off_cells(placement)
-        rows = np.flatnonzero(hands_ks[ks])
-        cell = ks[rows]
-        return rows, datum_ks[cell], peer_ks[cell], cons_ks[cell]
-    datum_of, hands_off, peer_of, cons_of, n_stages = _hand_off_tables(placement)
-    cell = datum_of[kind]
-    cell += stage
-    rows = np.flatnonzero(hands_off[cell])
-    cell = cell[rows]
-    return rows, cell // n_stages, peer_of[cell], cons_of[cell]
-
-
-@lru_cache(maxsize=32)
-def _hand_off_cells(placement: Placement) -> tuple[Any, Any, Any, Any]:
-    """`_hand_off_tables` by (kind, stage) cell, kind * stages + stage: whether the cell hands off, its datum
-    (0 = ACT, 1 = GRAD), the peer rank and the consuming stage."""
-    import numpy as np
-
-    datum_of, hands_off, peer_of, cons_of, n_stages = _hand_off_tables(placement)
     cell = (datum_of[:, None] + np.arange(n_stages, dtype=np.int64)[None, :]).reshape(-1)
-    tables = (hands_off[cell], cell // n_stages, peer_of[cell], cons_of[cell])
+    tables = (
+        (peer_of >= 0).reshape(-1)[cell],
+        cell // n_stages,
+        peer_of.reshape(-1)[cell],
+        cons_of.reshape(-1)[cell],
+    )
     for a in tables:
         a.setflags(write=False)
     return tables
 
 
-def _hand_offs_merged(
-    placement: Placement, kind: Any, stage: Any, present: list[int]
-) -> tuple[Any, Any, Any, Any]:
-    """`_hand_offs` for any semantics table: each datum's hand-offs found apart, then merged into creation
-    order."""
+def _hand_offs(placement: Placement, ks: Any) -> tuple[Any, Any, Any, Any]:
+    """The hand-offs of the order's rows (`ks`: each row's kind * stages + stage, `array_order.kind_stage`):
+    one per (simple part, produced datum) whose consumer lives on another rank, in the reference's creation
+    order (rank, node, part), as (row, datum 0 = ACT / 1 = GRAD, peer rank, consumer stage)."""
     import numpy as np
 
-    _, makes_of, datum_rank_of = _lowering_tables()
-    fwd_peer, bwd_peer = stage_peers(placement)
-    nxt = np.array(placement.next_stage, dtype=np.int64)
-    prv = np.array(placement.prev_stage, dtype=np.int64)
-    routes = {ACT: (np.array(fwd_peer, dtype=np.int64), nxt), GRAD: (np.array(bwd_peer, dtype=np.int64), prv)}
-    pieces = []
-    for d, what in enumerate((ACT, GRAD)):
-        makes = makes_of[d]
-        if not makes[present].any():
-            continue
-        peers, consumer = routes[what]
-        sel = makes[kind]
-        sel &= peers[stage] >= 0 if len(stage) else sel
-        rows = np.nonzero(sel)[0]
-        if len(rows):
-            pieces.append((rows, d, what, peers[stage[rows]], consumer[stage[rows]], datum_rank_of[d]))
-    if not pieces:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty, empty
-    rows = np.concatenate([p[0] for p in pieces])
-    datum = np.concatenate([np.full(len(p[0]), p[1]) for p in pieces])
-    peer = np.concatenate([p[3] for p in pieces])
-    cons = np.concatenate([p[4] for p in pieces])
-    # the datum's rank among what its kind produces (the reference sends them in that order)
-    datum_index = np.concatenate([p[5][kind[p[0]]] for p in pieces])
-    # creation order of the reference: rank, node, part, datum; rows are in (rank, node, part) order
-    # already, each piece ascending: a stable sort of the runs merges them (linear time)
-    width = int(datum_index.max(initial=0)) + 1
-    sort = np.argsort(rows * width + datum_index if width > 1 else rows, kind="stable")
-    return rows[sort], datum[sort], peer[sort], cons[sort]
+    hands_ks, datum_ks, peer_ks, cons_ks = _hand_off_cells(placement)
+    rows = np.flatnonzero(hands_ks[ks])
+    cell = ks[rows]
+    return rows, datum_ks[cell], peer_ks[cell], cons_ks[cell]
 
 
 def from_ranks(ranks: Sequence[Sequence[Node]], hints: Any = None, hint_first: Any = None) -> LoweredRanks:

@@ -12,8 +12,7 @@ from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params
 from primuspp.errors import ValidationError
 from primuspp.schedule import compact, compact_validation
-from primuspp.schedule.array_order import kind_stage, kinds_present, order_arrays
-from primuspp.schedule.compact import LoweredRanks, _hand_offs, _hand_offs_merged, from_ranks
+from primuspp.schedule.compact import LoweredRanks, from_ranks
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node
@@ -49,18 +48,6 @@ def registry_orders():
 
 
 CASES = list(registry_orders())
-
-
-@pytest.mark.parametrize("name,placement,m,order", CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in CASES])
-def test_hand_offs_from_tables_equal_the_merged_form(name, placement, m, order):
-    rows = order_arrays(order)
-    args = (placement, rows["kind"], rows["stage"], kinds_present(rows, "kind"))
-    fast, merged = _hand_offs(*args), _hand_offs_merged(*args)
-    # (and by (kind, stage) cells, as lowering reads them where the timing left the cells)
-    by_cells = _hand_offs(*args, kind_stage(rows, placement.num_stages))
-    assert len(fast[0]) > 0 or placement.pp == 1
-    for got, cells, want in zip(fast, by_cells, merged, strict=True):
-        assert got.tolist() == want.tolist() == cells.tolist()
 
 
 @pytest.mark.parametrize("name,placement,m,order", CASES, ids=[f"{c[0]}-{c[1].pp}x{c[2]}" for c in CASES])
