@@ -24,7 +24,7 @@ class CostModel:
     chunks). It may be negative: B then leaves more than F saved (e.g. a weight-grad store keeping the output
     gradients for W), and W frees it all. An FB node costs `fb_overlap` x (F + B). `offload` is the time one
     OFFLOAD or RELOAD takes (moving one microbatch's activation to host or back), split over chunks like
-    `activation`; the clock serialises it on its rank's timeline (an upper bound: no copy-engine overlap).
+    `activation`; the clock runs it on its rank's host link, beside compute (`timing.resume`).
     """
 
     forward: PerStage = 1.0
