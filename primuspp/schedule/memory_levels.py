@@ -22,9 +22,6 @@ from primuspp.schedule.rows import memo_of
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
-_QUANTUM, _LIMIT = 2.0**20, 2.0**32
-#: up to this many events the exact levels take their per-rank offsets in whole-table calls
-_FEW_EVENTS = 1 << 16
 _SNAP_RESTARTS = 32
 #: take the events in row order when no kind has more than one effect (a test turns it off)
 ONE_EFFECT_ROWS = True  # more snaps than this on one rank: finish that rank with a plain loop
@@ -214,7 +211,6 @@ def _levels(
 ) -> list[tuple[Any, Any, float]] | None:
     """`_one_effect_per_row`'s levels from its (kind x stage) table of changes, W's worked out here."""
     n_kinds = len(KINDS)
-    rest_left = amount_a - freed_b  # what W frees after its B
     delta = change.reshape(-1).take(ks)
     if rest_codes:
         # W frees what its B left (amount - freed) when that B ran earlier on this rank, else its default;
@@ -244,39 +240,7 @@ def _levels(
         seen &= rank[np.maximum(b_at, 0)] == rank[rest_at]
         rs = stage[rest_at]
         delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
-    bounds, n_ranks = node_first.tolist(), len(node_first) - 1
-    # every change a multiple of 2^-20 and their magnitudes adding up to less than 2^32: every running sum
-    # is exact, in any order of adding
-    values = np.concatenate((change.reshape(-1), rest_left, amount_a * (1 - bfree_a)))
-    quanta = values * _QUANTUM
-    if np.array_equal(quanta, np.floor(quanta)) and float(np.abs(values).max()) * len(delta) < _LIMIT:
-        return _per_rank_exact(times, delta, bounds, n_ranks)
-    return _per_rank(times, delta, bounds, n_ranks)
-
-
-def _per_rank_exact(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
-    """`_per_rank` (overwriting `delta`) where every running sum is exact (see `_one_effect_per_row`): one
-    cumulative sum over all ranks, each rank's level its part minus the sum before it. Exact levels that
-    are multiples of 2^-20 come within 1e-9 of zero only at zero itself, which the loop's level always is
-    as +0.0 (it starts at +0.0, and x - x is +0.0): `+= 0.0` turns a -0.0 the sums may give into that."""
-    level = np.cumsum(delta, out=delta)  # the changes are the caller's own: summed where they lie
-    if n_ranks > 1 and len(level) <= _FEW_EVENTS:
-        starts = np.array(bounds[:-1], dtype=np.intp)
-        level -= np.repeat(np.where(starts > 0, level[starts - 1], 0.0), np.diff(bounds))
-    elif n_ranks > 1:  # rank by rank: no table-sized temporary (each fresh one costs its page faults)
-        offsets = [float(level[lo - 1]) if lo > 0 else 0.0 for lo in bounds[:-1]]
-        for (lo, hi), off in zip(pairwise(bounds), offsets, strict=True):
-            if off:
-                level[lo:hi] -= off
-    level += 0.0
-    nonempty = [r for r in range(n_ranks) if bounds[r + 1] > bounds[r]]
-    peaks = [0.0] * n_ranks
-    if nonempty:
-        tops = np.maximum.reduceat(level, [bounds[r] for r in nonempty]).tolist()
-        for r, top in zip(nonempty, tops, strict=True):
-            peaks[r] = top if top > 0.0 else 0.0
-    cuts = pairwise(bounds)
-    return [(times[lo:hi], level[lo:hi], peak) for (lo, hi), peak in zip(cuts, peaks, strict=True)]
+    return _per_rank(times, delta, node_first.tolist(), len(node_first) - 1)
 
 
 def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:

@@ -109,31 +109,6 @@ def test_memory_events_grouped_by_kind_sort_to_the_same_curve(monkeypatch):
             assert repr(list(a.memory)) == repr(list(b.memory)) and a.peak_memory == b.peak_memory
 
 
-@pytest.mark.parametrize("few", [1 << 16, 0])
-def test_exact_running_levels_are_the_blockwise_ones(monkeypatch, few):
-    """`_per_rank_exact` (one cumulative sum over all ranks, for changes whose sums are exact; the ranks'
-    offsets taken in whole-table calls or rank by rank) gives the levels and peaks of `_per_rank`, -0.0
-    changes and empty ranks included."""
-    import numpy as np
-
-    from primuspp.schedule import memory_levels as memory_curve
-
-    monkeypatch.setattr(memory_curve, "_FEW_EVENTS", few)
-    rng = random.Random(4)
-    for _ in range(40):
-        n_ranks = rng.randint(1, 6)
-        rows = [[rng.choice([1.0, -1.0, 0.5, -0.25, 0.0, -0.0, 2.75]) for _ in range(rng.randint(0, 9))]
-                for _ in range(n_ranks)]  # fmt: skip
-        delta = np.array([x for row in rows for x in row], dtype=np.float64)
-        bounds = np.cumsum([0] + [len(row) for row in rows]).tolist()
-        times = np.arange(len(delta), dtype=np.float64)
-        got = memory_curve._per_rank_exact(times, delta.copy(), bounds, n_ranks)
-        want = memory_curve._per_rank(times, delta, bounds, n_ranks)
-        for (t1, lv1, pk1), (t2, lv2, pk2) in zip(got, want, strict=True):
-            assert repr(lv1.tolist()) == repr(lv2.tolist()) and repr(pk1) == repr(pk2)
-            assert t1.tolist() == t2.tolist()
-
-
 @pytest.mark.parametrize("b_free", [0.0, 0.5, (0.0, 0.25, -0.25, 0.0)])
 def test_memory_of_split_backwards_with_either_w_rule(b_free):
     """W's change read from the table (B frees nothing) or worked out per W (B frees a part): the
