@@ -175,52 +175,15 @@ def index_dtype(n: int, high: int) -> Any:
 #: temporaries as long as the table; quicker only for short ranks: 1f1b at p = 8, m = 64)
 RANK_SLICES_FROM = 256
 
-#: the largest (rank x time) histogram `_compute_before` builds (larger ones: a binary search)
-HISTOGRAM_MAX_CELLS = 1 << 21
 
-
-def _compute_before(cstarts: Any, cfirst: Any, t: Any, peer: Any, rank_c: Any = None) -> Any:
+def _compute_before(cstarts: Any, cfirst: Any, t: Any, peer: Any) -> Any:
     """For each hand-off (time `t`, rank `peer`): the compute nodes that start before `t` on that rank, plus
     all those of the ranks before it (`cstarts`: each rank's compute starts, ascending, rank r's from
-    `cfirst[r]`; `rank_c`: the rank of each, if the caller has it). Whole unit-cost times (lowering's):
-    counted in a (rank x time) histogram, linear in the table; other times: a binary search of the ranks'
-    starts laid end to end."""
+    `cfirst[r]`): a binary search of the ranks' starts laid end to end."""
     import numpy as np
 
     n_ranks = len(cfirst) - 1
-    top = float(max(cstarts.max(initial=0.0), t.max(initial=0.0)))
-    width = int(top) + 2 if top < 2**40 else 0
-    # (a histogram no larger than the arrays at hand, and at most HISTOGRAM_MAX_CELLS: a large lowering's
-    # peak memory)
-    if 0 < n_ranks * width <= min(4 * (len(cstarts) + len(t)) + 4096, HISTOGRAM_MAX_CELLS):
-        s_int, t_int = cstarts.astype(np.int64), t.astype(np.int64)
-        if (
-            (s_int == cstarts).all()
-            and (t_int == t).all()
-            and s_int.min(initial=0) >= 0
-            and t_int.min(initial=0) >= 0
-        ):
-            cells = n_ranks * width
-            rank = np.repeat(np.arange(n_ranks), np.diff(cfirst)) if rank_c is None else rank_c
-            key = np.multiply(rank, width, dtype=np.int64)  # each node's cell: rank * width + start
-            key += s_int
-            key += 1  # (marked one cell on: `before` then counts the cells below)
-            del s_int
-            # before[c]: the starts in cells < c. Unit-cost starts on a rank are distinct (each node takes
-            # a unit), so each cell holds at most one: marks (int32) and one running sum; where two
-            # share a cell the sum falls short of the node count, and a bincount counts them
-            dt = np.int32 if len(cstarts) < 2**31 else np.int64
-            before = np.zeros(cells + 1, dtype=dt)
-            before[key] = 1
-            np.cumsum(before, out=before)
-            if int(before[-1]) != len(cstarts):
-                before = np.zeros(cells + 1, dtype=np.int64)
-                np.cumsum(np.bincount(key - 1, minlength=cells), out=before[1:])
-            del key
-            needle = np.multiply(peer, width, dtype=np.int64)
-            needle += t_int
-            return before[needle].astype(np.int64, copy=False)
-    span = top + 2.0
+    span = float(max(cstarts.max(initial=0.0), t.max(initial=0.0))) + 2.0
     shifted = np.repeat(np.arange(n_ranks, dtype=np.float64) * span, np.diff(cfirst))
     shifted += cstarts
     needle = peer * span
@@ -301,9 +264,7 @@ def lower_compact(
     del gidx
     # the receive goes before the consumer rank's first compute node starting at or after the producer's
     # end: `before` counts the compute nodes before it in the whole table (the peer's and earlier ranks')
-    before = _compute_before(
-        cstarts, cfirst, ends[h_node], peer, rank if node_compute is None and simple else None
-    )
+    before = _compute_before(cstarts, cfirst, ends[h_node], peer)
     del starts, ends, timing  # (the caller passes the unit-cost times on, holding no copy)
     # a receive after the peer's last compute node is never emitted (as in the reference)
     keep = before < cfirst[1:][peer]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.schedule import compact, compact_validation, timing_arrays
+from primuspp.schedule import compact_validation, timing_arrays
 from primuspp.schedule import memory_levels as memory_curve
 from primuspp.schedule.array_order import kinds_present
 from primuspp.schedule.compact import LoweredRanks, _compute_before
@@ -76,12 +76,8 @@ def test_large_orders_remember_nothing(monkeypatch):
     _same_times(got, timing_arrays.solve(table.placement, 8, table.compute_order(), sc, _plain(rows)))
 
 
-@pytest.mark.parametrize("max_cells", [compact.HISTOGRAM_MAX_CELLS, 0])
-def test_receive_slots_by_histogram_are_the_binary_search(monkeypatch, max_cells):
-    """`_compute_before`: the (rank x time) histogram for whole times (up to its size cap; distinct starts
-    per rank, as lowering's unit-cost ones, by marks, shared ones by a count), the search for others,
-    equal."""
-    monkeypatch.setattr(compact, "HISTOGRAM_MAX_CELLS", max_cells)
+def test_receive_slots_count_the_compute_nodes_before():
+    """`_compute_before`, whole times or not, distinct on a rank or shared: a plain count."""
     rng = random.Random(3)
     for trial in range(40):
         n_ranks = rng.randint(1, 6)
