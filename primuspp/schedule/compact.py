@@ -170,12 +170,6 @@ def index_dtype(n: int, high: int) -> Any:
     return np.int32 if n >= NARROW_FROM and high < np.iinfo(np.int32).max else np.int64
 
 
-#: nodes per rank from which a lowering places the compute nodes rank by rank (views of the slot counts:
-#: no array as long as the table but the result) rather than with one gather over all ranks (three
-#: temporaries as long as the table; quicker only for short ranks: 1f1b at p = 8, m = 64)
-RANK_SLICES_FROM = 256
-
-
 def _compute_before(cstarts: Any, cfirst: Any, t: Any, peer: Any) -> Any:
     """For each hand-off (time `t`, rank `peer`): the compute nodes that start before `t` on that rank, plus
     all those of the ranks before it (`cstarts`: each rank's compute starts, ascending, rank r's from
@@ -326,21 +320,14 @@ def lower_compact(
     if node_compute is None:
         # compute node i (rank r, slot i + r) after the comm at its boundary and the earlier ones:
         # at[i + r + 1] - comm_before[r] + (i - first[r])
-        if n_nodes < NARROW_FROM and n_nodes < RANK_SLICES_FROM * n_ranks:  # all ranks at once
-            steps = np.arange(n_nodes, dtype=np.int64)
-            node_r = rank if simple else np.repeat(np.arange(n_ranks, dtype=np.int64), lengths0)
-            pos_all = at[1:][steps + node_r]
-            pos_all += steps
-            pos_all -= (first[:-1] + comm_before)[node_r]
-            del steps, node_r
-        else:  # rank by rank, in place (views: no array as long as the table but the result)
-            pos_all = np.empty(n_nodes, dtype=dt)
-            steps = np.arange(int(lengths0.max(initial=0)), dtype=dt)
-            bounds = zip(first[:-1].tolist(), first[1:].tolist(), slot_base[:-1].tolist(), strict=True)
-            for r, (lo, hi, sb) in enumerate(bounds):
-                out = pos_all[lo:hi]
-                np.subtract(at[sb + 1 : sb + 1 + hi - lo], comm_before[r], out=out, casting="same_kind")
-                out += steps[: hi - lo]
+        # rank by rank, in place (views: no array as long as the table but the result)
+        pos_all = np.empty(n_nodes, dtype=dt)
+        steps = np.arange(int(lengths0.max(initial=0)), dtype=dt)
+        bounds = zip(first[:-1].tolist(), first[1:].tolist(), slot_base[:-1].tolist(), strict=True)
+        for r, (lo, hi, sb) in enumerate(bounds):
+            out = pos_all[lo:hi]
+            np.subtract(at[sb + 1 : sb + 1 + hi - lo], comm_before[r], out=out, casting="same_kind")
+            out += steps[: hi - lo]
     else:
         # index in the rank's order of its compute node b (the rank's length for b = C)
         i_of_slot = np.empty(n_slots, dtype=np.int64)

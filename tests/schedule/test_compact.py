@@ -175,17 +175,6 @@ def test_large_table_forms_are_the_small_ones(monkeypatch, name, placement, m, o
     assert compact_validation.valid(ScheduleTable(placement, m, large, name)) == ("offload" not in name)
 
 
-@pytest.mark.parametrize("slices_from", [0, 1 << 40])
-def test_compute_nodes_placed_rank_by_rank_or_at_once_alike(monkeypatch, slices_from):
-    """Lowering places the compute nodes rank by rank (slices) where ranks are long, with one gather
-    where they are short (`RANK_SLICES_FROM`): either way the reference's table."""
-    monkeypatch.setattr(compact, "RANK_SLICES_FROM", slices_from)
-    for name, placement, m, order in CASES:
-        lowered = lower_comms(placement, m, order)
-        assert lowered == lower_comms_reference(placement, m, order), name
-        assert lowered.node_pos.dtype == np.int64
-
-
 def test_large_table_forms_read_and_dump_as_the_small_ones(monkeypatch):
     """The narrow columns of a large table (int16 where they fit) read and dump as the int64 ones."""
     from primuspp.schedule.formats import to_json, to_text
