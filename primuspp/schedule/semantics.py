@@ -27,7 +27,7 @@ table. Adding a kind: its member in nodes.py and its row here (docs/design.md, "
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import TYPE_CHECKING
@@ -218,29 +218,6 @@ def sends(node: Node, placement: Placement) -> list[tuple[Node, int, Node]]:
 # -- the memory model ------------------------------------------------------------------------------------
 
 
-def memory_events(
-    nodes: Sequence[Node], amount: Sequence[float], b_free: Sequence[float]
-) -> Iterator[tuple[int, int, float]]:
-    """The one memory model: (node index, 0 at its start | 1 at its end, change) for each memory effect of a
-    rank's nodes, in the order they happen. `amount[s]` is stage s's activation per microbatch (in any unit),
-    `b_free[s]` the part of it B frees (W frees what is left; negative: B leaves more than F saved).
-
-    A rank runs its nodes one after another, so the order of the list is the order in time: the level after
-    each event is all a curve needs, and its maximum is the peak. Zero-length nodes keep this order too."""
-    resident: dict[tuple[int, int], float] = {}
-    offloaded: dict[tuple[int, int], float] = {}
-    for i, node in enumerate(nodes):
-        sem = SEMANTICS[node.kind]
-        if sem.role == "comm":
-            continue
-        parts = node.parts if sem.parts else (node,)
-        for phase in (0, 1):
-            for part in parts:
-                psem = SEMANTICS[part.kind]
-                for effect in psem.at_start if phase == 0 else psem.at_end:
-                    yield i, phase, _apply(effect, part, amount, b_free, resident, offloaded)
-
-
 def _apply(effect: str, node: Node, amount, b_free, resident: dict, offloaded: dict) -> float:
     s = node.stage
     key = (node.microbatch, s)
@@ -312,10 +289,10 @@ def order_memory(
     ends: Sequence[float] | None = None,
     keep_curve: bool = True,
 ) -> tuple[list[tuple[float, float]], float]:
-    """(curve, peak) of one rank's order: after each event of `memory_events`, (when, level). `when` is
-    the node's start or end time from `starts`/`ends` (the simulator's curve), or without them its
-    position in the order. The same events as `memory_events` (a test holds them equal), with the common
-    effects inlined: the simulator calls this for every rank, planners for every candidate (with
+    """(curve, peak) of one rank's order: after each memory effect of the table, (when, level). `when` is the
+    node's start or end time from `starts`/`ends` (the simulator's curve), or without them its position in
+    the order. The common effects are inlined (`tests/oracles/memory.py` reads them one by one; a test holds
+    the two equal): the simulator calls this for every rank, planners for every candidate (with
     `keep_curve=False`: the peak alone, the curve left empty). Host transfers run beside compute (the
     clock), so with times their effects may land after later nodes' starts: the curve is then put in time
     order and its levels and peak recounted."""

@@ -12,13 +12,14 @@ from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.registry import ALGORITHMS, _resolve_params
 from primuspp.errors import ValidationError
 from primuspp.schedule import compact, compact_validation
-from primuspp.schedule.compact import LoweredRanks, from_ranks
+from primuspp.schedule.compact import LoweredRanks
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
 from primuspp.schedule.validation import validate_reference
+from tests.oracles.lowered import from_ranks
 from tests.oracles.lowering import lower_comms_reference
 
 SIZES = ((1, 1), (1, 3), (2, 4), (3, 6), (4, 10), (8, 16))

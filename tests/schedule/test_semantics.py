@@ -14,6 +14,7 @@ from primuspp.schedule.nodes import Node, NodeKind, fused
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.semantics import ACT, GRAD, SEMANTICS, inputs, order_memory, outputs
 from primuspp.schedule.timing import node_times
+from tests.oracles.memory import memory_events
 from tests.oracles.timing import node_times_reference
 from tests.schedule.random_orders import random_order
 
@@ -89,7 +90,7 @@ def test_memory_follows_the_table():
     curve, peak = order_memory(order, act, bf)
     assert curve == [(0, 2.0), (1, 0.0), (2, 2.0), (3, 1.5), (4, 0.0), (5, 2.0), (6, 0.0)]
     assert peak == 2.0
-    events = [(i, phase) for i, phase, _ in semantics.memory_events(order, act, bf)]
+    events = [(i, phase) for i, phase, _ in memory_events(order, act, bf)]
     assert events == [(0, 0), (1, 1), (2, 0), (3, 1), (4, 1), (5, 0), (6, 1)]  # OFFLOAD frees at its end
 
 
@@ -125,7 +126,7 @@ def test_fast_memory_is_the_reference(kind, pp, vpp):
         b_free = [rng.uniform(-1.0, 1.0) for _ in range(n)]
         for seq in random_order(placement, 6, rng):
             level, expected = 0.0, []
-            for i, phase, delta in semantics.memory_events(seq, amount, b_free):
+            for i, phase, delta in memory_events(seq, amount, b_free):
                 level += delta
                 level = 0.0 if -1e-9 < level < 1e-9 else level
                 expected.append((i, phase, level))
