@@ -4,9 +4,9 @@ Same events, same order, same float operations as `order_memory`: each node's ef
 at its end (a composite node: every part's start effects, then every part's end effects), the level a running
 sum of the changes with values within 1e-9 of zero snapped to 0.0. The running sum is numpy's cumulative
 sum, which adds left to right as the loop does; a snap restarts it. Effects are read from the semantics
-table: a table whose kinds have effects other than allocating and freeing (OFFLOAD/RELOAD), or whose frees do
-not pair up (a second B or W of the same microbatch and stage), gets None and the caller uses
-`order_memory` itself.
+table: a table whose kinds have effects other than allocating and freeing (OFFLOAD/RELOAD) or more than one
+each, or whose frees do not pair up (a second B or W of the same microbatch and stage), gets None and the
+caller uses `order_memory` itself.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from primuspp.schedule.rows import memo_of
 from primuspp.schedule.semantics import ALLOC, FREE_ALL, FREE_B, FREE_REST, SEMANTICS
 
 _CODES = {ALLOC: 0, FREE_B: 1, FREE_REST: 2, FREE_ALL: 3}
+#: more snaps than this on one rank: finish that rank with a plain loop
 _SNAP_RESTARTS = 32
-#: take the events in row order when no kind has more than one effect (a test turns it off)
-ONE_EFFECT_ROWS = True  # more snaps than this on one rank: finish that rank with a plain loop
 
 
 def memory_levels(
@@ -56,46 +55,35 @@ def memory_levels(
         plans[code] = plan
     if not any(plans.values()):
         return [(np.zeros(0), np.zeros(0), 0.0) for _ in range(len(node_first) - 1)]
-    if ONE_EFFECT_ROWS and simple and all(len(plan) == 1 for plan in plans.values()):
+    if simple and all(len(plan) == 1 for plan in plans.values()):
         return _one_effect_per_row(rows, node_first, starts, ends, amount_a, bfree_a, freed_b, plans)
-    if ONE_EFFECT_ROWS and max(len(plan) for plan in plans.values()) == 1:
-        # one effect per row at most (the registry's kinds): the events in row order, which is the loop's
-        # order unless a composite node's parts act in the other order (checked below)
-        has = np.zeros(len(KINDS), dtype=bool)
-        phase_of = np.zeros(len(KINDS), dtype=np.int64)
-        effect_of = np.zeros(len(KINDS), dtype=np.int8)
-        for code, plan in plans.items():
-            if plan:
-                has[code], phase_of[code], effect_of[code] = True, plan[0][0], _CODES[plan[0][2]]
-        # every row an event (each kind present has its one effect): the events are the rows themselves
-        all_rows = all(has[code] for code in plans)
-        ev_row = np.arange(len(kind), dtype=np.int64) if all_rows else np.flatnonzero(has[kind])
-        ev_kind = kind if all_rows else kind[ev_row]
-        ev_phase, ev_effect = phase_of[ev_kind], effect_of[ev_kind]
-        del ev_kind
-        ev_ord = np.zeros(len(ev_row), dtype=np.int64)
-        # one effect per row and no composite node: the rows' order is the loop's order already
-        in_row_order = not _has_composite(rows)
-    else:
-        in_row_order = all_rows = False
-        groups = [
-            (np.flatnonzero(kind == code), ph, n, e) for code, plan in plans.items() for ph, n, e in plan
-        ]
-        ev_row = np.concatenate([g[0] for g in groups])
-        ev_phase = np.concatenate([np.full(len(g[0]), g[1], dtype=np.int64) for g in groups])
-        ev_ord = np.concatenate([np.full(len(g[0]), g[2], dtype=np.int64) for g in groups])
-        ev_effect = np.concatenate([np.full(len(g[0]), _CODES[g[3]], dtype=np.int8) for g in groups])
+    if max(len(plan) for plan in plans.values()) > 1:
+        return None  # a kind with several effects: `order_memory` counts them
+    # one effect per row at most (the registry's kinds, composite nodes among them): the events in row
+    # order, which is the loop's order unless a composite node's parts act in the other order (below)
+    has = np.zeros(len(KINDS), dtype=bool)
+    phase_of = np.zeros(len(KINDS), dtype=np.int64)
+    effect_of = np.zeros(len(KINDS), dtype=np.int8)
+    for code, plan in plans.items():
+        if plan:
+            has[code], phase_of[code], effect_of[code] = True, plan[0][0], _CODES[plan[0][2]]
+    # every row an event (each kind present has its one effect): the events are the rows themselves
+    all_rows = all(has[code] for code in plans)
+    ev_row = np.arange(len(kind), dtype=np.int64) if all_rows else np.flatnonzero(has[kind])
+    ev_kind = kind if all_rows else kind[ev_row]
+    ev_phase, ev_effect = phase_of[ev_kind], effect_of[ev_kind]
+    del ev_kind
+    in_row_order = not _has_composite(rows)  # no composite node: the rows' order is the loop's already
     # the loop's order: node, phase, part, the effect's place in its list (as one integer key)
     if not in_row_order:
-        n_part, n_ord = int(part.max(initial=0)) + 1, int(ev_ord.max(initial=0)) + 1
-        sort_key = ((gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]) * n_ord + ev_ord
+        n_part = int(part.max(initial=0)) + 1
+        sort_key = (gidx[ev_row] * 2 + ev_phase) * n_part + part[ev_row]
         if len(sort_key) > 1 and not (sort_key[1:] >= sort_key[:-1]).all():
             order = np.argsort(sort_key, kind="stable")
             ev_row, ev_phase, ev_effect = ev_row[order], ev_phase[order], ev_effect[order]
             all_rows = False  # the events are the rows in another order
             del order
         del sort_key  # large tables: free what is done with (the simulation's peak memory)
-    del ev_ord
     s = stage if all_rows else stage[ev_row]
     # each event's change, by effect code and stage: +amount, -amount * b_free, (W: below), -amount
     change = np.zeros((len(_CODES), len(amount_a)), dtype=np.float64)

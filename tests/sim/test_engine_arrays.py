@@ -94,21 +94,6 @@ def test_the_timeline_views_build_nothing_until_read():
     assert again == result.timeline and isinstance(again.ranks[0].intervals, list)
 
 
-def test_memory_events_grouped_by_kind_sort_to_the_same_curve(monkeypatch):
-    """The general event path (kinds with several effects) sorts to the curve the one-effect path reads."""
-    from primuspp.schedule import memory_levels as memory_curve
-
-    for name in ("zbv", "dualpipe", "1f1b-interleaved"):
-        costs = _costs(4)["per-rank"]
-        table = build_schedule(name, 4, None, 8, costs)
-        first = simulate(table, costs)
-        monkeypatch.setattr(memory_curve, "ONE_EFFECT_ROWS", False)
-        again = simulate(table, costs)
-        monkeypatch.setattr(memory_curve, "ONE_EFFECT_ROWS", True)
-        for a, b in zip(first.timeline.ranks, again.timeline.ranks, strict=True):
-            assert repr(list(a.memory)) == repr(list(b.memory)) and a.peak_memory == b.peak_memory
-
-
 @pytest.mark.parametrize("b_free", [0.0, 0.5, (0.0, 0.25, -0.25, 0.0)])
 def test_memory_of_split_backwards_with_either_w_rule(b_free):
     """W's change read from the table (B frees nothing) or worked out per W (B frees a part): the
