@@ -23,11 +23,12 @@ import os
 import tempfile
 from pathlib import Path
 
+from emulations import run_emulations, steady_step_time
 from rich.console import Console
 from rich.table import Table
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.runtime.emulate import EmulationSpec, dump_emulation, run_emulations
+from primuspp.runtime.emulate import EmulationSpec, dump_emulation
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 from primuspp.sim.calibrate import costs_from_dir
@@ -88,7 +89,7 @@ def main() -> None:
             pl = run.spec.table.placement
             want = run.spec.costs.for_placement(pl)
             got = cal.costs.for_placement(pl)
-            measured = run.steady_step_time()
+            measured = steady_step_time(run)
             again = simulate(run.spec.table, cal.costs).metrics.step_time
             bw_got = tuple(b + w for b, w in zip(got.backward, got.wgrad, strict=True))
             bw_want = tuple(b + w for b, w in zip(want.backward, want.wgrad, strict=True))
@@ -113,7 +114,7 @@ def main() -> None:
         x.add_column(col, justify="left" if col == "algorithm" else "right")
     for name, run in zip(names[1:], runs[1:], strict=True):
         projected = simulate(run.spec.table, source).metrics.step_time
-        measured = run.steady_step_time()
+        measured = steady_step_time(run)
         x.add_row(name, f"{measured:,.1f}", f"{projected:,.1f}", f"{projected / measured - 1:+.2%}")
     console.print(x)
 

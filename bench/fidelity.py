@@ -34,12 +34,13 @@ import statistics
 import time
 from dataclasses import replace
 
+from emulations import run_emulations
 from rich.console import Console
 from rich.table import Table
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.errors import PrimusppError
-from primuspp.runtime.emulate import EmulationSpec, run_emulations
+from primuspp.runtime.emulate import EmulationSpec
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 from primuspp.sim.calibrate import _comm_latency

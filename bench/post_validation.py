@@ -31,12 +31,13 @@ import os
 import time
 from dataclasses import replace
 
+from emulations import run_emulations
 from fidelity import wait_for_quiet  # bench/ is on sys.path when a bench runs as a script
 from rich.console import Console
 from rich.table import Table
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
-from primuspp.runtime.emulate import SPIN_S, EmulationSpec, run_emulations
+from primuspp.runtime.emulate import SPIN_S, EmulationSpec
 from primuspp.schedule.costs import CostModel
 from primuspp.sim.calibrate import _comm_latency
 from primuspp.sim.iterations import simulate_iterations

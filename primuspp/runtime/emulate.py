@@ -251,16 +251,6 @@ def emulate_iterations_worker(ctx: WorkerContext, spec: EmulationSpec) -> RankIt
     return RankIterations(steps, windows)
 
 
-def emulate_worker(ctx: WorkerContext, spec: EmulationSpec) -> list[RankStep]:
-    """Run `spec.steps` emulated steps on rank `ctx.rank`; report ("step", i, 0.0, ms) after each."""
-    return emulate_iterations_worker(ctx, spec).steps
-
-
-def emulate_many_worker(ctx: WorkerContext, specs: list[EmulationSpec]) -> list[RankIterations]:
-    """Several emulated runs one after the other in one process group (saves the start-up per run)."""
-    return [emulate_iterations_worker(ctx, spec) for spec in specs]
-
-
 def measured_iterations(spec: EmulationSpec, per_rank: list[RankIterations]) -> dict[str, Any]:
     """The run's iterations as `sim.iterations.IterationRun.record` reports simulated ones, measured (ms from
     the earliest rank's first step start): the iteration ends (the last rank's optimizer step done), the
@@ -307,16 +297,6 @@ class EmulatedRun:
     #: `measured_iterations` (None when the run was assembled from steps alone)
     iterations: dict[str, Any] | None = None
 
-    def step_times(self) -> list[float]:
-        from primuspp.trace.metrics import timeline_metrics
-
-        return [timeline_metrics(tl).step_time for tl in self.timelines]
-
-    def steady_step_time(self) -> float:
-        """Median step time, leaving out the first step (warm-up) when there are more than two."""
-        times = self.step_times()
-        return statistics.median(times[1:] if len(times) > 2 else times)
-
     def summary(self) -> RunSummary:
         """The `train --emulate` run summary (steps measured; the command adds what it predicted)."""
         from primuspp.runtime.backend import RunSummary, StepSummary
@@ -362,22 +342,6 @@ def _emulated_run(spec: EmulationSpec, per_rank: list[RankIterations], name: str
     return EmulatedRun(
         spec, emulated_timelines(spec, steps, name), _walls(steps), measured_iterations(spec, per_rank)
     )
-
-
-def run_emulations(specs: list[EmulationSpec], names: list[str] | None = None) -> list[EmulatedRun] | None:
-    """Several emulations over the same number of ranks, in one launch."""
-    if not specs:
-        return []
-    pp = specs[0].table.pp
-    if any(spec.table.pp != pp for spec in specs):
-        raise ValueError("run_emulations: every table must have the same pp")
-    results = launch(emulate_many_worker, pp, specs)
-    if results is None:
-        return None
-    names = names or [spec.table.algorithm for spec in specs]
-    return [
-        _emulated_run(spec, [per_rank[i] for per_rank in results], names[i]) for i, spec in enumerate(specs)
-    ]
 
 
 def costs_record(costs: CostModel) -> dict[str, Any]:

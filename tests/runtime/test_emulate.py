@@ -25,7 +25,7 @@ from primuspp.runtime.emulate import (
     EmulatedRun,
     EmulationSpec,
     dump_emulation,
-    emulate_worker,
+    emulate_iterations_worker,
     emulated_timelines,
 )
 from primuspp.runtime.launch import launch
@@ -80,11 +80,13 @@ def memory_jobs() -> dict[str, TrainSpec]:
 @pytest.fixture(scope="module")
 def runs():
     emulated, trained = emulation_jobs(), memory_jobs()
-    jobs = [(emulate_worker, s) for s in emulated.values()] + [(train_worker, s) for s in trained.values()]
+    jobs = [(emulate_iterations_worker, s) for s in emulated.values()] + [
+        (train_worker, s) for s in trained.values()
+    ]
     results = launch(run_jobs, P, jobs)
     out = {}
     for i, (name, spec) in enumerate(emulated.items()):
-        steps = [per_rank[i] for per_rank in results]
+        steps = [per_rank[i].steps for per_rank in results]
         out[name] = EmulatedRun(spec, emulated_timelines(spec, steps, name))
     for j, (name, spec) in enumerate(trained.items(), start=len(emulated)):
         out[name] = step_timeline(spec.table, [per_rank[j][0].measured for per_rank in results], name)
