@@ -20,6 +20,7 @@ from primuspp.backends.megatron.model import GPTSpec
 from primuspp.backends.megatron.train import TrainSpec, train_worker
 from primuspp.commands.app import main
 from primuspp.runtime.launch import launch
+from tests.oracles.megatron_clip import megatron_clip
 from tests.runtime.workers import run_jobs
 
 STEPS = 3
@@ -168,7 +169,7 @@ PARALLEL_KINDS = {
     ("never", "post"): {"clip_grad": NEVER, "post_validation": True},
     ("clip", "sync"): {"clip_grad": 1e-3},
     ("clip", "post"): {"clip_grad": 1e-3, "post_validation": True},
-    ("clip", "megatron"): {"clip_grad": 1e-3, "megatron_clip": True},
+    ("clip", "megatron"): {"clip_grad": 1e-3, "clip": megatron_clip},
     ("inf", "sync"): {"clip_grad": NEVER, "inject_inf": (1, INF_STEP)},
     ("inf", "post"): {"clip_grad": NEVER, "inject_inf": (1, INF_STEP), "post_validation": True},
 }

@@ -10,12 +10,11 @@ each step it reports its share of the loss and its step span to the launcher (pr
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,9 +78,9 @@ class TrainSpec:
     #: post-validated: wait for the last step's check before each step (install()'s path, for loops that
     #: cannot replay their data) instead of running it on the optimistic weights and replaying it if needed
     validate_before_step: bool = False
-    #: synchronous clipping by megatron-core's own functions (`megatron_clip`) instead of StepValidator's:
-    #: the reference the post-validation tests hold the validator to
-    megatron_clip: bool = False
+    #: synchronous clipping by `clip(params, clip_grad) -> norm` instead of StepValidator's: the tests hold
+    #: the validator to megatron-core's own functions (tests/oracles/megatron_clip.py)
+    clip: Callable[[list[torch.nn.Parameter], float], float] | None = None
 
     @property
     def tokens_per_step(self) -> int:
@@ -182,61 +181,6 @@ def norm_counted(params: list[torch.nn.Parameter]) -> list[bool]:
     ]
 
 
-def megatron_clip(params: list[torch.nn.Parameter], clip_grad: float) -> float:
-    """Clip the parameters' `.grad` in place as megatron-core's optimizer does (its ChainedOptimizer of a
-    dense and an expert optimizer): `get_grad_norm_fp32` over each one's group, the two norms combined,
-    `clip_grad_by_total_norm_fp32` with the total. The global norm (a collective: every rank calls it)."""
-    import math
-
-    from megatron.core import parallel_state
-    from megatron.core.optimizer import clip_grads
-    from megatron.core.tensor_parallel import param_is_not_tensor_parallel_duplicate
-    from megatron.core.transformer.module import param_is_not_shared
-
-    dense = [p for p in params if getattr(p, "allreduce", True)]
-    expert = [p for p in params if not getattr(p, "allreduce", True)]
-    parts = [(dense, parallel_state.get_model_parallel_group())]
-    if expert:
-        parts.append((expert, parallel_state.get_expert_tensor_model_pipeline_parallel_group()))
-    with contextlib.ExitStack() as stack:
-        if params and params[0].device.type == "cpu":
-            stack.enter_context(_megatron_norm_on_cpu())
-        norms = []
-        for ps, group in parts:
-            grads = [
-                p.grad
-                for p in ps
-                if p.grad is not None and param_is_not_shared(p) and param_is_not_tensor_parallel_duplicate(p)
-            ]
-            norms.append(clip_grads.get_grad_norm_fp32(grads, grad_stats_parallel_group=group))
-        norm = norms[0] if len(norms) == 1 else math.sqrt(sum((n if n else 0.0) ** 2 for n in norms))
-        # through `decoupled_grad`: the plain path asserts CUDA tensors; the arithmetic is the same
-        for p in params:
-            p.decoupled_grad = p.grad  # type: ignore[attr-defined]
-        try:
-            clip_grads.clip_grad_by_total_norm_fp32(params, clip_grad, norm, use_decoupled_grad=True)
-        finally:
-            for p in params:
-                del p.decoupled_grad  # type: ignore[attr-defined]
-    return float(norm)
-
-
-@contextlib.contextmanager
-def _megatron_norm_on_cpu() -> Iterator[None]:
-    """megatron-core's norm and clip allocate their scratch tensors on "cuda": on the CPU for the call."""
-    from megatron.core import utils
-    from megatron.core.optimizer import clip_grads
-
-    from primuspp.backends.megatron import cpu
-
-    saved = clip_grads.torch, utils.torch
-    clip_grads.torch = utils.torch = cpu._TORCH_ON_CPU  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        clip_grads.torch, utils.torch = saved  # type: ignore[attr-defined]
-
-
 def _state(named: list[tuple[str, torch.nn.Parameter]], opt: torch.optim.Optimizer) -> dict[str, Any]:
     index = {id(p): name for name, p in named}
     sd = opt.state_dict()
@@ -307,7 +251,7 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
         post_validation=spec.post_validation,
     )
     validator = None
-    if (spec.post_validation or spec.clip_grad is not None) and not spec.megatron_clip:
+    if (spec.post_validation or spec.clip_grad is not None) and spec.clip is None:
         params = [p for _, p in named]
         validator = StepValidator(
             params,
@@ -350,8 +294,8 @@ def train_worker(ctx: WorkerContext, spec: TrainSpec) -> list[StepRecord]:
                 named[0][1].grad.view(-1)[0] = float("inf")
             norm = None
             if validator is None:
-                if spec.megatron_clip and spec.clip_grad is not None:
-                    norm = megatron_clip([p for _, p in named], spec.clip_grad)
+                if spec.clip is not None and spec.clip_grad is not None:
+                    norm = spec.clip([p for _, p in named], spec.clip_grad)
                 opt.step()
                 for _, p in named:
                     p.grad = None
