@@ -39,7 +39,7 @@ from primuspp.errors import PrimusppError
 from primuspp.runtime.executor import Cell, Executor
 from primuspp.runtime.memory import ActivationMeter, SavedRecord
 from primuspp.runtime.p2p import P2P, Message, Request
-from primuspp.runtime.timing import CpuClock, clock_for
+from primuspp.runtime.timing import clock_for
 from primuspp.runtime.wgrad import WeightGradStore, begin_recording, end_recording
 from primuspp.schedule import semantics as sem
 from primuspp.schedule.nodes import Node, NodeKind, format_node
@@ -135,7 +135,6 @@ class Instruction:
     node: Node  # the node (a batch: its last comm node), for the observer
     label: str  # names the node in a NodeFailure
     parts: tuple[Part, ...] = ()
-    part: Part | None = None  # parts[0] (the only one of a simple node)
     #: a comm batch: its ops; with receives posted ahead: its sends and the count of receives due by its end
     ops: tuple[CommOp, ...] = ()
     sends: tuple[CommOp, ...] = ()
@@ -375,38 +374,9 @@ def _check_handlers() -> None:
 _check_handlers()
 
 
-def _run_simple(st: StepState, ins: Instruction) -> None:
-    """A compute node: wait for its input, then run and time it (`_resolve` and `_hand_on` inlined: this
-    runs for every node)."""
-    part = ins.part
-    if part.wait:
-        slots = st.ins[part.wait == 1]
-        value = slots.get(part.key)
-        if type(value) is Request:
-            try:
-                slots[part.key] = value.wait()
-            except Exception as err:
-                raise RuntimeError(f"waiting for {value.label}: {err}") from err
-            st.recvs.append((part.recv, st.mark()))  # type: ignore[arg-type]
-    mark = st.mark
-    start = mark()
-    y = part.body(st, part)
-    out = part.out
-    if out:
-        if y is None:
-            raise RuntimeError(part.missing)
-        if out == 1:
-            st.ins[part.out_forward][part.out_key] = y.detach() if part.out_forward else y
-        else:
-            st.outs[part.out_forward][part.key] = y
-    end = mark()
-    st.marks.append((ins, start, end))
-    if st.meter is not None:
-        st.mem_marks.append((end, st.meter.current))
-
-
-def _run_composite(st: StepState, ins: Instruction) -> None:
-    """A composite node (FB): wait for every part's input, then run the parts in order as one interval."""
+def _run_compute(st: StepState, ins: Instruction) -> None:
+    """A compute node: wait for every part's input, then run the parts (a composite node, FB, has two) in
+    order as one timed interval."""
     for part in ins.parts:
         if part.wait:
             _resolve(st, part)
@@ -431,8 +401,8 @@ def _run_part(st: StepState, part: Part) -> None:
 
 
 def _run_memory(st: StepState, ins: Instruction) -> None:
-    part = ins.part
-    part.body(st, part)  # type: ignore[union-attr]
+    part = ins.parts[0]
+    part.body(st, part)
 
 
 def _post(st: StepState, ops: tuple[CommOp, ...] | list[CommOp], specs: list[Any] | None = None) -> None:
@@ -638,7 +608,7 @@ class ScheduleRunner:
                 flush()
             parts = tuple(self._part(p, backward) for p in sem.simple_parts(node))
             if row.role != "compute":
-                program.append(Instruction(_run_memory, node, format_node(node), parts, parts[0]))
+                program.append(Instruction(_run_memory, node, format_node(node), parts))
                 continue
             back = None
             if row.parts:
@@ -646,11 +616,10 @@ class ScheduleRunner:
                 back = (bp.kind.value, bp.microbatch, bp.stage, chunk[bp.stage])
             program.append(
                 Instruction(
-                    _run_composite if row.parts else _run_simple,
+                    _run_compute,
                     node,
                     format_node(node),
                     parts,
-                    parts[0],
                     interval=(node.kind.value, node.microbatch, node.stage, chunk[node.stage]),
                     back=back,
                 )
@@ -721,14 +690,10 @@ class ScheduleRunner:
         try:
             if st.ahead != 0:
                 _post_recvs(st, 0)
-            if observer is None:
-                for ins in self.program:
-                    label = ins.label
-                    ins.run(st, ins)
-            else:
-                for ins in self.program:
-                    label = ins.label
-                    ins.run(st, ins)
+            for ins in self.program:
+                label = ins.label
+                ins.run(st, ins)
+                if observer is not None:
                     observer(ins.node)
             label = "step end (waiting for sends)"
             for request in st.pending_sends:
@@ -753,34 +718,24 @@ class ScheduleRunner:
         clock.finish()
         wall_ms = (time.perf_counter_ns() - wall0) / 1e6
         marks, mem, sent, got = st.marks, st.mem_marks, st.sends, st.recvs
-        if type(clock) is CpuClock:  # ns from the step start, to ms: one pass per list
-            t0 = clock.origin_ns
-            intervals = [
-                Interval(*ins.interval, (a - t0) / 1e6, (b - t0) / 1e6, ins.back)  # type: ignore[misc]
-                for ins, a, b in marks
-            ]
-            memory = [(0.0, float(mem_start))]
-            memory += [((t - t0) / 1e6, float(level)) for t, level in mem]
-            sent_ms = [(*rec, (t - t0) / 1e6) for rec, t in sent]
-            got_ms = [(*rec, (t - t0) / 1e6) for rec, t in got]
-        else:  # every mark converted in one call: starts and ends, memory samples, sends, receives
-            times = clock.ms_all(
-                [t for _, a, b in marks for t in (a, b)]
-                + [t for t, _ in mem]
-                + [t for _, t in sent]
-                + [t for _, t in got]
-            )
-            n, k = 2 * len(marks), 2 * len(marks) + len(mem)
-            intervals = [
-                Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
-                for i, (ins, _, _) in enumerate(marks)
-            ]
-            memory = [(0.0, float(mem_start))] + [
-                (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
-            ]
-            j = k + len(sent)
-            sent_ms = [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)]  # type: ignore[misc]
-            got_ms = [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)]  # type: ignore[misc]
+        # every mark converted in one call: starts and ends, memory samples, sends, receives
+        times = clock.ms_all(
+            [t for _, a, b in marks for t in (a, b)]
+            + [t for t, _ in mem]
+            + [t for _, t in sent]
+            + [t for _, t in got]
+        )
+        n, k = 2 * len(marks), 2 * len(marks) + len(mem)
+        intervals = [
+            Interval(*ins.interval, times[2 * i], times[2 * i + 1], ins.back)  # type: ignore[misc]
+            for i, (ins, _, _) in enumerate(marks)
+        ]
+        memory = [(0.0, float(mem_start))] + [
+            (t, float(level)) for t, (_, level) in zip(times[n:k], mem, strict=True)
+        ]
+        j = k + len(sent)
+        sent_ms = [(*rec, t) for (rec, _), t in zip(sent, times[k:j], strict=True)]  # type: ignore[misc]
+        got_ms = [(*rec, t) for (rec, _), t in zip(got, times[j:], strict=True)]  # type: ignore[misc]
         return RankStep(
             self.rank,
             intervals,
