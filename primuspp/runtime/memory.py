@@ -18,7 +18,6 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import torch
@@ -37,22 +36,7 @@ class _Saved:
         self.host = False
 
     def __del__(self) -> None:
-        meter = self.meter
-        if self.host:
-            meter._release(self.key, True)
-            return
-        # `_release(key)` inlined: this runs for every saved tensor autograd frees
-        lock = meter._lock
-        lock.acquire()
-        try:
-            entry = meter._entries.get(self.key)
-            if entry is not None:  # None only at interpreter shutdown
-                entry[1] -= 1
-                if entry[1] == 0:
-                    del meter._entries[self.key]
-                    meter.current -= entry[0]
-        finally:
-            lock.release()
+        self.meter._release(self.key, self.host)
 
 
 class SavedRecord:
@@ -100,14 +84,10 @@ class ActivationMeter:
 
     # -- packing ----------------------------------------------------------------------------------------
 
-    def saving(self, record: SavedRecord) -> AbstractContextManager[None]:
-        """Context in which autograd's saved tensors are counted into `record`."""
-        return torch.autograd.graph.saved_tensors_hooks(self._packer(record), _unpack)
-
     def begin_saving(self, record: SavedRecord | None) -> None:
-        """`saving(record)` without a context manager object (the runner's form, once per F node): then
-        `end_saving()` after the forward, also when it raised. `record` None: count the tensors but keep no
-        record of them (nothing will OFFLOAD them): one hook then serves every forward."""
+        """Count autograd's saved tensors into `record` until `end_saving()` (call it after the forward, also
+        when it raised; no context-manager object: once per F node). `record` None: count the tensors but
+        keep no record of them (nothing will OFFLOAD them): one hook then serves every forward."""
         if record is not None:
             pack = self._packer(record)
         else:
@@ -119,32 +99,14 @@ class ActivationMeter:
     end_saving = staticmethod(torch._C._autograd._pop_saved_tensors_default_hooks)
 
     def _packer(self, record: SavedRecord | None) -> Callable[[torch.Tensor], Any]:
-        """The pack hook of one record: `_track` and `_acquire` inlined (it runs for every saved tensor)."""
+        """The pack hook of one record: each saved tensor counted (`_track`) and, with a record, kept."""
         append = record.handles.append if record is not None else None
-        exclude, entries, lock, ref = self._exclude, self._entries, self._lock, weakref.ref
+        track, ref = self._track, weakref.ref
 
         def pack(tensor: torch.Tensor) -> Any:
-            try:
-                storage = tensor.untyped_storage()
-                key = storage.data_ptr()
-            except (RuntimeError, NotImplementedError):  # tensors without a plain storage
+            handle = track(tensor)
+            if handle is None:
                 return tensor
-            if key == 0 or key in exclude:
-                return tensor
-            nbytes = storage.nbytes()
-            handle = _Saved(tensor, self, key, nbytes)
-            lock.acquire()
-            try:
-                entry = entries.get(key)
-                if entry is not None:
-                    entry[1] += 1
-                else:
-                    entries[key] = [nbytes, 1]
-                    self.current += nbytes
-                    if self.current > self.peak:
-                        self.peak = self.current
-            finally:
-                lock.release()
             if append is not None:
                 append(ref(handle))
             return handle
@@ -187,9 +149,7 @@ class ActivationMeter:
 
     def _release(self, key: int, host: bool = False) -> None:
         entries = self._host_entries if host else self._entries
-        lock = self._lock
-        lock.acquire()  # not `with`: this runs for every saved tensor autograd frees
-        try:
+        with self._lock:
             entry = entries.get(key)
             if entry is None:  # only at interpreter shutdown
                 return
@@ -200,8 +160,6 @@ class ActivationMeter:
                     self.host_current -= entry[0]
                 else:
                     self.current -= entry[0]
-        finally:
-            lock.release()
 
     # -- OFFLOAD / RELOAD ---------------------------------------------------------------------------------
 

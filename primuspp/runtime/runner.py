@@ -222,23 +222,15 @@ class StepState:
         if self.ahead != 0 and runner._recv_plan is not None:
             self.recv_specs, self.buffer_end = runner._recv_plan
         elif self.ahead != 0:
-            spec_of, end, size = self.boundary_spec, self.buffer_end, runner._spec_bytes
             specs = self.recv_specs
             total = 0
             for op in self.all_recvs:
-                spec = spec_of(*op.boundary)
+                spec = self.boundary_spec(*op.boundary)
                 specs.append(spec)
-                try:
-                    nbytes = size.get(spec)
-                except TypeError:  # a spec that is not hashable (a list as shape)
-                    nbytes = math.prod(spec.shape) * spec.dtype.itemsize
-                else:
-                    if nbytes is None:
-                        nbytes = size[spec] = math.prod(spec.shape) * spec.dtype.itemsize
-                total += nbytes
-                end.append(total)
+                total += math.prod(spec.shape) * spec.dtype.itemsize
+                self.buffer_end.append(total)
             if getattr(ex, "static_boundary", False):
-                runner._recv_plan = (specs, end)
+                runner._recv_plan = (specs, self.buffer_end)
 
     def leftovers(self) -> list[str]:
         if not (self.fwd_in or self.bwd_in or self.out_f or self.out_b or self.cells):
@@ -559,9 +551,7 @@ class ScheduleRunner:
         self.program: list[Instruction] = self._compile(table.ranks[rank])
         #: the rank has memory nodes (OFFLOAD/RELOAD): F then keeps a record of the tensors it saved
         self.offloads = any(ins.run is _run_memory for ins in self.program)
-        #: bytes of a tensor of each boundary spec seen (the receive budget's sizes), and its receive
-        #: buffers' template (`_receive_buffer`)
-        self._spec_bytes: dict[Any, int] = {}
+        #: the receive buffers' template of each boundary spec (`_receive_buffer`)
         self._templates: dict[Any, torch.Tensor] = {}
         #: every receive of the step, in program order (posted ahead from this list)
         self._recvs = tuple(op for ins in self.program for op in ins.ops if not op.send)
