@@ -21,12 +21,13 @@ one. Nothing here imports torch.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from primuspp.schedule.table import ScheduleTable
     from primuspp.trace.timeline import Timeline
 
 #: progress callback: (step index, step loss or 0.0, step wall ms), once every rank finished the step
@@ -102,6 +103,30 @@ class RunSummary:
     model: dict[str, Any] | None = None
     tokens_per_step: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def measured(
+        cls,
+        backend: str,
+        table: ScheduleTable,
+        timelines: Sequence[Timeline],
+        walls: Sequence[float],
+        losses: Sequence[float | None] | None = None,
+        **fields: Any,
+    ) -> RunSummary:
+        """From each step's measured timeline, wall time and loss; `fields["steps"]` numbers the steps
+        (default 0, 1, ...), the others are this class's (`model`, `tokens_per_step`, `extra`)."""
+        numbers = fields.pop("steps", range(len(timelines)))
+        tokens = fields.get("tokens_per_step", 0)
+        rows = zip(
+            numbers,
+            timelines,
+            walls or [0.0] * len(timelines),
+            losses or [None] * len(timelines),
+            strict=True,
+        )
+        steps = [StepSummary.measure(n, tl, wall, loss, tokens) for n, tl, wall, loss in rows]
+        return cls(backend, table.record(), steps, **fields)
 
     @property
     def steady(self) -> list[StepSummary]:

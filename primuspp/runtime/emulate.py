@@ -32,7 +32,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +45,7 @@ from primuspp.runtime.launch import WorkerContext, launch
 from primuspp.runtime.memory import ActivationMeter
 from primuspp.runtime.p2p import P2P
 from primuspp.runtime.runner import RankStep, ScheduleRunner
-from primuspp.runtime.trace import step_timeline
+from primuspp.runtime.trace import step_timelines
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.semantics import SEMANTICS, kind_durations
@@ -299,29 +299,12 @@ class EmulatedRun:
 
     def summary(self) -> RunSummary:
         """The `train --emulate` run summary (steps measured; the command adds what it predicted)."""
-        from primuspp.runtime.backend import RunSummary, StepSummary
+        from primuspp.runtime.backend import RunSummary
 
-        walls = self.wall_ms or [0.0] * len(self.timelines)
-        steps = [
-            StepSummary.measure(i, tl, w) for i, (tl, w) in enumerate(zip(self.timelines, walls, strict=True))
-        ]
         extra: dict[str, Any] = {"costs": costs_record(self.spec.costs), "unit_bytes": self.spec.unit_bytes}
         if self.iterations is not None:
             extra["iterations"] = self.iterations
-        return RunSummary("emulate", self.spec.table.record(), steps, extra=extra)
-
-
-def _walls(per_rank: list[list[RankStep]]) -> list[float]:
-    return [max(steps[i].wall_ms for steps in per_rank) for i in range(len(per_rank[0]))]
-
-
-def emulated_timelines(spec: EmulationSpec, per_rank: list[list[RankStep]], name: str) -> list[Timeline]:
-    return [
-        replace(
-            step_timeline(spec.table, [steps[i] for steps in per_rank], name, str(i + 1)), source="emulated"
-        )
-        for i in range(spec.steps)
-    ]
+        return RunSummary.measured("emulate", self.spec.table, self.timelines, self.wall_ms, extra=extra)
 
 
 def run_emulation(
@@ -340,7 +323,10 @@ def run_emulation(
 def _emulated_run(spec: EmulationSpec, per_rank: list[RankIterations], name: str) -> EmulatedRun:
     steps = [r.steps for r in per_rank]
     return EmulatedRun(
-        spec, emulated_timelines(spec, steps, name), _walls(steps), measured_iterations(spec, per_rank)
+        spec,
+        step_timelines(spec.table, steps, name, "emulated"),
+        [max(r[i].wall_ms for r in steps) for i in range(spec.steps)],
+        measured_iterations(spec, per_rank),
     )
 
 

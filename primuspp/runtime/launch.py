@@ -82,6 +82,18 @@ class StepProgress:
             del self.partial[step]
 
 
+def launch_steps(
+    fn: Callable[..., Any],
+    world_size: int,
+    *args: Any,
+    on_step: Callable[[int, float, float], None] | None = None,
+) -> Any:
+    """`launch` for training loops whose ranks report ("step", i, loss share, ms) after each step, with
+    `on_step` called through `StepProgress` (not under torchrun, where a rank sees only its own reports)."""
+    progress = StepProgress(world_size, on_step) if on_step is not None and not under_torchrun() else None
+    return launch(fn, world_size, *args, on_report=progress)
+
+
 def _dumps(obj: Any) -> bytes:
     """Plain pickle: tensors travel by value (torch's multiprocessing pickler would pass shared-memory
     handles, which die with the worker)."""

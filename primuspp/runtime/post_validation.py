@@ -49,6 +49,13 @@ POST_OUTCOMES = (VALIDATED, ROLLED_BACK, SKIPPED)
 CLIP_EPS = 1.0e-6
 
 
+def post_validation_record(outcomes: Sequence[str | None] | None) -> dict[str, Any]:
+    """A post-validated run's summary key: `{"post_validation": {outcome: steps}}` ({} without outcomes)."""
+    if not outcomes:
+        return {}
+    return {"post_validation": {k: list(outcomes).count(k) for k in POST_OUTCOMES}}
+
+
 def local_partials(
     grads: Sequence[torch.Tensor | None],
     inv_scale: float | None = None,
@@ -130,8 +137,7 @@ class StepValidator:
     Per iteration: `step()` once the rank's gradients are final (each param's `.grad` set); then
     `finish()` (a no-op in synchronous mode, where `step()` already decided): after the next iteration's
     pipeline, which then must run again unless `finish()` returned "validated", or before it. `finish()`
-    leaves the parameters' current `.grad` as they are. `outcomes` lists each step's outcome, `counts`
-    tallies them."""
+    leaves the parameters' current `.grad` as they are. `outcomes` lists each step's outcome."""
 
     def __init__(
         self,
@@ -163,11 +169,6 @@ class StepValidator:
         self.outcomes: list[str] = []
         self.norms: list[float] = []
         self._pending: _Pending | None = None
-
-    @property
-    def counts(self) -> dict[str, int]:
-        keys = POST_OUTCOMES if self.post else (STEPPED, CLIPPED, SKIPPED)
-        return {k: self.outcomes.count(k) for k in keys}
 
     def _inv_scale(self) -> float | None:
         if self.scaler is None:

@@ -37,8 +37,25 @@ def aligned(ranks: Sequence[RankStep]) -> list[RankStep]:
     return out
 
 
+def step_timelines(
+    table: ScheduleTable,
+    per_rank: Sequence[Sequence[RankStep]],
+    name: str | None = None,
+    source: str = "measured",
+    iterations: Sequence[int] | None = None,
+) -> list[Timeline]:
+    """One Timeline per step from each rank's steps (`per_rank[r][i]`), named `name` (default: the
+    algorithm), iterations numbered from 1 (or `iterations[i] + 1`)."""
+    steps = range(len(per_rank[0]))
+    numbers = iterations if iterations is not None else steps
+    return [
+        step_timeline(table, [r[i] for r in per_rank], name or table.algorithm, str(n + 1), source)
+        for i, n in zip(steps, numbers, strict=True)
+    ]
+
+
 def step_timeline(
-    table: ScheduleTable, ranks: Sequence[RankStep], name: str, iteration: str = "0"
+    table: ScheduleTable, ranks: Sequence[RankStep], name: str, iteration: str = "0", source: str = "measured"
 ) -> Timeline:
     """The ranks' measurements of one step as a Timeline (ms from the step start, memory in bytes).
 
@@ -61,7 +78,7 @@ def step_timeline(
         table.num_microbatches,
         rank_lines,
         table.algorithm,
-        "measured",
+        source,
         iteration,
         transfers,
         memory_unit="bytes",

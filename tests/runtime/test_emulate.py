@@ -26,10 +26,9 @@ from primuspp.runtime.emulate import (
     EmulationSpec,
     dump_emulation,
     emulate_iterations_worker,
-    emulated_timelines,
 )
 from primuspp.runtime.launch import launch
-from primuspp.runtime.trace import step_timeline
+from primuspp.runtime.trace import step_timeline, step_timelines
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
 from primuspp.sim import simulate
@@ -87,7 +86,7 @@ def runs():
     out = {}
     for i, (name, spec) in enumerate(emulated.items()):
         steps = [per_rank[i].steps for per_rank in results]
-        out[name] = EmulatedRun(spec, emulated_timelines(spec, steps, name))
+        out[name] = EmulatedRun(spec, step_timelines(spec.table, steps, name, "emulated"))
     for j, (name, spec) in enumerate(trained.items(), start=len(emulated)):
         out[name] = step_timeline(spec.table, [per_rank[j][0].measured for per_rank in results], name)
     return out

@@ -16,10 +16,10 @@ from primuspp.backends.megatron import checkpoint
 from primuspp.backends.megatron.model import split_layers
 from primuspp.backends.megatron.train import StepRecord, TrainSpec, train_worker
 from primuspp.errors import ConfigError
-from primuspp.runtime.backend import RunSummary, StepSummary
-from primuspp.runtime.launch import StepProgress, launch, under_torchrun
-from primuspp.runtime.post_validation import POST_OUTCOMES
-from primuspp.runtime.trace import step_timeline
+from primuspp.runtime.backend import RunSummary
+from primuspp.runtime.launch import launch_steps, under_torchrun
+from primuspp.runtime.post_validation import post_validation_record
+from primuspp.runtime.trace import step_timelines
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -132,14 +132,7 @@ class TrainingRun:
 
     def summary(self) -> RunSummary:
         """The run summary (the `--json` document is its `to_dict()`)."""
-        table, spec = self.spec.table, self.spec
-        tokens = spec.tokens_per_step
-        steps = [
-            StepSummary.measure(step, tl, wall, loss=loss, tokens=tokens)
-            for step, loss, wall, tl in zip(
-                self.steps, self.losses, self.wall_ms, self.timelines, strict=True
-            )
-        ]
+        spec = self.spec
         extra = {
             "ep": spec.ep,
             "kernels": spec.kernels,
@@ -149,15 +142,19 @@ class TrainingRun:
             **({"sp_wgrad": spec.sp_wgrad} if spec.sequence_parallel else {}),
             "fb_overlap": spec.fb_overlap,
             "data": spec.data or "synthetic",
-            **self._post_validation(),
+            **post_validation_record(self.outcomes if spec.post_validation else None),
         }
-        model = {**spec.model.as_dict(), "stages": table.num_stages}
-        return RunSummary("megatron", table.record(), steps, model, tokens, extra)
-
-    def _post_validation(self) -> dict[str, Any]:
-        if not self.spec.post_validation or self.outcomes is None:
-            return {}
-        return {"post_validation": {k: self.outcomes.count(k) for k in POST_OUTCOMES}}
+        return RunSummary.measured(
+            "megatron",
+            spec.table,
+            self.timelines,
+            self.wall_ms,
+            self.losses,
+            steps=self.steps,
+            model={**spec.model.as_dict(), "stages": spec.table.num_stages},
+            tokens_per_step=spec.tokens_per_step,
+            extra=extra,
+        )
 
 
 def run_training(
@@ -177,8 +174,7 @@ def run_training(
                 f"--ep {spec.ep})",
                 key="pp",
             )
-    progress = StepProgress(spec.world, on_step) if on_step is not None and not under_torchrun() else None
-    ranks: list[list[StepRecord]] | None = launch(train_worker, spec.world, spec, on_report=progress)
+    ranks: list[list[StepRecord]] | None = launch_steps(train_worker, spec.world, spec, on_step=on_step)
     if ranks is None:
         return None
     n = len(ranks[0])
@@ -187,13 +183,10 @@ def run_training(
     losses = [sum(records[i].loss for records in ranks) for i in range(n)]
     wall = [max(records[i].wall_ms for records in ranks) for i in range(n)]
     per_rank = [records for records in ranks if not records or records[0].replica == 0][:: spec.tp]
-    steps = [per_rank[0][i].step for i in range(n)]
-    timelines = [
-        step_timeline(
-            spec.table, [records[i].measured for records in per_rank], spec.table.algorithm, str(s + 1)
-        )
-        for i, s in enumerate(steps)
-    ]
+    steps = [r.step for r in per_rank[0]]
+    timelines = step_timelines(
+        spec.table, [[r.measured for r in records] for records in per_rank], None, iterations=steps
+    )
     outcomes = [records.outcome for records in per_rank[0]]
     return TrainingRun(spec, steps, losses, wall, timelines, outcomes)
 

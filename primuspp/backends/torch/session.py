@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from primuspp.backends.torch.train import StepRecord, TrainSpec, reference_run, train_worker
 from primuspp.backends.torch.verify import VerifyReport, compare, step_losses
-from primuspp.runtime.backend import RunSummary, StepSummary
-from primuspp.runtime.launch import StepProgress, launch, under_torchrun
-from primuspp.runtime.post_validation import POST_OUTCOMES
-from primuspp.runtime.trace import step_timeline
+from primuspp.runtime.backend import RunSummary
+from primuspp.runtime.launch import launch_steps
+from primuspp.runtime.post_validation import post_validation_record
+from primuspp.runtime.trace import step_timelines
 from primuspp.trace.pp_data import write_pp_data
 from primuspp.trace.timeline import Timeline
 
@@ -32,12 +31,6 @@ class TrainingRun:
     def summary(self) -> RunSummary:
         """The run summary (the `--json` document is its `to_dict()`)."""
         table, gpt = self.spec.table, self.spec.gpt
-        walls = self.wall_ms or [0.0] * len(self.timelines)
-        tokens = table.num_microbatches * self.spec.micro_batch_size * gpt.seq_len
-        steps = [
-            StepSummary.measure(i, tl, wall, loss=loss, tokens=tokens)
-            for i, (loss, tl, wall) in enumerate(zip(self.losses, self.timelines, walls, strict=True))
-        ]
         model = {
             "name": "tiny-gpt",
             "layers": gpt.layers,
@@ -49,13 +42,17 @@ class TrainingRun:
             "stages": table.num_stages,
         }
         verify = self.verify.to_dict() if self.verify is not None else None
-        extra = {"verify": verify, **self._post_validation()}
-        return RunSummary("torch", table.record(), steps, model, tokens, extra)
-
-    def _post_validation(self) -> dict[str, Any]:
-        if not self.spec.post_validation or self.outcomes is None:
-            return {}
-        return {"post_validation": {k: self.outcomes.count(k) for k in POST_OUTCOMES}}
+        post = post_validation_record(self.outcomes if self.spec.post_validation else None)
+        return RunSummary.measured(
+            "torch",
+            table,
+            self.timelines,
+            self.wall_ms,
+            self.losses,
+            model=model,
+            tokens_per_step=table.num_microbatches * self.spec.micro_batch_size * gpt.seq_len,
+            extra={"verify": verify, **post},
+        )
 
 
 def run_training(
@@ -70,16 +67,10 @@ def run_training(
     Raises `LaunchError` naming the failing rank and node."""
     if verify and not spec.collect_grads:
         spec = replace(spec, collect_grads=True)
-    # under torchrun each rank only sees its own reports: no combined progress there
-    progress = StepProgress(spec.table.pp, on_step) if on_step is not None and not under_torchrun() else None
-    per_rank: list[list[StepRecord]] | None = launch(train_worker, spec.table.pp, spec, on_report=progress)
+    per_rank: list[list[StepRecord]] | None = launch_steps(train_worker, spec.table.pp, spec, on_step=on_step)
     if per_rank is None:
         return None
-    label = name or spec.table.algorithm
-    timelines = [
-        step_timeline(spec.table, [records[i].measured for records in per_rank], label, str(i + 1))
-        for i in range(spec.steps)
-    ]
+    timelines = step_timelines(spec.table, [[r.measured for r in records] for records in per_rank], name)
     report = compare(per_rank, reference_run(spec)) if verify else None
     wall = [max(records[i].wall_ms for records in per_rank) for i in range(spec.steps)]
     outcomes = [r.outcome for r in per_rank[0]]
