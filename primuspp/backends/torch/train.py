@@ -19,7 +19,7 @@ from primuspp.backends.torch.gpt import GPTConfig, gpt_loss, gpt_microbatches, g
 from primuspp.backends.torch.pipeline import TorchPipeline, reference_step
 from primuspp.errors import ConfigError
 from primuspp.runtime.launch import WorkerContext
-from primuspp.runtime.post_validation import VALIDATED, StepValidator, decide, local_partials
+from primuspp.runtime.post_validation import VALIDATED, StepValidator
 from primuspp.runtime.runner import RankStep
 from primuspp.schedule.nodes import parse_node
 from primuspp.schedule.table import ScheduleTable
@@ -234,6 +234,9 @@ def reference_run(spec: TrainSpec) -> list[ReferenceStep]:
 
 def _reference_steps(spec: TrainSpec) -> list[ReferenceStep]:
     parts = gpt_parts(spec.gpt, spec.num_parts, spec.seed)
+    params = [p for part in parts for p in part.parameters()]
+    # the ranks' rule, on one process (one partial): clip or skip, then SGD
+    validator = StepValidator(params, lambda: sgd_(parts, spec.lr), clip_grad=spec.clip_grad, post=False)
     out = []
     for step in range(spec.steps):
         replicas = len(spec.table.placement.routes)
@@ -244,15 +247,9 @@ def _reference_steps(spec: TrainSpec) -> list[ReferenceStep]:
             for name, p in part.named_parameters()
             if p.grad is not None
         }
-        if spec.clip_grad is not None:  # the ranks' rule (one process: one partial)
-            params = [p for part in parts for p in part.parameters()]
-            decision = decide(local_partials([p.grad for p in params]), spec.clip_grad)
-            with torch.no_grad():
-                for p in params:
-                    if p.grad is not None and decision.coeff < 1.0:
-                        p.grad.mul_(decision.coeff)
-                    if decision.skip:
-                        p.grad = None
-        sgd_(parts, spec.lr)
+        if spec.clip_grad is not None:
+            validator.step()
+        else:
+            sgd_(parts, spec.lr)
         out.append(ReferenceStep(sum(losses), grads))
     return out
