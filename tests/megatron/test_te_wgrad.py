@@ -222,7 +222,7 @@ def test_release_parsing() -> None:
 
 
 def test_delay_wgrad_compute_refused_with_the_reason_where_te_cannot_drive_it() -> None:
-    found = conflicts({"delay_wgrad_compute": True}, split_backward=True, placement="v")
+    found = conflicts({"delay_wgrad_compute": True}, placement="v")
     why = te_wgrad.unsupported()
     if why is None:
         assert found == []
@@ -231,21 +231,21 @@ def test_delay_wgrad_compute_refused_with_the_reason_where_te_cannot_drive_it() 
             "delay_wgrad_compute=True (primuspp drives Transformer Engine's delayed weight grads from its "
             f"W nodes only where TE >= 2.3 imports: {why})"
         ]
-    assert conflicts({"delay_wgrad_compute": False}, split_backward=True, placement="v") == []
+    assert conflicts({"delay_wgrad_compute": False}, placement="v") == []
 
 
 def test_recomputing_te_linears_with_delayed_wgrad_is_refused() -> None:
     why = "a recomputed TE linear's delayed weight grad would never reach primuspp's W node"
     full = {"delay_wgrad_compute": True, "recompute_granularity": "full"}
     assert f"recompute_granularity=full with delay_wgrad_compute=True ({why})" in conflicts(
-        full, split_backward=True, placement="linear"
+        full, placement="linear"
     )
     mlp = {**full, "recompute_granularity": "selective", "recompute_modules": ["core_attn", "mlp"]}
     assert f"recompute_modules=['core_attn', 'mlp'] with delay_wgrad_compute=True ({why})" in conflicts(
-        mlp, split_backward=True, placement="linear"
+        mlp, placement="linear"
     )
     attn = {**mlp, "recompute_modules": ["core_attn", "moe_act"]}
-    assert not any("recompute" in f for f in conflicts(attn, split_backward=True, placement="linear"))
+    assert not any("recompute" in f for f in conflicts(attn, placement="linear"))
     assert te_wgrad.recompute_conflicts("full", None) and not te_wgrad.recompute_conflicts(None, ["mlp"])
 
 

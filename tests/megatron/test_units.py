@@ -88,8 +88,8 @@ def test_conflicts_are_listed_in_one_error():
     check(build_schedule("1f1b", 4, 1, 8), {"sequence_parallel": True})
     check(build_schedule("zero-bubble", 4, 1, 8), {"sequence_parallel": True})
     # tied embeddings cannot be tied across ranks in the V placement (both ends are on rank 0)
-    assert conflicts({}, split_backward=True, placement="v", shared_embeddings=True)
-    assert not conflicts({}, split_backward=True, placement="linear", shared_embeddings=True)
+    assert conflicts({}, placement="v", shared_embeddings=True)
+    assert not conflicts({}, placement="linear", shared_embeddings=True)
     with pytest.raises(ConfigError, match="bidirectional placement"):
         check(build_schedule("dualpipe", 4, 2, 8), {})
 

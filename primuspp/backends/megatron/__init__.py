@@ -33,28 +33,14 @@ def require() -> None:
         ) from None
 
 
-def install(algorithm: str, **options: Any) -> Any:
-    """See `schedule.install`."""
-    require()
-    from primuspp.backends.megatron.schedule import install as _install
+def __getattr__(name: str) -> Any:
+    """`install`, `uninstall`, `install_from_args`: schedule.py's, imported on first use (after `require`)."""
+    if name in ("install", "uninstall", "install_from_args"):
+        require()
+        from primuspp.backends.megatron import schedule
 
-    return _install(algorithm, **options)
-
-
-def uninstall() -> None:
-    """See `schedule.uninstall`."""
-    require()
-    from primuspp.backends.megatron.schedule import uninstall as _uninstall
-
-    _uninstall()
-
-
-def install_from_args(args: Any) -> Any:
-    """See `schedule.install_from_args`."""
-    require()
-    from primuspp.backends.megatron.schedule import install_from_args as _install_from_args
-
-    return _install_from_args(args)
+        return getattr(schedule, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["INSTALL_HINT", "install", "install_from_args", "require", "uninstall"]

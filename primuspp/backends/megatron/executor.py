@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -101,44 +102,31 @@ class GradSync:
             self.disable()
 
 
+@dataclass(kw_only=True, eq=False)
 class Call:
     """What one call of the forward-backward function brings (see schedule.py)."""
 
-    def __init__(
-        self,
-        *,
-        forward_step_func: Callable[..., Any],
-        iterators: list[MicrobatchIterator | None],
-        models: list[torch.nn.Module],
-        config: Any,
-        num_microbatches: int,
-        spec: TensorSpec,
-        forward_only: bool,
-        collect_non_loss_data: bool,
-        first_val_step: bool | None,
-        cp_size: int,
-        sync: GradSync,
-        grad_sync_funcs: list[Callable[..., Any]] | None,
-        device: torch.device,
-    ) -> None:
-        self.forward_step_func = forward_step_func
-        self.iterators = iterators
-        self.models = models
-        self.config = config
-        self.num_microbatches = num_microbatches
-        self.spec = spec
-        self.forward_only = forward_only
-        self.collect_non_loss_data = collect_non_loss_data
-        self.first_val_step = first_val_step
-        self.cp_size = cp_size
-        self.sync = sync
-        self.grad_sync_funcs = grad_sync_funcs
-        self.synced: set[int] = set()
-        self.data: dict[int, list[Any]] = {}
-        self.total_num_tokens = torch.zeros([], dtype=torch.int, device=device)
+    forward_step_func: Callable[..., Any]
+    iterators: list[MicrobatchIterator | None]
+    models: list[torch.nn.Module]
+    config: Any
+    num_microbatches: int
+    spec: TensorSpec
+    forward_only: bool
+    collect_non_loss_data: bool
+    first_val_step: bool | None
+    cp_size: int
+    sync: GradSync
+    grad_sync_funcs: list[Callable[..., Any]] | None
+    device: torch.device
+    synced: set[int] = field(default_factory=set)
+    data: dict[int, list[Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
         from megatron.core.utils import get_model_type
 
-        self.model_type = get_model_type(models[0])
+        self.total_num_tokens = torch.zeros([], dtype=torch.int, device=self.device)
+        self.model_type = get_model_type(self.models[0])
 
     def forward_data_store(self) -> list[Any]:
         """What the forward steps stored, in microbatch order (Megatron's order)."""

@@ -35,12 +35,12 @@ from primuspp.runtime.executor import TensorSpec
 from primuspp.runtime.memory import ActivationMeter
 from primuspp.runtime.p2p import P2P
 from primuspp.runtime.runner import RankStep, ScheduleRunner
+from primuspp.runtime.trace import step_timeline
 from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import NodeKind
-from primuspp.schedule.semantics import simple_parts, weight_grad_only
+from primuspp.schedule.semantics import simple_parts
 from primuspp.schedule.table import ScheduleTable
-from primuspp.trace.pp_data import rank_record
-from primuspp.trace.timeline import RankTimeline
+from primuspp.trace.pp_data import config_record, rank_record
 
 DEFAULT_DUMP_DIR = "output/pp_data"
 
@@ -61,8 +61,6 @@ _ALWAYS = (
     ),
     ("fine_grained_activation_offloading", True, "its offload manager follows Megatron's schedule order"),
 )
-# ... and for tables with a B/W split (W nodes): none since sequence parallelism splits too (split.py)
-_SPLIT: tuple[tuple[str, Any, str], ...] = ()
 
 
 def _setting(settings: Any, key: str) -> Any:
@@ -71,15 +69,12 @@ def _setting(settings: Any, key: str) -> Any:
     return getattr(settings, key, None)
 
 
-def conflicts(
-    settings: Any, *, split_backward: bool, placement: str, shared_embeddings: bool | None = None
-) -> list[str]:
+def conflicts(settings: Any, *, placement: str, shared_embeddings: bool | None = None) -> list[str]:
     """The settings (a TransformerConfig, Megatron-LM args, or a mapping) primuspp cannot honour, each as
     `name=value (why)`. `shared_embeddings` defaults to the settings' `share_embeddings_and_output_weights`
     (an args name; in megatron-core it is a model argument)."""
     found = []
-    rules = _ALWAYS + (_SPLIT if split_backward else ())
-    for key, bad, why in rules:
+    for key, bad, why in _ALWAYS:
         value = _setting(settings, key)
         if (bad is None and value is not None) or (bad is not None and value == bad):
             found.append(f"{key}={value} ({why})")
@@ -106,11 +101,6 @@ def conflicts(
     return found
 
 
-def has_split(table: ScheduleTable) -> bool:
-    """Whether some node of `table` runs weight gradients alone (a split backward: `semantics`)."""
-    return any(weight_grad_only(part.kind) for rank in table.ranks for n in rank for part in simple_parts(n))
-
-
 def check(table: ScheduleTable, settings: Any, *, shared_embeddings: bool | None = None) -> None:
     """Raise one ConfigError listing every Megatron setting `table` cannot run with."""
     if table.placement.kind == "bidirectional":
@@ -119,20 +109,12 @@ def check(table: ScheduleTable, settings: Any, *, shared_embeddings: bool | None
             "replicas); use dualpipe-v, its V-placement form",
             key="pp_algorithm",
         )
-    found = conflicts(
-        settings,
-        split_backward=has_split(table),
-        placement=table.placement.kind,
-        shared_embeddings=shared_embeddings,
-    )
+    found = conflicts(settings, placement=table.placement.kind, shared_embeddings=shared_embeddings)
     if found:
-        hint = ""
-        if all(any(f.startswith(k + "=") for k, _, _ in _SPLIT) for f in found):
-            hint = "; or use an algorithm without a B/W split (1f1b, 1f1b-interleaved)"
         raise ConfigError(
             f"pp_algorithm {table.algorithm} conflicts with these Megatron settings: "
             + "; ".join(found)
-            + f" — turn them off{hint}",
+            + " — turn them off",
             key="pp_algorithm",
         )
 
@@ -384,21 +366,13 @@ class PipelineSchedule:
     def _dump(self, table: ScheduleTable, rank: int, measured: RankStep) -> None:
         assert self.dump_dir is not None
         self.dump_dir.mkdir(parents=True, exist_ok=True)
-        rt = RankTimeline(rank, list(measured.intervals), list(measured.memory), float(measured.peak_bytes))
-        self._dumped[str(self.iteration + 1)] = rank_record(rt)  # iterations from 1, as Primus and Megatron
+        timeline = step_timeline(table, [measured], table.algorithm)
+        self._dumped[str(self.iteration + 1)] = rank_record(
+            timeline.ranks[0]
+        )  # from 1, as Primus and Megatron
         _write_json(self.dump_dir / f"pp_rank_{rank}.json", self._dumped)
         if rank == 0 and self.iteration == 0:
-            config = {
-                "pp_size": table.pp,
-                "vpp_size": table.vpp,
-                "micro_batches": table.num_microbatches,
-                "name": table.algorithm,
-                "algorithm": table.algorithm,
-                "source": "measured",
-                "memory_unit": "bytes",
-                "backend": "megatron",
-            }
-            _write_json(self.dump_dir / "config.json", config)
+            _write_json(self.dump_dir / "config.json", config_record(timeline, {"backend": "megatron"}))
 
 
 def _write_json(path: Path, data: Any) -> None:
