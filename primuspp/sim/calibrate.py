@@ -27,6 +27,7 @@ from typing import Any
 
 from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
+from primuspp.trace.metrics import steady
 from primuspp.trace.pp_data import read_pp_data
 from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Interval, Timeline
@@ -288,5 +289,4 @@ def costs_from_dir(path: str, bw_split: float = 0.5) -> Calibration:
     labels = ""
     if needs_labels(timelines[0]):
         timelines, labels = reconstruct_megatron(timelines)
-    steady = timelines[1:] if len(timelines) > 2 else timelines  # the first iteration includes warm-up
-    return replace(calibrate(steady, bw_split), labels=labels)
+    return replace(calibrate(steady(timelines), bw_split), labels=labels)  # the first includes warm-up

@@ -33,7 +33,7 @@ from primuspp.schedule.formats import from_json
 from primuspp.sim.calibrate import calibrate
 from primuspp.sim.compare import ms as _fmt
 from primuspp.sim.sources import run_dirs
-from primuspp.trace.metrics import Metrics, timeline_metrics
+from primuspp.trace.metrics import Metrics, has_memory_curve, steady, timeline_metrics
 from primuspp.trace.pp_data import read_pp_data
 from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Timeline
@@ -63,17 +63,12 @@ class RunRecord:
         return (tl.algorithm, tl.pp, tl.vpp, tl.micro_batches)
 
     def steady(self) -> list[Timeline]:
-        return self.timelines[1:] if len(self.timelines) > 2 else self.timelines
+        return steady(self.timelines)
 
 
 def describe_key(key: tuple[str, int, int, int]) -> str:
     algo, p, v, m = key
     return f"{algo or 'unknown schedule'} p={p} v={v} m={m}"
-
-
-def has_memory_curve(timeline: Timeline) -> bool:
-    """Whether the run recorded activation memory over time (not only a peak figure)."""
-    return any(len(rt.memory) > 1 for rt in timeline.ranks)
 
 
 def load_runs(path: str | Path) -> list[RunRecord]:

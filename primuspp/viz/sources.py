@@ -12,6 +12,7 @@ from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
 from primuspp.sim.engine import simulate
 from primuspp.sim.runs import run
+from primuspp.trace.metrics import typical
 from primuspp.trace.pp_data import read_pp_data
 from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
 from primuspp.trace.timeline import Timeline
@@ -55,17 +56,6 @@ def shown_iterations(sources: list[Source], iteration: str | None) -> list[int]:
         next((i for i, tl in enumerate(s.timelines) if tl.iteration == iteration), typical(s.timelines))
         for s in sources
     ]
-
-
-def typical(timelines: tuple[Timeline, ...]) -> int:
-    """The index of the iteration whose step time (first start to last end) is the run's median (the lower
-    median; the earliest of equals): not a warm-up iteration nor an outlier."""
-    steps = []
-    for tl in timelines:
-        ends = [(iv.start, iv.end) for rt in tl.ranks for iv in rt.intervals]
-        steps.append(max(e for _, e in ends) - min(s for s, _ in ends) if ends else 0.0)
-    order = sorted(range(len(steps)), key=lambda i: (steps[i], i))
-    return order[(len(order) - 1) // 2]
 
 
 def _iteration_range(source: Source) -> str:
