@@ -28,8 +28,7 @@ from typing import Any
 from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
 from primuspp.trace.metrics import steady
-from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
+from primuspp.trace.reconstruct import read_labelled
 from primuspp.trace.timeline import Interval, Timeline
 
 
@@ -285,8 +284,5 @@ def costs_from_dir(path: str, bw_split: float = 0.5) -> Calibration:
     A dump without microbatch/chunk labels (Primus' older format) is labelled first from the schedule that
     produced it (as `viz` does): with v > 1 each chunk is then measured on its own, instead of both chunks'
     intervals pooled into one median that stands for only one of them."""
-    timelines = read_pp_data(path)
-    labels = ""
-    if needs_labels(timelines[0]):
-        timelines, labels = reconstruct_megatron(timelines)
+    timelines, labels = read_labelled(path)
     return replace(calibrate(steady(timelines), bw_split), labels=labels)  # the first includes warm-up

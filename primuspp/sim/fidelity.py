@@ -34,8 +34,7 @@ from primuspp.sim.calibrate import calibrate
 from primuspp.sim.compare import ms as _fmt
 from primuspp.sim.sources import run_dirs
 from primuspp.trace.metrics import Metrics, has_memory_curve, steady, timeline_metrics
-from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
+from primuspp.trace.reconstruct import read_labelled
 from primuspp.trace.timeline import Timeline
 
 
@@ -80,9 +79,7 @@ def load_runs(path: str | Path) -> list[RunRecord]:
         config: dict[str, Any] = {}
         if (d / "config.json").is_file():
             config = load_json(d / "config.json")
-        timelines = read_pp_data(d)
-        if needs_labels(timelines[0]):
-            timelines, _ = reconstruct_megatron(timelines)
+        timelines, _ = read_labelled(d)
         records.append(RunRecord(d, timelines, config if isinstance(config, dict) else {}))
     return records
 
