@@ -30,7 +30,7 @@ from primuspp.errors import ConfigError, PrimusppError
 from primuspp.inputs import load_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
-from primuspp.sim.calibrate import calibrate
+from primuspp.sim.calibrate import calibrate, rank_sums
 from primuspp.sim.compare import ms as _fmt
 from primuspp.sim.sources import run_dirs
 from primuspp.trace.metrics import Metrics, has_memory_curve, steady, timeline_metrics
@@ -120,10 +120,7 @@ def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
             costs = CostModel(**record.config["costs"])
             table = from_json(read_text(record.path / "schedule.json"), str(record.path))
             act = costs.for_placement(table.placement).activation
-            per_rank = [0.0] * pp
-            for s, a in enumerate(act):
-                per_rank[table.placement.stage_rank[s]] += a
-            return per_rank, "its cost model"
+            return rank_sums(act, table.placement.stage_rank, pp), "its cost model"
         except (KeyError, TypeError, OSError, ValueError, PrimusppError):
             pass
     try:
@@ -131,12 +128,7 @@ def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
     except PrimusppError:
         return [1.0] * pp, "assumed 1"
     if cal.memory_per_stage and cal.stage_rank:
-        per_rank = [0.0] * pp
-        act = cal.costs.activation
-        assert isinstance(act, tuple)
-        for s, a in enumerate(act):
-            per_rank[cal.stage_rank[s]] += a
-        return per_rank, "rise at F per stage"
+        return rank_sums(cal.costs.activation, cal.stage_rank, pp), "rise at F per stage"
     return [cal.activation_per_microbatch or 1.0] * pp, "median rise of the memory curve"
 
 
