@@ -4,6 +4,7 @@ simulator output, a root of several runs or one run."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +91,5 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
         "source": source,
         "memory_unit": tl.memory_unit,
         "has_memory_curve": has_memory_curve(tl),
-        "per_rank": [
-            {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}
-            for r in m.per_rank
-        ],
+        "per_rank": [asdict(r) for r in m.per_rank],
     }
