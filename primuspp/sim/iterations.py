@@ -190,5 +190,6 @@ def simulate_iterations(
         window = [(b, b + c) for b, c in zip(begin, opt, strict=True)]
         laid_out.append(IterationTimes(starts, ends, window))
         release = [b for _, b in window]
-    busy = tuple(sum(duration(node, stage_costs) for node in seq) for seq in order)
+    # compute time per rank (a host transfer runs beside compute, on the rank's host link)
+    busy = tuple(sum(duration(n, stage_costs) for n in seq if n.kind.is_compute) for seq in order)
     return IterationRun(table, costs, post_validation, opt, laid_out, busy)
