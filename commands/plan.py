@@ -160,7 +160,8 @@ def plan(
         winner = None
         if ranked:  # the sweep keeps numbers only: project the winner again for its timeline
             best = ranked[0]
-            winner = project(spec, hw, best.par, best.algorithm, best.layout, first_last=None)
+            params = {"offload": True} if best.offload else None
+            winner = project(spec, hw, best.par, best.algorithm, best.layout, params, first_last=None)
         title = f"{spec.name} on {gpus} x {hw.name}"
         write_file(html, plan_page(title, hw, result, winner), "--html")
         err.print(f"wrote {html}", soft_wrap=True)

@@ -31,6 +31,7 @@ from primuspp.models.hardware import Hardware, Overhead
 from primuspp.models.parallel import Parallel
 from primuspp.models.project import stage_plan
 from primuspp.models.spec import ModelSpec
+from primuspp.sim.calibrate import calibrate, rank_sums
 
 #: "switched off": a factor so large that the part it divides vanishes from the projection
 _OFF = 1e30
@@ -85,23 +86,14 @@ def _variant(hw: Hardware, gemm: bool, other: bool, comm: bool) -> Hardware:
     )
 
 
-def _per_rank(values: tuple[float, ...] | float, stage_rank: list[int], pp: int) -> list[float]:
-    if not isinstance(values, tuple):
-        return [float(values)] * pp
-    out = [0.0] * pp
-    for s, x in enumerate(values):
-        out[stage_rank[s]] += x
-    return out
-
-
 def _kinds(spec, hw, par, algorithm, layout) -> list[list[float]]:
     """Per rank [F, B, W, stages] (ms; the rank's stage count) projected on `hw`."""
     plan = stage_plan(spec, hw, par, algorithm, layout)
     c, pl = plan.costs, plan.placement
     ranks = [pl.stage_rank[s] for s in range(pl.num_stages)]
-    f = _per_rank(c.forward, ranks, par.pp)
-    b = _per_rank(c.backward, ranks, par.pp)
-    w = _per_rank(c.wgrad, ranks, par.pp)
+    f = rank_sums(c.forward, ranks, par.pp)
+    b = rank_sums(c.backward, ranks, par.pp)
+    w = rank_sums(c.wgrad, ranks, par.pp)
     return [[f[r], b[r], w[r], float(ranks.count(r))] for r in range(par.pp)]
 
 
@@ -227,7 +219,6 @@ def calibrate_hardware(
     spec: ModelSpec, hw: Hardware, par: Parallel, path: Path, layout: str = "balanced"
 ) -> Fit:
     """Fit `hw` on the measured run in `path` (a pp_data dump): its schedule with `par`'s sizes."""
-    from primuspp.sim.calibrate import costs_from_dir
     from primuspp.sim.fidelity import load_runs
 
     records = load_runs(path)
@@ -235,12 +226,12 @@ def calibrate_hardware(
     algorithm, pp, vpp, m = real.key
     if not algorithm:
         raise ConfigError(f"--costs-from {path}: the run does not name its algorithm", key="--costs-from")
-    cal = costs_from_dir(str(real.path))
+    cal = calibrate(real.steady())  # the run as read once (load_runs labels it where it has no labels)
     costs = cal.portable()
     run_par = replace(par, pp=pp, vpp=vpp, global_batch_size=par.micro_batch_size * par.dp * m)
-    f = _per_rank(costs.forward, list(range(pp)), pp)
-    b = _per_rank(costs.backward, list(range(pp)), pp)
-    w = _per_rank(costs.wgrad, list(range(pp)), pp)
+    f = rank_sums(costs.forward, list(range(pp)), pp)
+    b = rank_sums(costs.backward, list(range(pp)), pp)
+    w = rank_sums(costs.wgrad, list(range(pp)), pp)
     measured: list[list[float | None]] = [
         [f[r], b[r] + w[r] if cal.bw_split_assumed else b[r], None if cal.bw_split_assumed else w[r]]
         for r in range(pp)

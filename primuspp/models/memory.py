@@ -11,7 +11,7 @@ Activations follow Korthikanti et al., "Reducing Activation Recomputation in Lar
 the norms, of every GEMM and of the attention core, bf16. For their GPT layer (MHA, 4h GeLU MLP, unfused
 softmax, dropout) the count with `dropout=True` equals their s·b·h·(34 + 5·a·s/h) without TP,
 s·b·h·(10 + 24/t + 5as/(ht)) with TP, s·b·h·(34 + 5as/h)/t with TP and sequence parallel, and drops the
-5as/h term with selective recompute (`korthikanti_bytes`; tested). Models without dropout save 2·s·b·h (its
+5as/h term with selective recompute (tested against their formula). Models without dropout save 2·s·b·h (its
 two hidden masks) and the s² mask less. With flash attention (the default on GPUs) the s² softmax is not
 saved, only its fp32 log-sum-exp. Norms also save their per-token statistics (not in Korthikanti's count).
 
@@ -206,16 +206,6 @@ def head_memory(spec: ModelSpec, par: Parallel) -> LayerMemory:
     kept = BYTES * t * spec.hidden * a + BYTES * t * spec.vocab / par.tp
     extra = _sp_keep_bytes(spec, False, par, inputs=1)  # the output layer's gathered input
     return LayerMemory(act + extra, kept + extra)
-
-
-def korthikanti_bytes(spec: ModelSpec, par: Parallel) -> float:
-    """Korthikanti et al.'s per-layer formula for a GPT layer (their eq. 1-4): s·b·h·(34 + 5as/h), divided
-    by t for the parts TP (+SP) splits; selective recompute drops the 5as/h term."""
-    s, b, h, a, t = par.seq_len, par.micro_batch_size, spec.hidden, spec.heads, par.tp
-    quadratic = 0.0 if par.recompute == "selective" else 5 * a * s / h
-    if par.sp:
-        return s * b * h * (34 + quadratic) / t
-    return s * b * h * (10 + 24 / t + quadratic / t)
 
 
 @dataclass(frozen=True)

@@ -223,7 +223,8 @@ def _refine(
         if sweep_params(old.algorithm) is None:
             continue  # built with its one search already
         try:
-            new = project(spec, hw, old.par, old.algorithm, layout, first_last=first_last)
+            params = {"offload": True} if old.offload else None
+            new = project(spec, hw, old.par, old.algorithm, layout, params, first_last=first_last)
         except (ScheduleError, ValidationError, ConfigError):
             continue
         new = replace(new, result=None)
@@ -345,15 +346,32 @@ def _evaluate_one(
     if why:
         raise ScheduleError(why, key="micro_batches")
     plan = stage_plan(spec, hw, p, cand.algorithm, layout, first_last)
-    if not project_unfit and (low := one_microbatch_peak(spec, hw, p, plan)) > hbm:
-        return None, NO_FIT, f"{cand}: {gib(low)} GiB > {gib(hbm)} GiB with one microbatch in flight"
     # keep the numbers, not the timeline: hundreds of timelines would only slow the sweep
-    params = sweep_params(cand.algorithm)
-    pr = project(spec, hw, p, cand.algorithm, layout, params, tables=tables, first_last=first_last, plan=plan)
-    pr = replace(pr, result=None)
-    if pr.fits:
-        return pr, None, ""
+    params = sweep_params(cand.algorithm) or {}
+
+    def run(extra: dict) -> Projection:
+        pr = project(spec, hw, p, cand.algorithm, layout, params | extra, tables, first_last, plan)
+        return replace(pr, result=None)
+
+    pr = None
+    if project_unfit or (low := one_microbatch_peak(spec, hw, p, plan)) <= hbm:
+        pr = run({})
+        if pr.fits:
+            return pr, None, ""
+    # a V-family schedule that does not fit: offload may make it (slower by the transfers)
+    if offloads(cand.algorithm) and (project_unfit or one_microbatch_peak(spec, hw, p, plan, True) <= hbm):
+        off = run({"offload": True})
+        if off.fits:
+            return off, None, ""
+        pr = pr or off
+    if pr is None:
+        return None, NO_FIT, f"{cand}: {gib(low)} GiB > {gib(hbm)} GiB with one microbatch in flight"
     return pr, NO_FIT, f"{cand}: {gib(pr.peak_memory_bytes)} GiB > {gib(hbm)} GiB"
+
+
+def offloads(algorithm: str) -> bool:
+    """Whether `algorithm` takes the `offload` param (the V family)."""
+    return any(p.name == "offload" for p in get_algorithm(algorithm).params)
 
 
 def plan_record(
@@ -366,7 +384,7 @@ def plan_record(
         rank = len(results) + 1
         for p in tie:
             results.append(
-                p.record() | {"algorithm": shown(p.algorithm, p.par.pp), "rank": rank, "tie": len(tie) > 1}
+                p.record() | {"algorithm": shown(p.label, p.par.pp), "rank": rank, "tie": len(tie) > 1}
             )
     return {
         "model": spec.identity(),

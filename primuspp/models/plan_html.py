@@ -8,17 +8,14 @@ from dataclasses import replace
 from html import escape
 
 from primuspp.models.hardware import GIB, Hardware, gib
-from primuspp.models.plan import PlanResult, shown
+from primuspp.models.plan import Candidate, PlanResult
 from primuspp.models.project import Projection
 from primuspp.viz.html import timeline_page
 from primuspp.viz.sources import Source
 
 
 def label(p: Projection) -> str:
-    q = p.par
-    text = f"{shown(p.algorithm, q.pp)} tp{q.tp} cp{q.cp} pp{q.pp} vpp{q.vpp} ep{q.ep} dp{q.dp}"
-    text += f" mbs{q.micro_batch_size}"
-    return text if q.recompute == "none" else f"{text} recompute={q.recompute}"
+    return str(Candidate(p.label, p.par, p.par.gpus))
 
 
 def pareto(points: list[Projection]) -> list[Projection]:

@@ -84,6 +84,12 @@ class Projection:
     comm_exposed_ms: float = 0.0
     comm_hidden_ms: float = 0.0
     notes: tuple[str, ...] = ()  # one line each: a budget a rank's honest bytes pass
+    offload: bool = False  # built with the V family's `offload` param (chunk-0 activations to host)
+
+    @property
+    def label(self) -> str:
+        """The algorithm as tables name it: `zbv+offload` when built with offload."""
+        return f"{self.algorithm}+offload" if self.offload else self.algorithm
 
     @property
     def step_time_ms(self) -> float:
@@ -348,7 +354,8 @@ def project(
             tables[key] = cached
     table, split = cached
     result = simulate(table, costs if split else plan.fused)
-    return _finish(spec, hw, par, algo.name, cut, pc, placement, result)
+    pr = _finish(spec, hw, par, algo.name, cut, pc, placement, result)
+    return replace(pr, offload=bool((params or {}).get("offload")))
 
 
 def other_bytes(spec: ModelSpec, hw: Hardware, par: Parallel) -> float:
@@ -363,11 +370,14 @@ def other_bytes(spec: ModelSpec, hw: Hardware, par: Parallel) -> float:
     return extra
 
 
-def one_microbatch_peak(spec: ModelSpec, hw: Hardware, par: Parallel, plan: StagePlan) -> float:
+def one_microbatch_peak(
+    spec: ModelSpec, hw: Hardware, par: Parallel, plan: StagePlan, offload: bool = False
+) -> float:
     """A lower bound of the most loaded rank's peak under any schedule of a linear, loop or V placement:
     its state, its other bytes and one microbatch's activations on all its stages. (A microbatch's B runs
     its stages in reverse model order, so when its F leaves the rank's last stage every stage of the rank
-    still holds it.) 0 for bidirectional placements, whose microbatches visit only some of a rank's
+    still holds it.) With `offload` (chunk 0's moved to host between its F and B) only the largest of
+    its stages' is certain. 0 for bidirectional placements, whose microbatches visit only some of a rank's
     stages."""
     placement, pc = plan.placement, plan.parts
     if placement.kind not in ("linear", "loop", "v"):
@@ -379,7 +389,8 @@ def one_microbatch_peak(spec: ModelSpec, hw: Hardware, par: Parallel, plan: Stag
         state = state_bytes(
             sum(pc.dense_params[p] for p in parts), sum(pc.expert_params[p] for p in parts), par
         )
-        worst = max(worst, state.total + other + sum(pc.activation[p] for p in parts))
+        acts = [pc.activation[p] for p in parts]
+        worst = max(worst, state.total + other + (max(acts) if offload else sum(acts)))
     return worst
 
 

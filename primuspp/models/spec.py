@@ -125,10 +125,6 @@ class ModelSpec:
     def moe_layers(self) -> int:
         return sum(self.is_moe_layer(i) for i in range(self.layers))
 
-    @property
-    def dense_layers(self) -> int:
-        return self.layers - self.moe_layers
-
     def with_(self, **changes: object) -> ModelSpec:
         """A copy with `changes`; a head width or KV-head count that was derived (hidden / heads, MHA) is
         derived again from the new sizes unless given."""

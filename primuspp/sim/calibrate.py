@@ -21,14 +21,15 @@ median is split `bw_split` : 1 - `bw_split` into B and W, an assumption the call
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
 from primuspp.errors import ConfigError
 from primuspp.schedule.costs import CostModel
-from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
+from primuspp.trace.metrics import steady
+from primuspp.trace.reconstruct import read_labelled
 from primuspp.trace.timeline import Interval, Timeline
 
 
@@ -70,13 +71,8 @@ class Calibration:
             return replace(c, activation=act)
         pp = max(self.stage_rank) + 1
 
-        def per_rank(value):
-            if not isinstance(value, tuple):
-                return value  # a scalar already means a rank's share
-            sums = [0.0] * pp
-            for s, x in enumerate(value):
-                sums[self.stage_rank[s]] += x
-            return tuple(sums)
+        def per_rank(value):  # a scalar already means a rank's share
+            return tuple(rank_sums(value, self.stage_rank, pp)) if isinstance(value, tuple) else value
 
         act = c.activation if isinstance(c.activation, tuple) else (c.activation,) * len(self.stage_rank)
         bf = c.b_free_fraction
@@ -95,6 +91,16 @@ class Calibration:
             b_free_fraction=bf,
             fb_overlap=c.fb_overlap,
         )
+
+
+def rank_sums(values: tuple[float, ...] | float, stage_rank: Sequence[int], pp: int) -> list[float]:
+    """Per-stage values summed over each rank's stages (a scalar: already each rank's share)."""
+    if not isinstance(values, tuple):
+        return [float(values)] * pp
+    out = [0.0] * pp
+    for s, x in enumerate(values):
+        out[stage_rank[s]] += x
+    return out
 
 
 def _scaled(value: float | tuple[float, ...], k: float) -> float | tuple[float, ...]:
@@ -284,9 +290,5 @@ def costs_from_dir(path: str, bw_split: float = 0.5) -> Calibration:
     A dump without microbatch/chunk labels (Primus' older format) is labelled first from the schedule that
     produced it (as `viz` does): with v > 1 each chunk is then measured on its own, instead of both chunks'
     intervals pooled into one median that stands for only one of them."""
-    timelines = read_pp_data(path)
-    labels = ""
-    if needs_labels(timelines[0]):
-        timelines, labels = reconstruct_megatron(timelines)
-    steady = timelines[1:] if len(timelines) > 2 else timelines  # the first iteration includes warm-up
-    return replace(calibrate(steady, bw_split), labels=labels)
+    timelines, labels = read_labelled(path)
+    return replace(calibrate(steady(timelines), bw_split), labels=labels)  # the first includes warm-up

@@ -30,12 +30,11 @@ from primuspp.errors import ConfigError, PrimusppError
 from primuspp.inputs import load_json, read_text
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
-from primuspp.sim.calibrate import calibrate
+from primuspp.sim.calibrate import calibrate, rank_sums
 from primuspp.sim.compare import ms as _fmt
 from primuspp.sim.sources import run_dirs
-from primuspp.trace.metrics import Metrics, timeline_metrics
-from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
+from primuspp.trace.metrics import Metrics, has_memory_curve, steady, timeline_metrics
+from primuspp.trace.reconstruct import read_labelled
 from primuspp.trace.timeline import Timeline
 
 
@@ -63,17 +62,12 @@ class RunRecord:
         return (tl.algorithm, tl.pp, tl.vpp, tl.micro_batches)
 
     def steady(self) -> list[Timeline]:
-        return self.timelines[1:] if len(self.timelines) > 2 else self.timelines
+        return steady(self.timelines)
 
 
 def describe_key(key: tuple[str, int, int, int]) -> str:
     algo, p, v, m = key
     return f"{algo or 'unknown schedule'} p={p} v={v} m={m}"
-
-
-def has_memory_curve(timeline: Timeline) -> bool:
-    """Whether the run recorded activation memory over time (not only a peak figure)."""
-    return any(len(rt.memory) > 1 for rt in timeline.ranks)
 
 
 def load_runs(path: str | Path) -> list[RunRecord]:
@@ -85,9 +79,7 @@ def load_runs(path: str | Path) -> list[RunRecord]:
         config: dict[str, Any] = {}
         if (d / "config.json").is_file():
             config = load_json(d / "config.json")
-        timelines = read_pp_data(d)
-        if needs_labels(timelines[0]):
-            timelines, _ = reconstruct_megatron(timelines)
+        timelines, _ = read_labelled(d)
         records.append(RunRecord(d, timelines, config if isinstance(config, dict) else {}))
     return records
 
@@ -128,10 +120,7 @@ def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
             costs = CostModel(**record.config["costs"])
             table = from_json(read_text(record.path / "schedule.json"), str(record.path))
             act = costs.for_placement(table.placement).activation
-            per_rank = [0.0] * pp
-            for s, a in enumerate(act):
-                per_rank[table.placement.stage_rank[s]] += a
-            return per_rank, "its cost model"
+            return rank_sums(act, table.placement.stage_rank, pp), "its cost model"
         except (KeyError, TypeError, OSError, ValueError, PrimusppError):
             pass
     try:
@@ -139,12 +128,7 @@ def _per_rank_activation(record: RunRecord) -> tuple[list[float], str]:
     except PrimusppError:
         return [1.0] * pp, "assumed 1"
     if cal.memory_per_stage and cal.stage_rank:
-        per_rank = [0.0] * pp
-        act = cal.costs.activation
-        assert isinstance(act, tuple)
-        for s, a in enumerate(act):
-            per_rank[cal.stage_rank[s]] += a
-        return per_rank, "rise at F per stage"
+        return rank_sums(cal.costs.activation, cal.stage_rank, pp), "rise at F per stage"
     return [cal.activation_per_microbatch or 1.0] * pp, "median rise of the memory curve"
 
 

@@ -12,9 +12,9 @@ run repeats it, and what happens between two iterations decides how much of the 
   rare rollback is not modelled) and starts the next iteration after it. One iteration's drain then
   overlaps the next one's fill wherever the data dependencies allow.
 
-Within an iteration every node is timed as the simulator times it (`schedule.semantics`: a node starts when
-its rank is free and its inputs have arrived, `comm` later from another rank); the only change is that a
-rank is free from its release time (the end of its previous optimizer step) rather than from 0. Iterations
+Within an iteration every node is timed by the simulator's clock (`schedule.timing.resume`: a node starts
+when its rank is free and its inputs have arrived, `comm` later from another rank); the only change is that
+a rank is free from its release time (the end of its previous optimizer step) rather than from 0. Iterations
 share no data, so they are timed one after the other.
 
 Figures (`IterationRun`): `iteration_ends[k]` = when the last rank's optimizer step of iteration k ends
@@ -30,11 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from primuspp.errors import ConfigError, ValidationError
-from primuspp.schedule.costs import CostModel, StageCosts
+from primuspp.errors import ConfigError
+from primuspp.schedule.costs import CostModel
 from primuspp.schedule.limits import MAX_COST
-from primuspp.schedule.semantics import duration, inputs, outputs
+from primuspp.schedule.semantics import duration
 from primuspp.schedule.table import ScheduleTable
+from primuspp.schedule.timing import resume
 
 #: the optimizer step's default cost (per rank, in the cost model's unit): none, so that the figures of
 #: one iteration are the simulator's; pass the model's own (e.g. measured) to see what it costs
@@ -145,72 +146,6 @@ def optimizer_per_rank(cost: OptimizerCost, pp: int, key: str = "--optimizer-cos
     return tuple(float(x) for x in values)
 
 
-class _Compiled:
-    """The table's compute order with each node's duration, inputs (datum index, extra delay) and outputs
-    (datum indices), worked out once for all iterations."""
-
-    def __init__(self, table: ScheduleTable, costs: StageCosts) -> None:
-        placement = table.placement
-        srank = placement.stage_rank
-        index: dict[tuple[str, int, int], int] = {}
-
-        def datum(x: tuple[str, int, int]) -> int:
-            return index.setdefault(x, len(index))
-
-        self.ranks: list[list[tuple[float, tuple[tuple[int, float], ...], tuple[int, ...]]]] = []
-        for r, nodes in enumerate(table.compute_order()):
-            compiled = []
-            for node in nodes:
-                needs = tuple(
-                    (datum(x), costs.comm if srank[x[2]] != r else 0.0) for x in inputs(node, placement)
-                )
-                makes = tuple(datum(x) for x in outputs(node))
-                compiled.append((duration(node, costs), needs, makes))
-            self.ranks.append(compiled)
-        self.n_data = len(index)
-        self.busy = tuple(sum(d for d, _, _ in nodes) for nodes in self.ranks)
-
-    def times(self, release: Sequence[float]) -> tuple[list[list[float]], list[list[float]]]:
-        """Start and end of every node when rank r is free from `release[r]` on (one pass in dependency
-        order: a rank that meets a missing input parks on it and is woken when it is made)."""
-        made: list[float | None] = [None] * self.n_data
-        waiting: dict[int, list[int]] = {}
-        n = len(self.ranks)
-        ptr = [0] * n
-        free = [float(t) for t in release]
-        starts = [[0.0] * len(nodes) for nodes in self.ranks]
-        ends = [[0.0] * len(nodes) for nodes in self.ranks]
-        queue = list(range(n - 1, -1, -1))
-        while queue:
-            r = queue.pop()
-            nodes, i, t = self.ranks[r], ptr[r], free[r]
-            while i < len(nodes):
-                dur, needs, makes = nodes[i]
-                ready = t
-                missing = -1
-                for d, extra in needs:
-                    e = made[d]
-                    if e is None:
-                        missing = d
-                        break
-                    if e + extra > ready:
-                        ready = e + extra
-                if missing >= 0:
-                    waiting.setdefault(missing, []).append(r)
-                    break
-                t = ready + dur
-                starts[r][i], ends[r][i] = ready, t
-                for d in makes:
-                    made[d] = t
-                    queue.extend(waiting.pop(d, ()))
-                i += 1
-            ptr[r], free[r] = i, t
-        stuck = [r for r in range(n) if ptr[r] < len(self.ranks[r])]
-        if stuck:  # a validated table never gets here (the simulator names the cycle)
-            raise ValidationError(f"ranks {stuck} wait for inputs no rank produces")
-        return starts, ends
-
-
 def simulate_iterations(
     table: ScheduleTable,
     costs: CostModel | None = None,
@@ -224,8 +159,12 @@ def simulate_iterations(
     costs = costs or CostModel()
     pp = table.pp
     opt = optimizer_per_rank(optimizer_cost, pp)
-    compiled = _Compiled(table, costs.for_placement(table.placement))
-    nodes = sum(len(r) for r in compiled.ranks)
+    placement, order, stage_costs = (
+        table.placement,
+        table.compute_order(),
+        costs.for_placement(table.placement),
+    )
+    nodes = sum(len(r) for r in order)
     if iterations * nodes > MAX_LAID_OUT:
         raise ConfigError(
             f"--iterations {iterations}: {iterations} x {nodes:,} nodes is more than {MAX_LAID_OUT:,} node "
@@ -236,7 +175,12 @@ def simulate_iterations(
     release = [0.0] * pp
     laid_out = []
     for _ in range(iterations):
-        starts, ends = compiled.times(release)
+        # the one clock, each rank free from its release (no iteration's data reaches another)
+        starts, ends = [[0.0] * len(seq) for seq in order], [[0.0] * len(seq) for seq in order]
+        size = table.num_microbatches * placement.num_stages
+        resume(
+            placement, order, stage_costs, [0] * pp, list(release), starts, ends, [None] * size, [None] * size
+        )
         last = [e[-1] if e else release[r] for r, e in enumerate(ends)]
         if post_validation:
             begin = last
@@ -246,4 +190,6 @@ def simulate_iterations(
         window = [(b, b + c) for b, c in zip(begin, opt, strict=True)]
         laid_out.append(IterationTimes(starts, ends, window))
         release = [b for _, b in window]
-    return IterationRun(table, costs, post_validation, opt, laid_out, compiled.busy)
+    # compute time per rank (a host transfer runs beside compute, on the rank's host link)
+    busy = tuple(sum(duration(n, stage_costs) for n in seq if n.kind.is_compute) for seq in order)
+    return IterationRun(table, costs, post_validation, opt, laid_out, busy)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from primuspp.algorithms.registry import build_schedule, refusal
@@ -75,8 +75,5 @@ def summary(result: SimResult) -> dict[str, Any]:
         "source": result.timeline.source,
         "memory_unit": result.timeline.memory_unit,
         "params": dict(table.params),
-        "per_rank": [
-            {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}
-            for r in m.per_rank
-        ],
+        "per_rank": [asdict(r) for r in m.per_rank],
     }

@@ -4,12 +4,13 @@ simulator output, a root of several runs or one run."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from primuspp.errors import ConfigError
 from primuspp.inputs import finite, load_json
-from primuspp.trace.metrics import timeline_metrics
+from primuspp.trace.metrics import has_memory_curve, steady, timeline_metrics, typical
 from primuspp.trace.pp_data import read_pp_data
 
 #: the `source` of a run Primus' own simulator wrote (its config.json names no source)
@@ -66,12 +67,11 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
     there are more than two — the same figures `compare`'s predicted-vs-measured table shows. Per-rank
     figures are those of the iteration with the median step time (`iteration`); `statistic` says so."""
     timelines = read_pp_data(path)
-    steady = timelines[1:] if len(timelines) > 2 else timelines
-    metrics = [timeline_metrics(t) for t in steady]
-    order = sorted(range(len(steady)), key=lambda i: metrics[i].step_time)
-    pick = order[(len(order) - 1) // 2]
-    tl, m = steady[pick], metrics[pick]
-    n = len(steady)
+    counted = steady(timelines)
+    metrics = [timeline_metrics(t) for t in counted]
+    pick = typical(counted)
+    tl, m = counted[pick], metrics[pick]
+    n = len(counted)
     source, config = tl.source, path / "config.json"
     if source == "simulated" and not (config.is_file() and "source" in load_json(config)):
         source = PRIMUS_SIMULATOR
@@ -90,9 +90,6 @@ def summary_from_pp_data(path: Path) -> dict[str, Any]:
         "iteration": tl.iteration,
         "source": source,
         "memory_unit": tl.memory_unit,
-        "has_memory_curve": any(len(rt.memory) > 1 for rt in tl.ranks),
-        "per_rank": [
-            {"rank": r.rank, "busy": r.busy, "span": r.span, "total": r.total, "peak_memory": r.peak_memory}
-            for r in m.per_rank
-        ],
+        "has_memory_curve": has_memory_curve(tl),
+        "per_rank": [asdict(r) for r in m.per_rank],
     }

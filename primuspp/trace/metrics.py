@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from primuspp.trace.columns import IntervalColumns
 from primuspp.trace.timeline import Timeline
@@ -32,17 +31,22 @@ class Metrics:
     p2p_transfers: int = 0
 
 
-def step_record(step: int, timeline: Timeline, **extra: Any) -> dict[str, Any]:
-    """One step of a run's JSON document: its number, `extra` (e.g. the loss), step time, bubble and the peak
-    activation bytes per rank."""
-    m = timeline_metrics(timeline)
-    return {
-        "step": step,
-        **extra,
-        "step_time_ms": m.step_time,
-        "bubble_rate": m.bubble_rate,
-        "peak_activation_bytes": [int(r.peak_memory) for r in m.per_rank],
-    }
+def steady(timelines: list[Timeline]) -> list[Timeline]:
+    """A measured run's iterations that count: all but the first (warm-up) when there are more than two."""
+    return timelines[1:] if len(timelines) > 2 else timelines
+
+
+def typical(timelines: list[Timeline] | tuple[Timeline, ...]) -> int:
+    """The index of the iteration whose step time is the run's median (the lower median; the earliest of
+    equals): not a warm-up iteration nor an outlier."""
+    steps = [timeline_metrics(t).step_time for t in timelines]
+    order = sorted(range(len(steps)), key=lambda i: (steps[i], i))
+    return order[(len(order) - 1) // 2]
+
+
+def has_memory_curve(timeline: Timeline) -> bool:
+    """Whether the run recorded activation memory over time (not only a peak figure)."""
+    return any(len(rt.memory) > 1 for rt in timeline.ranks)
 
 
 def timeline_metrics(timeline: Timeline) -> Metrics:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from primuspp.trace.pp_data import read_pp_data
 from primuspp.trace.timeline import Interval, RankTimeline, Timeline
 
 if TYPE_CHECKING:
@@ -85,6 +87,13 @@ def reconstruct_megatron(timelines: list[Timeline]) -> tuple[list[Timeline], str
     if failed and len(failed) < len(results):
         note += f" (in {len(failed)} of {len(results)} iterations)"
     return [r.timeline for r in results], note
+
+
+def read_labelled(directory: str | Path) -> tuple[list[Timeline], str]:
+    """A pp_data dump's iterations, labelled by `reconstruct_megatron` where they carry no labels, and its
+    line saying so ("" when they had labels)."""
+    timelines = read_pp_data(directory)
+    return reconstruct_megatron(timelines) if needs_labels(timelines[0]) else (timelines, "")
 
 
 def _labelled(iv: Interval, node, chunk: tuple[int, ...]) -> Interval:

@@ -125,9 +125,3 @@ def compare_table_html(rows: list[dict[str, Any]], best: str | None, reason: str
         body.append(f'<tr class="{css}">' + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     table = f'<table class="compare"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
     return f'<p class="meta"><b>recommendation:</b> {escape(reason)}</p><div class="scroll">{table}</div>'
-
-
-def _fmt(key: str, value: float) -> str:
-    if key == "bubble_rate":
-        return f"{value:.2f}%"
-    return ms(value) if key == "step_time" else f"{value:.4g}"

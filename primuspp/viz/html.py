@@ -29,7 +29,7 @@ _ERROR_HOOK = (
 
 def timeline_page(sources: list[Source], iteration: str | None = None, title: str = "primuspp viz") -> str:
     """One section per source, all on one time axis; runs with several iterations get a selector that
-    starts at `iteration` (default: a typical one, `sources.typical`)."""
+    starts at `iteration` (default: a typical one, `trace.metrics.typical`)."""
     picks = shown_iterations(sources, iteration)
     shown_end = max(time_span(s.timelines[i])[1] for s, i in zip(sources, picks, strict=True))
     x_range = (0.0, shown_end * 1.005 if shown_end > 0 else 1.0)

@@ -12,8 +12,9 @@ from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_json
 from primuspp.sim.engine import simulate
 from primuspp.sim.runs import run
-from primuspp.trace.pp_data import read_pp_data
-from primuspp.trace.reconstruct import needs_labels, reconstruct_megatron
+from primuspp.sim.sources import run_dirs
+from primuspp.trace.metrics import typical
+from primuspp.trace.reconstruct import read_labelled
 from primuspp.trace.timeline import Timeline
 
 YAML_SUFFIXES = (".yaml", ".yml")
@@ -57,17 +58,6 @@ def shown_iterations(sources: list[Source], iteration: str | None) -> list[int]:
     ]
 
 
-def typical(timelines: tuple[Timeline, ...]) -> int:
-    """The index of the iteration whose step time (first start to last end) is the run's median (the lower
-    median; the earliest of equals): not a warm-up iteration nor an outlier."""
-    steps = []
-    for tl in timelines:
-        ends = [(iv.start, iv.end) for rt in tl.ranks for iv in rt.intervals]
-        steps.append(max(e for _, e in ends) - min(s for s, _ in ends) if ends else 0.0)
-    order = sorted(range(len(steps)), key=lambda i: (steps[i], i))
-    return order[(len(order) - 1) // 2]
-
-
 def _iteration_range(source: Source) -> str:
     its = [tl.iteration for tl in source.timelines]
     return its[0] if len(its) == 1 else f"{its[0]}..{its[-1]}"
@@ -97,16 +87,7 @@ def load_path(path: Path) -> list[Source]:
             "output directory, a pp_data directory or a YAML config",
             key="path",
         )
-    if any(path.glob("pp_rank_*.json")):
-        return [_run_dir(path)]
-    runs = sorted(p for p in path.iterdir() if p.is_dir() and any(p.glob("pp_rank_*.json")))
-    if not runs:
-        raise ConfigError(
-            f"{path}: no pp_rank_<r>.json files, nor run directories holding them "
-            "(expected a simulate output or pp_data directory)",
-            key="path",
-        )
-    sources = [_run_dir(p) for p in runs]
+    sources = [_run_dir(p) for p in run_dirs(path)]
     if len({_size(s) for s in sources}) > 1:  # a root of several sizes is not one set: by size, labelled
         sources = [
             replace(s, label=f"{s.label} (p {_size(s)[0]}, m {_size(s)[1]})")
@@ -148,9 +129,5 @@ def _run_dir(path: Path) -> Source:
             "fewer ranks or microbatches to look at",
             key="path",
         )
-    timelines = read_pp_data(path)
-    label = timelines[0].name or path.name
-    if not needs_labels(timelines[0]):
-        return Source(label, str(path), tuple(timelines))
-    labelled, note = reconstruct_megatron(timelines)
-    return Source(label, str(path), tuple(labelled), note)
+    timelines, note = read_labelled(path)
+    return Source(timelines[0].name or path.name, str(path), tuple(timelines), note)

@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+from primuspp.trace.metrics import has_memory_curve
 from primuspp.trace.timeline import Interval, Timeline
 from primuspp.viz.arrays import typed, typed_rows
 from primuspp.viz.style import (
@@ -47,7 +48,7 @@ def timeline_figure(
     pp = len(timeline.ranks)
     gl = box_count(timeline) > bar_limit
     first, last = time_span(timeline)
-    has_memory = any(len(rt.memory) > 1 for rt in timeline.ranks)
+    has_memory = has_memory_curve(timeline)
     row_px = max(12, min(30, 480 // max(pp, 1)))
     timeline_px = max(pp * row_px, 120)
     row_px = timeline_px / max(pp, 1)

@@ -8,8 +8,9 @@ import pytest
 from primuspp.models import PRESETS
 from primuspp.models.costs import attention_core_flops, layer_cost
 from primuspp.models.hardware import load_hardware
-from primuspp.models.memory import korthikanti_bytes, layer_memory, state_bytes
+from primuspp.models.memory import layer_memory, state_bytes
 from primuspp.models.parallel import Parallel
+from tests.oracles.formulas import korthikanti_bytes
 
 GPT = PRESETS["megatron-gpt"].with_(hidden=1024, ffn=4096, heads=16)
 H100 = load_hardware("h100")

@@ -272,3 +272,26 @@ def test_nothing_divides_is_one_line_in_either_mode(capsys, flag, jobs):
     assert (
         err.startswith("error: no configuration can run (not divisible)") and "does not divide 64 GPUs" in err
     )
+
+
+def test_offload_ranks_a_v_schedule_that_fits_only_with_it(capsys):
+    # llama3-8b PP4 at 8192 tokens on H100: zbv needs 78.5 GiB of 74.5; offloading its chunk-0 activations
+    # brings it to 74.2, slower by the host transfers, and it is ranked as zbv+offload
+    args = ["plan", "--model", "llama3-8b", "--gpu", "h100", "--gpus", "4", "--tp", "1", "--pp", "4"]
+    args += ["--cp", "1", "--seq-len", "8192", "--global-batch-size", "16", "--micro-batch-size", "1"]
+    args += ["--json"]
+    from primuspp.models.project import project
+
+    par = Parallel(pp=4, vpp=2, micro_batch_size=1, global_batch_size=16, seq_len=8192)
+    plain = project(PRESETS["llama3-8b"], load_hardware("h100"), par, "zbv").record()
+    assert not plain["fits"]
+    code, out, _ = run(capsys, *args, "-a", "zbv")
+    doc = json.loads(out)
+    (off,) = doc["results"]
+    assert code == 0 and doc["fitting"] == 1 and NO_FIT not in doc["dropped"]
+    assert off["algorithm"] == "zbv+offload" and off["fits"]
+    assert off["peak_memory_bytes"] < off["hbm_bytes"] < plain["peak_memory_bytes"]
+    assert off["step_time_ms"] > plain["step_time_ms"]
+    # a schedule that fits without it is not offloaded
+    code, out, _ = run(capsys, *args, "-a", "v-half")
+    assert code == 0 and json.loads(out)["results"][0]["algorithm"] == "v-half"

@@ -79,7 +79,7 @@ def test_qwen2_tied_with_qkv_bias():
 
 def test_deepseek_layer_kinds():
     spec = PRESETS["deepseek-v3"]
-    assert spec.dense_layers == 3 and spec.moe_layers == 58
+    assert spec.layers - spec.moe_layers == 3 and spec.moe_layers == 58
     assert [spec.is_moe_layer(i) for i in range(4)] == [False, False, False, True]
 
 

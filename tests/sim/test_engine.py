@@ -6,7 +6,7 @@ from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import from_text
 from primuspp.schedule.validation import validate
 from primuspp.sim import simulate
-from primuspp.sim.formulas import step_time
+from tests.oracles.formulas import step_time
 
 EQUAL = CostModel(forward=1000, backward=1000, wgrad=1000)
 

@@ -40,7 +40,7 @@ def test_old_real_run_gets_microbatches_from_megatron_schedule(primus_data):
     "make,match",
     [
         (lambda d: d / "missing", "missing: no such file or directory"),
-        (lambda d: d, "no pp_rank_<r>.json files, nor run directories"),
+        (lambda d: d, "pp_rank_<r>.json files, nor run directories"),
         (lambda d: (d / "x.txt").write_text("hi") and d / "x.txt", "x.txt: expected a simulate output"),
         (lambda d: (d / "pp_rank_0.json").write_text("[1]") and d, "pp_rank_0.json: expected an object"),
         (
