@@ -113,8 +113,9 @@ def simulate(
         _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show, laps)
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
+    from primuspp.algorithms.registry import refusal
     from primuspp.config.loader import run_specs, simulation_config
-    from primuspp.sim.output import results_dir, write_results
+    from primuspp.errors import ScheduleError
     from primuspp.sim.runs import run, split_refused, summary
 
     cfg = simulation_config(config)
@@ -122,8 +123,14 @@ def simulate(
         cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
     )
     refused: list[dict[str, str]] = []
-    if not algo:  # a sweep skips (and lists) what an algorithm refuses; a named one is an error (exit 2)
+    if algo:  # a named algorithm's refusal is an error (exit 2), raised before anything is built
+        for spec in specs:
+            if reason := refusal(spec.algorithm, spec.pp, spec.vpp, spec.micro_batches, spec.params):
+                raise ScheduleError(reason, key="micro_batches")
+    else:  # a sweep skips (and lists) what an algorithm refuses
         specs, refused = split_refused(specs)
+    from primuspp.sim.output import results_dir, write_results  # the checks above import no numpy
+
     target = out_dir or Path(cfg.output_dir)
     # locked, every target checked first
     with results_dir(target, [spec.name for spec in specs]):
