@@ -4,7 +4,7 @@ primuspp.models): a plain `simulate --algo` run reads them too, and should pay o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from primuspp.errors import ConfigError
@@ -100,15 +100,13 @@ class ModelFlags:
                 msg = msg.replace(f"model.{k}=", f"{flag} ")
             raise ConfigError(msg, key=e.key) from None
 
-    @classmethod
-    def given(cls, params: Mapping[str, Any], abstract: Mapping[str, object]) -> ModelFlags:
-        """The flags from a verb's parameters (its `locals()`), checked: without --model its companions are
-        errors, with --model the abstract-cost flags in `abstract` (`{"--fwd": value, ...}`) are."""
-        flags = cls(**{f.name: params[f.name] for f in fields(cls)})
-        flags.check_without_model()
-        if flags.model is not None:
+    def checked(self, abstract: Mapping[str, object]) -> ModelFlags:
+        """These flags, checked: without --model its companions are errors, with --model the abstract-cost
+        flags in `abstract` (`{"--fwd": value, ...}`) are."""
+        self.check_without_model()
+        if self.model is not None:
             reject_with_model(abstract)
-        return flags
+        return self
 
     def check_without_model(self) -> None:
         """Without --model, its companions mean nothing: the first one given is an error."""
@@ -122,6 +120,10 @@ class ModelFlags:
                     "--config, --fwd/--bwd/--wgrad/--comm or --costs-from otherwise)",
                     key=flag,
                 )
+
+
+#: a verb's `flags` when it is called without the --model flags (`options.model_options` gives them)
+NO_MODEL = ModelFlags()
 
 
 def reject_with_model(given: dict[str, object]) -> None:

@@ -351,3 +351,42 @@ HeadsOpt = Annotated[int | None, typer.Option("--heads", help="With --model: att
 FfnOpt = Annotated[int | None, typer.Option("--ffn", help="With --model: MLP width instead.")]
 KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="With --model: key/value heads instead.")]
 VocabOpt = Annotated[int | None, typer.Option("--vocab", help="With --model: vocabulary size instead.")]
+
+#: the --model flags (parameter name: option), in the order --help lists them (`model_options`)
+MODEL_OPTIONS: dict[str, Any] = {
+    name: globals()[alias]
+    for name, alias in (
+        pair.split(":")
+        for pair in """model:ModelOpt gpu:GpuOpt tp:TpOpt ep:EpOpt cp:CpOpt gpus:GpusOpt
+        micro_batch_size:MbsOpt global_batch_size:GbsOpt seq_len:SeqLenOpt recompute:RecomputeOpt
+        layout:LayoutOpt dtype:DtypeOpt no_sequence_parallel:NoSpOpt sp_wgrad:SpWgradOpt
+        first_layers:FirstLayersOpt last_layers:LastLayersOpt layers:LayersOpt hidden:HiddenOpt
+        heads:HeadsOpt ffn:FfnOpt kv_heads:KvHeadsOpt vocab:VocabOpt recompute_layers:RecomputeLayersOpt
+        main_grads_dtype:MainGradsOpt moments_dtype:MomentsOpt no_distributed_optimizer:NoDistOptOpt
+        overlap:OverlapOpt""".split()  # noqa: SIM905
+    )
+}
+
+
+def model_options(verb: Callable[..., Any]) -> Callable[..., Any]:
+    """`verb` with the --model flags (`MODEL_OPTIONS`) after its own parameters, given to it as one
+    `flags` argument (a `ModelFlags`, which the verb checks against its abstract-cost flags)."""
+    import functools
+    import inspect
+
+    from primuspp.commands.model_flags import ModelFlags
+
+    own = [p for name, p in inspect.signature(verb, eval_str=True).parameters.items() if name != "flags"]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    extra = [
+        inspect.Parameter(name, keyword, default=False if a.__origin__ is bool else None, annotation=a)
+        for name, a in MODEL_OPTIONS.items()
+    ]
+
+    @functools.wraps(verb)
+    def run(**given: Any) -> Any:
+        return verb(flags=ModelFlags(**{name: given.pop(name) for name in MODEL_OPTIONS}), **given)
+
+    run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in (*own, *extra)}
+    return run
