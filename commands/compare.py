@@ -12,7 +12,7 @@ import typer
 from primuspp.algorithms.registry import ALGORITHMS
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.model_flags import NO_MODEL, ModelFlags
+from primuspp.commands.model_flags import NO_MODEL, ModelFlags, model_options
 from primuspp.commands.render import fidelity_table, results_table
 from primuspp.config.loader import run_specs, simulation_config
 from primuspp.errors import ConfigError
@@ -28,7 +28,7 @@ def _value(x: object) -> str:
     return "/".join(f"{v:.4g}" for v in x) if isinstance(x, list) else f"{x:.4g}"
 
 
-@o.model_options
+@model_options
 def compare(
     sources: Annotated[
         list[Path] | None,

@@ -352,7 +352,8 @@ FfnOpt = Annotated[int | None, typer.Option("--ffn", help="With --model: MLP wid
 KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="With --model: key/value heads instead.")]
 VocabOpt = Annotated[int | None, typer.Option("--vocab", help="With --model: vocabulary size instead.")]
 
-#: the --model flags (parameter name: option), in the order --help lists them (`model_options`)
+#: the --model flags (parameter name: option), in the order --help lists them
+#: (`model_flags.model_options`)
 MODEL_OPTIONS: dict[str, Any] = {
     name: globals()[alias]
     for name, alias in (
@@ -366,27 +367,3 @@ MODEL_OPTIONS: dict[str, Any] = {
         overlap:OverlapOpt""".split()  # noqa: SIM905
     )
 }
-
-
-def model_options(verb: Callable[..., Any]) -> Callable[..., Any]:
-    """`verb` with the --model flags (`MODEL_OPTIONS`) after its own parameters, given to it as one
-    `flags` argument (a `ModelFlags`, which the verb checks against its abstract-cost flags)."""
-    import functools
-    import inspect
-
-    from primuspp.commands.model_flags import ModelFlags
-
-    own = [p for name, p in inspect.signature(verb, eval_str=True).parameters.items() if name != "flags"]
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    extra = [
-        inspect.Parameter(name, keyword, default=False if a.__origin__ is bool else None, annotation=a)
-        for name, a in MODEL_OPTIONS.items()
-    ]
-
-    @functools.wraps(verb)
-    def run(**given: Any) -> Any:
-        return verb(flags=ModelFlags(**{name: given.pop(name) for name in MODEL_OPTIONS}), **given)
-
-    run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
-    run.__annotations__ = {p.name: p.annotation for p in (*own, *extra)}
-    return run

@@ -10,7 +10,7 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
-from primuspp.commands.model_flags import NO_MODEL, ModelFlags
+from primuspp.commands.model_flags import NO_MODEL, ModelFlags, model_options
 
 if TYPE_CHECKING:
     from primuspp.sim.engine import SimResult
@@ -47,7 +47,7 @@ OptimizerCostOpt = Annotated[
 ]
 
 
-@o.model_options
+@model_options
 def simulate(
     config: o.ConfigOpt = None,
     algo: o.AlgoOpt = None,
