@@ -73,7 +73,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cwd:
         for rnd in range(a.repeat + 1):  # round 0 warms (byte code, page cache)
             for name, args in cmds.items():
-                for side, source in sides.items():
+                for side, source in list(sides.items())[:: 1 if rnd % 2 else -1]:  # who runs first alternates
                     sample = run(args, cwd, source)
                     if rnd:
                         samples.setdefault((name, side), []).append(sample)

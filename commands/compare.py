@@ -5,33 +5,30 @@ from __future__ import annotations
 import json
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from primuspp.algorithms.registry import ALGORITHMS
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
+from primuspp.commands.model_flags import NO_MODEL, ModelFlags, model_options
 from primuspp.commands.render import fidelity_table, results_table
-from primuspp.config.loader import load_config, run_specs
+from primuspp.config.loader import run_specs, simulation_config
 from primuspp.errors import ConfigError
 from primuspp.outputs import check_file_target, default_pp_data_dir
 from primuspp.sim.compare import Ranking, check_limit_unit, group_rows, rank_results
 from primuspp.sim.fidelity import RunRecord, describe_key, load_runs, pair_runs, predicted_vs_measured
 from primuspp.sim.output import write_result
-from primuspp.sim.recommend import candidate_specs, simulate_candidates
 from primuspp.sim.runs import run, split_refused, summary
 from primuspp.sim.sources import summaries_from_dir
-from primuspp.viz.html import compare_page, write_file
-
-if TYPE_CHECKING:
-    from primuspp.commands.model_flags import ModelFlags
 
 
 def _value(x: object) -> str:
     return "/".join(f"{v:.4g}" for v in x) if isinstance(x, list) else f"{x:.4g}"
 
 
+@model_options
 def compare(
     sources: Annotated[
         list[Path] | None,
@@ -56,33 +53,7 @@ def compare(
         Path | None,
         typer.Option("--html", help="Also write bar charts of step time, bubble and peak memory (HTML)."),
     ] = None,
-    model: o.ModelOpt = None,
-    gpu: o.GpuOpt = None,
-    tp: o.TpOpt = None,
-    ep: o.EpOpt = None,
-    cp: o.CpOpt = None,
-    gpus: o.GpusOpt = None,
-    micro_batch_size: o.MbsOpt = None,
-    global_batch_size: o.GbsOpt = None,
-    seq_len: o.SeqLenOpt = None,
-    recompute: o.RecomputeOpt = None,
-    layout: o.LayoutOpt = None,
-    dtype: o.DtypeOpt = None,
-    no_sequence_parallel: o.NoSpOpt = False,
-    sp_wgrad: o.SpWgradOpt = None,
-    first_layers: o.FirstLayersOpt = None,
-    last_layers: o.LastLayersOpt = None,
-    layers: o.LayersOpt = None,
-    hidden: o.HiddenOpt = None,
-    heads: o.HeadsOpt = None,
-    ffn: o.FfnOpt = None,
-    kv_heads: o.KvHeadsOpt = None,
-    vocab: o.VocabOpt = None,
-    recompute_layers: o.RecomputeLayersOpt = None,
-    main_grads_dtype: o.MainGradsOpt = None,
-    moments_dtype: o.MomentsOpt = None,
-    no_distributed_optimizer: o.NoDistOptOpt = False,
-    overlap: o.OverlapOpt = None,
+    flags: ModelFlags = NO_MODEL,
 ) -> None:
     """Compare schedules by step time, bubble and peak memory; with --mem-limit, recommend one.
 
@@ -101,14 +72,11 @@ def compare(
     if html is not None:
         check_file_target(html, "--html")  # before any work
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
-    from primuspp.commands.model_flags import ModelFlags  # here: --help needs no model code
-
-    mflags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
-    if model is not None:
-        _compare_model(mflags, sources or [], algo, pp, vpp, mb, costs_from, max_nodes, json_, html)
+    if flags.checked({**abstract, "--mem-limit": mem_limit}).model is not None:
+        _compare_model(flags, sources or [], algo, pp, vpp, mb, costs_from, max_nodes, json_, html)
         return
-    flags = (config, algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
-    if not sources and all(f is None for f in flags):
+    given = (config, algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from)
+    if not sources and all(f is None for f in given):
         measured = default_pp_data_dir()
         if measured.is_dir() and any(measured.glob("pp_rank_*.json")):
             _compare_latest(measured, json_, html)
@@ -124,12 +92,14 @@ def compare(
     check_limit_unit([*rows, *([{"name": "the simulations"}] if simulating else [])], mem_limit)
     ov = o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
     if mem_limit is not None and not algo and not sources:
-        base = run_specs(load_config(config), ov)[0]
+        from primuspp.sim.recommend import candidate_specs, simulate_candidates
+
+        base = run_specs(simulation_config(config), ov)[0]
         candidates = candidate_specs(base.pp, base.micro_batches, base.costs, mem_limit)
         results, refused = simulate_candidates(candidates)
         rows.extend(summary(r) for r in results)
     elif simulating:
-        specs = run_specs(load_config(config), ov)
+        specs = run_specs(simulation_config(config), ov)
         if not algo:  # a sweep skips what an algorithm refuses (listed below the table)
             specs, skipped = split_refused(specs)
             refused.extend((r["name"], r["reason"]) for r in skipped)
@@ -137,7 +107,7 @@ def compare(
     compared = ""
     if not sources and not config:
         compared = "the packaged config's runs, simulated now" if not algo else "the runs simulated now"
-        if all(f is None for f in flags):
+        if all(f is None for f in given):
             compared += f" (no measured run in {default_pp_data_dir()}/: `primuspp train` writes one)"
     # a run shown predicted vs measured, alone at its size, has nothing to be ranked against
     paired = {p[side]["path"] for p in pairs for side in ("simulated", "measured")}
@@ -159,7 +129,7 @@ def _compare_latest(measured: Path, json_: bool, html: Path | None) -> None:
     """Bare `compare` after `simulate` and `train`: the measured run predicted vs measured, by the latest
     simulation's run of its schedule at its size, next to that simulation's other runs at its size (the
     choices); else its schedule simulated now on costs measured from it."""
-    sim_root = Path(load_config(None).output_dir)
+    sim_root = Path(simulation_config(None).output_dir)
     real = load_runs(measured)[0]
     algo, p, v, m = real.key
     schedule = describe_key(real.key)
@@ -181,7 +151,7 @@ def _compare_latest(measured: Path, json_: bool, html: Path | None) -> None:
                 key="path",
             )
         ov = o.overrides([algo], p, v if v > 1 else None, m, costs_from=measured)
-        spec = run_specs(load_config(None), ov)[0]
+        spec = run_specs(simulation_config(None), ov)[0]
         with tempfile.TemporaryDirectory(prefix="primuspp-compare-") as tmp:
             sim = load_runs(write_result(run(spec), tmp))[0]
             pair = predicted_vs_measured(sim, real)
@@ -264,8 +234,14 @@ def _report(
         for note in notes:
             out.print(f"[yellow]{note}[/yellow]", highlight=False, soft_wrap=True)
     if html is not None:
-        write_file(html, compare_page(rows, best, reason, mem_limit), "--html")
-        err.print(f"wrote {html}", soft_wrap=True)
+        _write_page(html, rows, best, reason, mem_limit)
+
+
+def _write_page(html: Path, rows: list[dict], best: dict | None, reason: str, limit: float | None) -> None:
+    from primuspp.viz.html import compare_page, write_file  # plotly's page: only with --html
+
+    write_file(html, compare_page(rows, best, reason, limit), "--html")
+    err.print(f"wrote {html}", soft_wrap=True)
 
 
 def _compare_model(
@@ -329,5 +305,4 @@ def _compare_model(
             out.print(f"[yellow]{line}[/yellow]", highlight=False)
     if html is not None:
         rows = [{**summary(r.result), "fits": r.projection.fits} for r in runs]
-        write_file(html, compare_page(rows, best, reason, None), "--html")
-        err.print(f"wrote {html}", soft_wrap=True)
+        _write_page(html, rows, best, reason, None)

@@ -11,14 +11,10 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out
-from primuspp.config.loader import load_config, run_specs
+from primuspp.config.loader import run_specs, simulation_config
 from primuspp.outputs import check_file_target, safe_component, write_file
 from primuspp.schedule.formats import to_csv, to_json, to_text
-from primuspp.schedule.validation import validate
-from primuspp.sim.engine import simulate
 from primuspp.sim.runs import build
-from primuspp.trace.chrome import chrome_trace
-from primuspp.viz.terminal import render_timeline
 
 
 class Format(StrEnum):
@@ -62,7 +58,7 @@ def dump(
 ) -> None:
     """Write schedule tables (default: every run of the packaged config, as text on stdout)."""
     specs = run_specs(
-        load_config(config),
+        simulation_config(config),
         o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, max_nodes=max_nodes),
     )
     if out_path is not None and not check:
@@ -71,16 +67,19 @@ def dump(
     tables = []
     for spec in specs:
         tables.append((spec, build(spec)))
-    if check:
+    if check:  # build_schedule validated each table: said here with what was checked
         for spec, table in tables:
-            validate(table)
             n_comm = sum(1 for nodes in table.ranks for n in nodes if n.kind.is_comm)
             out.print(
                 f"[green]valid[/green] {spec.name}: {table.describe()}, {table.num_nodes()} nodes "
                 f"({n_comm} p2p); dependencies, FIFO pairing and rendezvous termination checked"
             )
         return
+    from primuspp.sim.engine import simulate  # numpy (the tables are built: it is loaded already)
+
     if show:
+        from primuspp.viz.terminal import render_timeline
+
         for spec, table in tables:
             out.print(render_timeline(simulate(table, spec.costs, spec.name).timeline, out.width))
         if out_path is None:
@@ -94,6 +93,8 @@ def dump(
         elif fmt is Format.csv:
             text = to_csv(table)
         else:
+            from primuspp.trace.chrome import chrome_trace
+
             text = json.dumps(chrome_trace(simulate(table, spec.costs, spec.name).timeline)) + "\n"
         rendered.append((spec.name, text))
     if out_path is None:

@@ -3,10 +3,11 @@ primuspp.models): a plain `simulate --algo` run reads them too, and should pay o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from primuspp.commands.options import MODEL_OPTIONS, check_positive
 from primuspp.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ class ModelFlags:
 
     def spec(self) -> ModelSpec:
         """The model, with the size flags applied (like `primuspp train`'s)."""
-        from primuspp.commands.options import check_positive
         from primuspp.models.presets import resolve_model
 
         assert self.model is not None
@@ -100,15 +100,13 @@ class ModelFlags:
                 msg = msg.replace(f"model.{k}=", f"{flag} ")
             raise ConfigError(msg, key=e.key) from None
 
-    @classmethod
-    def given(cls, params: Mapping[str, Any], abstract: Mapping[str, object]) -> ModelFlags:
-        """The flags from a verb's parameters (its `locals()`), checked: without --model its companions are
-        errors, with --model the abstract-cost flags in `abstract` (`{"--fwd": value, ...}`) are."""
-        flags = cls(**{f.name: params[f.name] for f in fields(cls)})
-        flags.check_without_model()
-        if flags.model is not None:
+    def checked(self, abstract: Mapping[str, object]) -> ModelFlags:
+        """These flags, checked: without --model its companions are errors, with --model the abstract-cost
+        flags in `abstract` (`{"--fwd": value, ...}`) are."""
+        self.check_without_model()
+        if self.model is not None:
             reject_with_model(abstract)
-        return flags
+        return self
 
     def check_without_model(self) -> None:
         """Without --model, its companions mean nothing: the first one given is an error."""
@@ -124,6 +122,10 @@ class ModelFlags:
                 )
 
 
+#: a verb's `flags` when it is called without the --model flags (`model_options` gives them)
+NO_MODEL = ModelFlags()
+
+
 def reject_with_model(given: dict[str, object]) -> None:
     """With --model the costs and the memory come from the model: abstract-cost flags are errors."""
     for flag, value in given.items():
@@ -133,3 +135,25 @@ def reject_with_model(given: dict[str, object]) -> None:
                 "the memory limit is the GPU's HBM)",
                 key=flag,
             )
+
+
+def model_options(verb: Callable[..., Any]) -> Callable[..., Any]:
+    """`verb` with the --model flags (`MODEL_OPTIONS`) after its own parameters, given to it as one
+    `flags` argument (a `ModelFlags`, which the verb checks against its abstract-cost flags)."""
+    import functools
+    import inspect
+
+    own = [p for name, p in inspect.signature(verb, eval_str=True).parameters.items() if name != "flags"]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    extra = [
+        inspect.Parameter(name, keyword, default=False if a.__origin__ is bool else None, annotation=a)
+        for name, a in MODEL_OPTIONS.items()
+    ]
+
+    @functools.wraps(verb)
+    def run(**given: Any) -> Any:
+        return verb(flags=ModelFlags(**{name: given.pop(name) for name in MODEL_OPTIONS}), **given)
+
+    run.__signature__ = inspect.Signature([*own, *extra])  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in (*own, *extra)}
+    return run

@@ -59,7 +59,7 @@ def build(
     """The projected runs the flags describe. `keys` (algorithm, p, v, m of measured runs): project those
     schedules when neither --algo nor --pp/--vpp/--mb say otherwise. `costs_from`: calibrate the profile's
     efficiencies on that measured run first."""
-    from primuspp.config.loader import load_config
+    from primuspp.config.loader import simulation_config
     from primuspp.models.hardware import load_hardware
     from primuspp.models.plan import DEFAULT_ALGORITHMS
 
@@ -76,7 +76,7 @@ def build(
         check_positive(key, value)
     check_batch(flags.seq_len or DEFAULT_SEQ_LEN, [flags.micro_batch_size or 1])
     fl = first_last(flags.first_layers, flags.last_layers)
-    packaged = load_config(None)
+    packaged = simulation_config(None)
     named = bool(algo)
     if keys and not algo:  # the measured runs' schedules
         algorithms = [k[0] for k in keys]

@@ -351,3 +351,19 @@ HeadsOpt = Annotated[int | None, typer.Option("--heads", help="With --model: att
 FfnOpt = Annotated[int | None, typer.Option("--ffn", help="With --model: MLP width instead.")]
 KvHeadsOpt = Annotated[int | None, typer.Option("--kv-heads", help="With --model: key/value heads instead.")]
 VocabOpt = Annotated[int | None, typer.Option("--vocab", help="With --model: vocabulary size instead.")]
+
+#: the --model flags (parameter name: option), in the order --help lists them
+#: (`model_flags.model_options`)
+MODEL_OPTIONS: dict[str, Any] = {
+    name: globals()[alias]
+    for name, alias in (
+        pair.split(":")
+        for pair in """model:ModelOpt gpu:GpuOpt tp:TpOpt ep:EpOpt cp:CpOpt gpus:GpusOpt
+        micro_batch_size:MbsOpt global_batch_size:GbsOpt seq_len:SeqLenOpt recompute:RecomputeOpt
+        layout:LayoutOpt dtype:DtypeOpt no_sequence_parallel:NoSpOpt sp_wgrad:SpWgradOpt
+        first_layers:FirstLayersOpt last_layers:LastLayersOpt layers:LayersOpt hidden:HiddenOpt
+        heads:HeadsOpt ffn:FfnOpt kv_heads:KvHeadsOpt vocab:VocabOpt recompute_layers:RecomputeLayersOpt
+        main_grads_dtype:MainGradsOpt moments_dtype:MomentsOpt no_distributed_optimizer:NoDistOptOpt
+        overlap:OverlapOpt""".split()  # noqa: SIM905
+    )
+}

@@ -10,9 +10,9 @@ import typer
 
 from primuspp.commands import options as o
 from primuspp.commands.console import err, out, progress
+from primuspp.commands.model_flags import NO_MODEL, ModelFlags, model_options
 
 if TYPE_CHECKING:
-    from primuspp.commands.model_flags import ModelFlags
     from primuspp.sim.engine import SimResult
 
 #: the most iterations `--iterations` lays out (primuspp.sim.iterations.MAX_ITERATIONS; not imported here:
@@ -47,6 +47,7 @@ OptimizerCostOpt = Annotated[
 ]
 
 
+@model_options
 def simulate(
     config: o.ConfigOpt = None,
     algo: o.AlgoOpt = None,
@@ -68,33 +69,7 @@ def simulate(
     ] = None,
     json_: o.JsonOpt = False,
     show: o.ShowOpt = False,
-    model: o.ModelOpt = None,
-    gpu: o.GpuOpt = None,
-    tp: o.TpOpt = None,
-    ep: o.EpOpt = None,
-    cp: o.CpOpt = None,
-    gpus: o.GpusOpt = None,
-    micro_batch_size: o.MbsOpt = None,
-    global_batch_size: o.GbsOpt = None,
-    seq_len: o.SeqLenOpt = None,
-    recompute: o.RecomputeOpt = None,
-    layout: o.LayoutOpt = None,
-    dtype: o.DtypeOpt = None,
-    no_sequence_parallel: o.NoSpOpt = False,
-    sp_wgrad: o.SpWgradOpt = None,
-    first_layers: o.FirstLayersOpt = None,
-    last_layers: o.LastLayersOpt = None,
-    layers: o.LayersOpt = None,
-    hidden: o.HiddenOpt = None,
-    heads: o.HeadsOpt = None,
-    ffn: o.FfnOpt = None,
-    kv_heads: o.KvHeadsOpt = None,
-    vocab: o.VocabOpt = None,
-    recompute_layers: o.RecomputeLayersOpt = None,
-    main_grads_dtype: o.MainGradsOpt = None,
-    moments_dtype: o.MomentsOpt = None,
-    no_distributed_optimizer: o.NoDistOptOpt = False,
-    overlap: o.OverlapOpt = None,
+    flags: ModelFlags = NO_MODEL,
 ) -> None:
     """Simulate schedules on a cost model (default: the packaged p=8, m=32 config, every algorithm).
 
@@ -106,15 +81,13 @@ def simulate(
     and its steady step time and bubble are shown (docs/guide.md)."""
     laps = _iterations_request(iterations, post_validation, optimizer_cost)
     abstract = {"--config": config, "--fwd": fwd, "--bwd": bwd, "--wgrad": wgrad, "--comm": comm}
-    from primuspp.commands.model_flags import ModelFlags  # here: --help needs no model code
-
-    flags = ModelFlags.given(locals(), {**abstract, "--mem-limit": mem_limit})
-    if model is not None:
+    if flags.checked({**abstract, "--mem-limit": mem_limit}).model is not None:
         _simulate_model(flags, algo, pp, vpp, mb, costs_from, max_nodes, out_dir, json_, show, laps)
         return
     # imported here, not above: `simulate --help` needs only the options (start-up time)
+    from primuspp.algorithms.registry import refusal
     from primuspp.config.loader import run_specs, simulation_config
-    from primuspp.sim.output import results_dir, write_results
+    from primuspp.errors import ScheduleError
     from primuspp.sim.runs import run, split_refused, summary
 
     cfg = simulation_config(config)
@@ -122,8 +95,14 @@ def simulate(
         cfg, o.overrides(algo, pp, vpp, mb, fwd, bwd, wgrad, comm, mem_limit, costs_from, max_nodes)
     )
     refused: list[dict[str, str]] = []
-    if not algo:  # a sweep skips (and lists) what an algorithm refuses; a named one is an error (exit 2)
+    if algo:  # a named algorithm's refusal is an error (exit 2), raised before anything is built
+        for spec in specs:
+            if reason := refusal(spec.algorithm, spec.pp, spec.vpp, spec.micro_batches, spec.params):
+                raise ScheduleError(reason, key="micro_batches")
+    else:  # a sweep skips (and lists) what an algorithm refuses
         specs, refused = split_refused(specs)
+    from primuspp.sim.output import results_dir, write_results  # the checks above import no numpy
+
     target = out_dir or Path(cfg.output_dir)
     # locked, every target checked first
     with results_dir(target, [spec.name for spec in specs]):

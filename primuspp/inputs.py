@@ -302,10 +302,3 @@ def parse_yaml(
         loader.dispose()
     _check_finite(data, where, key)
     return data
-
-
-def load_yaml(
-    path: str | Path, key: str | None = None, max_bytes: int = MAX_INPUT_BYTES, max_nesting: int = MAX_NESTING
-) -> Any:
-    """Read and parse one YAML input file under the limits above."""
-    return parse_yaml(read_text(path, key, max_bytes), _where(Path(path), key), key, max_nesting)

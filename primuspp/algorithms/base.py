@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import Node
+
+if TYPE_CHECKING:
+    from primuspp.schedule.costs import CostModel
 
 #: each rank's compute and memory nodes in order: lists of Nodes, or an `ArrayOrder`
 #: (`schedule/array_order.py`), which reads as a tuple of Node tuples
@@ -56,10 +59,12 @@ class GenerationRequest:
 
 @dataclass(frozen=True)
 class Algorithm:
-    """A schedule generator and its declared contract.
+    """A schedule generator's declared contract, and where the generator lives.
 
     `refuse(pp, vpp, m, params)` returns a one-line reason when the input is outside the algorithm's domain
-    (checked before generation), or None. `generate` returns the compute order per rank (no comm nodes).
+    (checked before generation), or None. `generator` is "module:function"; the module (with its numpy and
+    search code) is imported when `generate` is first used, so listing, checking and refusing import none.
+    `generate(request)` returns the compute order per rank (no comm nodes).
     """
 
     name: str
@@ -71,9 +76,14 @@ class Algorithm:
     vpp_default: int
     vpp_rule: str
     vpp_ok: Callable[[int], bool]
-    generate: Callable[[GenerationRequest], ComputeOrder]
+    generator: str
     refuse: Callable[[int, int, int, dict[str, Any]], str | None] = lambda p, v, m, params: None
     params: tuple[Param, ...] = ()
     uses_costs: bool = False
     #: the parameter that takes a per-rank activation budget (`--mem-limit`), for memory-aware algorithms
     budget_param: str | None = None
+
+    @property
+    def generate(self) -> Callable[[GenerationRequest], ComputeOrder]:
+        module, function = self.generator.split(":")
+        return getattr(import_module(module), function)

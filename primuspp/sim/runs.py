@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from primuspp.algorithms.registry import build_schedule, refusal
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.table import ScheduleTable
-from primuspp.sim.engine import SimResult, simulate
+
+if TYPE_CHECKING:
+    from primuspp.sim.engine import SimResult
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ def build(spec: RunSpec) -> ScheduleTable:
 
 
 def run(spec: RunSpec) -> SimResult:
+    from primuspp.sim.engine import simulate  # numpy: imported when a run is simulated
+
     return simulate(build(spec), spec.costs, spec.name)
 
 

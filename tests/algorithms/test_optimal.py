@@ -2,8 +2,8 @@
 
 import pytest
 
-from primuspp.algorithms.registry import ALGORITHMS, build_schedule
-from primuspp.algorithms.zero_bubble.zb_optimal import lower_bound, solver_available
+from primuspp.algorithms.registry import ALGORITHMS, build_schedule, solver_available
+from primuspp.algorithms.zero_bubble.zb_optimal import lower_bound
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
 from primuspp.sim import simulate
@@ -62,8 +62,8 @@ def test_lower_bound_is_zb_h1_at_the_1f1b_cap():
 
 
 def test_refused_in_one_line_without_the_solver(monkeypatch):
-    import primuspp.algorithms.zero_bubble.zb_optimal as optimal
+    import primuspp.algorithms.registry as registry
 
-    monkeypatch.setattr(optimal, "solver_available", lambda: False)
+    monkeypatch.setattr(registry, "solver_available", lambda: False)
     reason = ALGORITHMS["zb-optimal"].refuse(4, 1, 8, {})
     assert reason and "\n" not in reason and "primuspp[optimal]" in reason

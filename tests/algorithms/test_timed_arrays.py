@@ -69,7 +69,7 @@ def test_variants_shared_within_one_call(monkeypatch):
     monkeypatch.setattr(zb_timed, "_variants", lambda *args: calls.append(args) or real(*args))
     costs = CostModel(1.0, 2.0, 0.5, comm=0.05)
     forget()
-    heuristic.ALGORITHM.generate(GenerationRequest(4, 1, 8, costs, {}))
+    heuristic.generate_floored(GenerationRequest(4, 1, 8, costs, {}))
     assert len(calls) == 1
     place = linear(4)
     stage_costs = costs.for_placement(place)

@@ -9,8 +9,7 @@ import sys
 
 import pytest
 
-from primuspp.algorithms.registry import ALGORITHMS
-from primuspp.algorithms.zero_bubble.zb_optimal import solver_available
+from primuspp.algorithms.registry import ALGORITHMS, solver_available
 from primuspp.commands.app import main
 
 

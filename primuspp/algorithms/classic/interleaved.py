@@ -12,9 +12,7 @@ from an acyclic order keeps it acyclic).
 
 from __future__ import annotations
 
-from typing import Any
-
-from primuspp.algorithms.base import Algorithm, GenerationRequest, Param
+from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.orders import BW, F, one_f_one_b_columns, simple_columns
 from primuspp.schedule.array_order import ArrayOrder
 
@@ -72,38 +70,3 @@ def generate(req: GenerationRequest) -> ArrayOrder:
 def generate_padded(req: GenerationRequest) -> ArrayOrder:
     p, v, m = req.pp, req.vpp, req.micro_batches
     return _order(p, v, m, p, -(-m // p) * p)
-
-
-def _refuse(p: int, v: int, m: int, params: dict[str, Any]) -> str | None:
-    if m < p:
-        return (
-            f"1f1b-interleaved: megatron-core needs micro_batches >= pp={p} (got {m}); "
-            "1f1b-interleaved-padded runs it"
-        )
-    n = params.get("group_size")
-    return None if n is None else group_refusal(p, m, n)
-
-
-_COMMON = dict(placement="loop", vpp_default=2, vpp_rule=">= 2", vpp_ok=lambda v: v >= 2)
-ALGORITHMS = (
-    Algorithm(
-        name="1f1b-interleaved",
-        aliases=("interleaved", "interleaved-1f1b"),
-        summary="Megatron's virtual-pipeline 1F1B, its order: microbatch groups of N, v chunks per rank",
-        memory="N+(2p-1-N)/v",
-        constraints="v >= 2, m >= p; group_size N: p <= N <= m, m mod N = 0 or >= p",
-        generate=generate,
-        refuse=_refuse,
-        params=(Param("group_size", int, None, "microbatch_group_size_per_vp_stage (default p or least)"),),
-        **_COMMON,
-    ),
-    Algorithm(
-        name="1f1b-interleaved-padded",
-        aliases=("interleaved-padded",),
-        summary="interleaved 1F1B in groups of p at any m: the order for a multiple of p, extra ones dropped",
-        memory="p + (p-1)/v",
-        constraints="v >= 2, any m >= 1",
-        generate=generate_padded,
-        **_COMMON,
-    ),
-)

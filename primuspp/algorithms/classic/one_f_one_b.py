@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from primuspp.algorithms.base import Algorithm, GenerationRequest
+from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.orders import BW, F, code
 from primuspp.schedule.array_order import ArrayOrder
 
@@ -31,17 +31,3 @@ def generate(req: GenerationRequest) -> ArrayOrder:
         mb[at] = mbs
     stage = np.repeat(np.arange(p, dtype=np.int64), n)
     return ArrayOrder.from_flat(kind, mb, stage, [n] * p)
-
-
-ALGORITHM = Algorithm(
-    name="1f1b",
-    aliases=("basic-1f1b",),
-    placement="linear",
-    summary="one forward, one backward after p - r - 1 warm-up forwards",
-    memory="p - rank",
-    constraints="any p >= 1, m >= 1",
-    vpp_default=1,
-    vpp_rule="1",
-    vpp_ok=lambda v: v == 1,
-    generate=generate,
-)

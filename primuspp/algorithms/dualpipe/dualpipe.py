@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from primuspp.algorithms.base import Algorithm, GenerationRequest
+from primuspp.algorithms.base import GenerationRequest
 from primuspp.algorithms.orders import code, fb_node, node
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import NodeKind
@@ -158,46 +158,3 @@ def generate_dualpipe(req: GenerationRequest) -> ArrayOrder:
 def generate_dualpipe_v(req: GenerationRequest) -> ArrayOrder:
     """DualPipe-V's order as columns (the same steps make its Node form with `node` and `fb_node`)."""
     return _columns(_dualpipe_v_ranks(req, _code, _fused))
-
-
-def refuse_dualpipe(p: int, v: int, m: int, params: dict) -> str | None:
-    if p % 2:
-        return f"dualpipe needs an even pp (got pp={p}): the two directions split the ranks in halves"
-    if m % 2 or m < 2 * p:
-        return f"dualpipe needs micro_batches even and >= 2*pp = {2 * p} (got {m})"
-    return None
-
-
-def refuse_dualpipe_v(p: int, v: int, m: int, params: dict) -> str | None:
-    if m < 2 * p:
-        return f"dualpipe-v needs micro_batches >= 2*pp = {2 * p} (got {m})"
-    return None
-
-
-DUALPIPE = Algorithm(
-    name="dualpipe",
-    aliases=("dual-pipe",),
-    placement="bidirectional",
-    summary="DeepSeek DualPipe: two directions, forward/backward overlap (FB), 2x parameters",
-    memory="p + 1 (and 2x parameters)",
-    constraints="even p >= 2, m even and >= 2p",
-    vpp_default=2,
-    vpp_rule="2",
-    vpp_ok=lambda v: v == 2,
-    generate=generate_dualpipe,
-    refuse=refuse_dualpipe,
-)
-DUALPIPE_V = Algorithm(
-    name="dualpipe-v",
-    aliases=("dualpipev", "dual-pipe-v"),
-    placement="v",
-    summary="DualPipe folded onto the V placement: one model copy, FB overlap",
-    memory="p + 1 chunks",
-    constraints="v = 2, any p >= 1, m >= 2p",
-    vpp_default=2,
-    vpp_rule="2",
-    vpp_ok=lambda v: v == 2,
-    generate=generate_dualpipe_v,
-    refuse=refuse_dualpipe_v,
-)
-ALGORITHMS = (DUALPIPE, DUALPIPE_V)

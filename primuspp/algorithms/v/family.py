@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import math
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param, boolean
-from primuspp.algorithms.effort import EFFORT, full_search
+from primuspp.algorithms.base import ComputeOrder, GenerationRequest
+from primuspp.algorithms.effort import full_search
 from primuspp.algorithms.search import greedy
 from primuspp.algorithms.search.portfolio import memory_units, pick
 from primuspp.algorithms.search.refine import pick_refined
@@ -158,60 +158,8 @@ def _auto_budget(p: int, params: dict) -> float:
     return float(p) if value is None else float(value)
 
 
-def _refuse_auto(p: int, v: int, m: int, params: dict) -> str | None:
-    value = params.get("max_mem")
-    if value is not None and value < 1:
-        return f"v-auto: max_mem={value:g} is below one microbatch per rank (a V schedule needs max_mem >= 1)"
-    return None
-
-
-OFFLOAD = Param("offload", boolean, False, "move chunk-0 activations to host between their F and B")
-_COMMON = dict(placement="v", vpp_default=2, vpp_rule="2", vpp_ok=lambda v: v == 2, uses_costs=True)
-
-ZBV = Algorithm(
-    name="zbv",
-    aliases=("zbv-formatted", "zb-v"),
-    summary="zero-bubble V: two chunks per rank, B/W split, 1F1B's memory",
-    memory="p",
-    constraints="v = 2, any p >= 1, m >= 1",
-    generate=zbv_timed.floored(_generator(lambda p, params: float(p), (ZB, ZB_TIGHT))),
-    params=(OFFLOAD, EFFORT),
-    **_COMMON,
-)
-V_HALF = Algorithm(
-    name="v-half",
-    aliases=("vhalf", "zbv-half"),
-    summary="V schedule at about half of 1F1B's activation memory",
-    memory="floor((p+2)/2)",
-    constraints="v = 2, any p >= 1, m >= 1",
-    generate=_generator(lambda p, params: float((p + 2) // 2), (HALF,)),
-    params=(OFFLOAD, EFFORT),
-    **_COMMON,
-)
-V_MIN = Algorithm(
-    name="v-min",
-    aliases=("vmin", "zbv-min"),
-    summary="V schedule at about a third of 1F1B's activation memory",
-    memory="floor((p+4)/3)",
-    constraints="v = 2, any p >= 1, m >= 1",
-    generate=_generator(lambda p, params: float((p + 4) // 3), (MIN,)),
-    params=(OFFLOAD, EFFORT),
-    **_COMMON,
-)
-V_AUTO = Algorithm(
-    name="v-auto",
-    aliases=("zbv-auto",),
-    summary="V schedule for any activation budget (max_mem, microbatches per rank)",
-    memory="max_mem (default p)",
-    constraints="v = 2, any p >= 1, m >= 1, max_mem >= 1",
-    generate=_generator(_auto_budget, AUTO_BLOCKS, widest=3, space=True),
-    refuse=_refuse_auto,
-    params=(
-        Param("max_mem", float, None, "per-rank activation budget in microbatch units (default p)"),
-        OFFLOAD,
-        EFFORT,
-    ),
-    budget_param="max_mem",
-    **_COMMON,
-)
-ALGORITHMS = (ZBV, V_HALF, V_MIN, V_AUTO)
+#: the registered generators (`registry` holds their records): each V algorithm's budget and blocks
+generate_zbv = zbv_timed.floored(_generator(lambda p, params: float(p), (ZB, ZB_TIGHT)))
+generate_v_half = _generator(lambda p, params: float((p + 2) // 2), (HALF,))
+generate_v_min = _generator(lambda p, params: float((p + 4) // 3), (MIN,))
+generate_v_auto = _generator(_auto_budget, AUTO_BLOCKS, widest=3, space=True)

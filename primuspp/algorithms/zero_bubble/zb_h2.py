@@ -10,8 +10,8 @@ at 2p - 1 (`zb_timed.floored`), which keeps it level with sail-sg's ZB-H2 when W
 
 from __future__ import annotations
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.effort import EFFORT, full_search
+from primuspp.algorithms.base import ComputeOrder, GenerationRequest
+from primuspp.algorithms.effort import full_search
 from primuspp.algorithms.search import cost_aware, greedy
 from primuspp.algorithms.search.portfolio import pick
 from primuspp.algorithms.zero_bubble import zb_timed
@@ -41,17 +41,5 @@ def generate(req: GenerationRequest) -> ComputeOrder:
     return order
 
 
-ALGORITHM = Algorithm(
-    name="zb-h2",
-    aliases=("zb2p", "zbh2", "zero-bubble-h2"),
-    placement="linear",
-    summary="ZB-H2: extra warm-up forwards, W fills the waits and the tail; zero bubble at 2p-1 memory",
-    memory="2p - 1",
-    constraints="any p >= 1, m >= 1",
-    vpp_default=1,
-    vpp_rule="1",
-    vpp_ok=lambda v: v == 1,
-    generate=zb_timed.floored(generate, lambda p, params: float(2 * p - 1)),
-    uses_costs=True,
-    params=(EFFORT,),
-)
+#: the registered generator (`registry`), floored by the timed construction at 2p - 1
+generate_floored = zb_timed.floored(generate, lambda p, params: float(2 * p - 1))

@@ -19,7 +19,7 @@ import os
 import sys
 from contextlib import contextmanager
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
+from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.search.portfolio import score
 from primuspp.algorithms.zero_bubble import zero_bubble_heuristic as heuristic
 from primuspp.schedule.costs import StageCosts
@@ -28,14 +28,6 @@ from primuspp.schedule.placement import linear
 
 MAX_BINARIES = 60_000  # beyond this the model alone takes longer to build than any sensible time limit
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
-
-
-def solver_available() -> bool:
-    try:
-        import highspy  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 @contextmanager
@@ -263,35 +255,3 @@ def generate(req: GenerationRequest) -> ComputeOrder:
             return order
     req.report["step_time"] = report["heuristic_step_time"]
     return warm
-
-
-def refuse(p: int, v: int, m: int, params: dict) -> str | None:
-    reason = heuristic.refuse(p, v, m, params)
-    if reason:
-        return reason.replace("zero-bubble-heuristic", "zb-optimal")
-    if not solver_available():
-        return "zb-optimal needs the HiGHS solver: pip install 'primuspp[optimal]' (highspy)"
-    if params.get("time_limit", 10.0) <= 0:
-        return f"zb-optimal: time_limit={params['time_limit']:g} must be > 0 seconds"
-    return None
-
-
-ALGORITHM = Algorithm(
-    name="zb-optimal",
-    aliases=("zb-milp", "zero-bubble-optimal"),
-    placement="linear",
-    summary="exact MILP of the heuristic's problem (HiGHS), warm-started; reports lower bound and gap",
-    memory="max_mem (default p)",
-    constraints="any p >= 1, m >= 1, max_mem >= 1; needs the 'optimal' extra (highspy)",
-    vpp_default=1,
-    vpp_rule="1",
-    vpp_ok=lambda v: v == 1,
-    generate=generate,
-    refuse=refuse,
-    params=(
-        *heuristic.ALGORITHM.params,
-        Param("time_limit", float, 10.0, "solver time limit in seconds"),
-    ),
-    uses_costs=True,
-    budget_param="max_mem",
-)

@@ -11,8 +11,8 @@ and re-places W's with the cost model (`cost_aware.best_linear`); the constructi
 
 from __future__ import annotations
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest
-from primuspp.algorithms.effort import EFFORT, full_search
+from primuspp.algorithms.base import ComputeOrder, GenerationRequest
+from primuspp.algorithms.effort import full_search
 from primuspp.algorithms.orders import (
     B,
     F,
@@ -91,17 +91,5 @@ def generate_cost_aware(req: GenerationRequest) -> ComputeOrder:
     )
 
 
-ALGORITHM = Algorithm(
-    name="zero-bubble",
-    aliases=("zerobubble", "zb-h1", "zb1p"),
-    placement="linear",
-    summary="ZB-H1: 1F1B with B/W split, W delayed to fill bubbles at 1F1B's memory",
-    memory="p",
-    constraints="any p >= 1, m >= 1",
-    vpp_default=1,
-    vpp_rule="1",
-    vpp_ok=lambda v: v == 1,
-    generate=zb_timed.floored(generate_cost_aware, lambda p, params: float(p)),
-    uses_costs=True,
-    params=(EFFORT,),
-)
+#: the registered generator (`registry`): the cost-aware search, floored by the timed construction at p
+generate_floored = zb_timed.floored(generate_cost_aware, lambda p, params: float(p))

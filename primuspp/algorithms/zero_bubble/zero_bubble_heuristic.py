@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import replace
 
-from primuspp.algorithms.base import Algorithm, ComputeOrder, GenerationRequest, Param
+from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.classic import one_f_one_b
-from primuspp.algorithms.effort import EFFORT, full_search
+from primuspp.algorithms.effort import full_search
 from primuspp.algorithms.search import greedy, refine, score_memo
 from primuspp.algorithms.search.bounds import Proof
 from primuspp.algorithms.search.portfolio import Score, pick
@@ -81,7 +81,7 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
         zb_req = GenerationRequest(
             p, 1, m, planning_costs(req.costs, req.params), {"effort": req.params.get("effort", "auto")}
         )
-        yield "zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)
+        yield "zero-bubble", zero_bubble.generate_floored(zb_req)
         yield "1f1b", one_f_one_b.generate(req)
 
     if any(unbeatable(name, order) for name, order in built()):
@@ -104,38 +104,8 @@ def _guards(req: GenerationRequest) -> list[tuple[str, ComputeOrder]]:
     # parameters as a sweep's zero-bubble run (whose table `with_floor` keeps)
     params = {"effort": req.params.get("effort", "auto")}
     zb_req = GenerationRequest(req.pp, 1, req.micro_batches, _planning(req), params)
-    return [("zero-bubble", zero_bubble.ALGORITHM.generate(zb_req)), ("1f1b", one_f_one_b.generate(req))]
+    return [("zero-bubble", zero_bubble.generate_floored(zb_req)), ("1f1b", one_f_one_b.generate(req))]
 
 
-def refuse(p: int, v: int, m: int, params: dict) -> str | None:
-    value = params.get("max_mem")
-    if value is not None and value < 1:
-        return (
-            f"zero-bubble-heuristic: max_mem={value:g} is below one microbatch per rank (needs max_mem >= 1)"
-        )
-    return None
-
-
-ALGORITHM = Algorithm(
-    name="zero-bubble-heuristic",
-    aliases=("zb-auto", "zb-heuristic", "zerobubble-heuristic"),
-    placement="linear",
-    summary="greedy search over the cost model under a per-rank activation cap (best of several policies)",
-    memory="max_mem (default p)",
-    constraints="any p >= 1, m >= 1, max_mem >= 1",
-    vpp_default=1,
-    vpp_rule="1",
-    vpp_ok=lambda v: v == 1,
-    generate=zb_timed.floored(generate, default_cap, "step", planning=_planning, guards=_guards),
-    refuse=refuse,
-    params=(
-        Param("max_mem", float, None, "per-rank activation cap in microbatch units (default p, 1F1B's peak)"),
-        Param("cost_f", float, None, "planning forward time (default: the cost model's)"),
-        Param("cost_b", float, None, "planning input-grad time (default: the cost model's)"),
-        Param("cost_w", float, None, "planning weight-grad time (default: the cost model's)"),
-        Param("cost_comm", float, None, "planning p2p latency (default: the cost model's)"),
-        EFFORT,
-    ),
-    uses_costs=True,
-    budget_param="max_mem",
-)
+#: the registered generator (`registry`), floored by the timed construction at its cap
+generate_floored = zb_timed.floored(generate, default_cap, "step", planning=_planning, guards=_guards)
