@@ -19,11 +19,11 @@ beyond `SPACE_WORK` nodes.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterator
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.search.portfolio import score
+from primuspp.algorithms.v import auto_grid as g
 from primuspp.algorithms.v.blocks import PERIOD
 from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.errors import PrimusppError
@@ -85,67 +85,26 @@ def space(p: int, thin: bool = False) -> Iterator[tuple[str, list[int], list[int
 
 
 def front_load(order: ComputeOrder, p: int, chunks: int, m: int) -> ComputeOrder | None:
-    """The same order with each rank's warm-up (everything before its first chunk-0 B) rearranged so that
-    the pipeline fills as fast as the memory allows: rank r runs 2(p-1-r) chunk-0 F's back to back, then
-    r+1 pairs of chunk-0 F and chunk-1 F, then (B, W, F) triples, holding at most min(r+1, chunks/2)
-    chunk-1 activations before its first B and `chunks` in all. The warm-up's nodes stay the same, so only
-    the timing changes; None when nothing moved."""
+    """The same order with each rank's warm-up (everything before its first chunk-0 B) laid out again by
+    the construction's rule (`auto_grid.warm_layout`, holding at most min(r+1, chunks/2) chunk-1 activations
+    before the first B and `chunks` in all), so that the pipeline fills as fast as the memory allows. The
+    warm-up's nodes stay the same, so only the timing changes; None when nothing moved."""
     out: ComputeOrder = []
     changed = False
-    n = 2 * p
     for r, seq in enumerate(order):
-        k = next(
-            (i for i, nd in enumerate(seq) if nd.kind is NodeKind.B and nd.stage == r),
-            len(seq),
-        )
-        prefix = seq[:k]
-        f0 = [nd for nd in prefix if nd.kind is NodeKind.F and nd.stage == r]
-        f1 = [nd for nd in prefix if nd.kind is NodeKind.F and nd.stage == n - 1 - r]
-        b1 = [nd for nd in prefix if nd.kind is NodeKind.B]
-        ws = [nd for nd in prefix if nd.kind is NodeKind.W]
-        if len(f0) + len(f1) + len(b1) + len(ws) != len(prefix):  # other kinds: leave the rank alone
-            out.append(list(seq))
-            continue
+        k = next((i for i, nd in enumerate(seq) if nd.kind is NodeKind.B and nd.stage == r), len(seq))
+        have: list[list[Node]] = [[] for _ in range(g.SLOTS)]
+        for nd in seq[:k]:  # F0, F1, B1 and W1 only (F, B and W nodes)
+            have[g.code_of(nd, p)].append(nd)
         want1 = min(r + 1, chunks // 2, m)
-        want0 = min(chunks - want1, m)
-        rest = list(seq[k:])
-        new = []
-        i0 = i1 = ib = iw = 0
-        done_b: set[tuple[int, int]] = set()
-        for _ in range(2 * (p - 1 - r)):
-            if i0 < min(want0, len(f0)):
-                new.append(f0[i0])
-                i0 += 1
-        for _ in range(r + 1):
-            if i0 < min(want0, len(f0)):
-                new.append(f0[i0])
-                i0 += 1
-            if i1 < min(want1, len(f1)):
-                new.append(f1[i1])
-                i1 += 1
-        while i0 < len(f0) or i1 < len(f1) or ib < len(b1) or iw < len(ws):
-            progressed = False
-            if ib < len(b1):
-                new.append(b1[ib])
-                done_b.add((b1[ib].microbatch, b1[ib].stage))
-                ib += 1
-                progressed = True
-            if iw < len(ws) and (ws[iw].microbatch, ws[iw].stage) in done_b:
-                new.append(ws[iw])
-                iw += 1
-                progressed = True
-            if i1 < len(f1):
-                new.append(f1[i1])
-                i1 += 1
-                progressed = True
-            elif i0 < len(f0):
-                new.append(f0[i0])
-                i0 += 1
-                progressed = True
-            if not progressed:  # a W whose B is not in the warm-up: the order was not valid
-                return None
-        changed |= new != prefix
-        out.append(new + rest)
+        counts = [len(x) for x in have]
+        layout = g.warm_layout(r, p, counts, min(chunks - want1, m), want1, strict=False)
+        if layout is None:  # a W whose B is not in the warm-up: the order was not valid
+            return None
+        its = [iter(x) for x in have]
+        new = [next(its[code]) for code in layout if code >= 0]
+        changed |= new != seq[:k]
+        out.append(new + list(seq[k:]))
     return out if changed else None
 
 
@@ -176,28 +135,11 @@ def warm_candidates(p: int, m: int, chunks: int, blocks) -> list[tuple[str, Comp
             continue
         seen.add(ops)
         order = [[nodes[op] for op in row] for row in ops]
-        new = front_load(order, p, min(_chunk_peak(order), 2 * p), big)
+        new = front_load(order, p, min(sched.peak(), 2 * p), big)
         order = truncate(new if new is not None else order, m)
-        if _chunk_peak(order) <= chunks:
+        if g.peak(g.codes(order, p)) <= chunks:
             out.append((f"warm/{name}", order))
     return out
-
-
-def _chunk_peak(order: ComputeOrder) -> int:
-    """Most chunk activations any rank holds (an F adds one, a W frees one)."""
-    f, w = NodeKind.F, NodeKind.W
-    peak = 0
-    for seq in order:
-        live = 0
-        for nd in seq:
-            kind = nd.kind
-            if kind is f:
-                live += 1
-                if live > peak:
-                    peak = live
-            elif kind is w:
-                live -= 1
-    return peak
 
 
 def _span_key(placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[float, float]:
@@ -211,112 +153,29 @@ def _span_key(placement, m: int, order: ComputeOrder, costs: StageCosts) -> tupl
     return span, last - first
 
 
-def relabel_ws(seq: list) -> list:
-    """Each W of a rank's sequence takes the oldest B not yet followed by its W (either chunk)."""
-    queue: deque = deque()
-    out = []
-    for nd in seq:
-        if nd.kind is NodeKind.B:
-            queue.append(nd)
-            out.append(nd)
-        elif nd.kind is NodeKind.W:
-            b = queue.popleft()
-            out.append(Node(NodeKind.W, b.microbatch, b.stage))
-        else:
-            out.append(nd)
-    return out
-
-
 def tight_tail(order: ComputeOrder, p: int, m: int) -> ComputeOrder | None:
-    """The same order with each rank's cool-down rebuilt on unit slots: the last chunk-0 B's (about half the
-    peak) and the last chunk-1 B's (at most rank + 1) are set two slots apart so that they follow each other
-    down and up the pipeline without waiting, and the W's held back fill the free slots after them. None
-    when that does not give a valid order."""
+    """The same order with each rank's cool-down rebuilt on unit slots by the construction's rule
+    (`auto_grid.cool_down`): the last chunk-0 B's (about half the peak) and the last chunk-1 B's (at most
+    rank + 1) are set two slots apart so that they follow each other down and up the pipeline without
+    waiting, and the W's held back fill the free slots after them. None when that does not give a valid
+    order."""
     placement = v_shape(p)
-    n = 2 * p
     try:
         timing = node_times(placement, m, order, unit_costs(placement))
     except PrimusppError:
         return None
-    peak = _chunk_peak(order)
-    max_b0 = min((peak + 1) // 2, m)
-    max_b1 = min(peak - max_b0, m)
-    last_f1 = [i for i, nd in enumerate(order[0]) if nd.kind is NodeKind.F and nd.stage == n - 1]
-    if not last_f1:
+    width = max(round(seq[-1]) for seq in timing.starts if seq) + 2 * p + 2  # room for the formula's B's
+    grid = [[g.EMPTY] * width for _ in range(p)]
+    for row, seq, starts in zip(grid, order, timing.starts, strict=True):
+        for nd, t in zip(seq, starts, strict=True):
+            row[round(t)] = g.code_of(nd, p)
+    try:
+        grid = g.cool_down(grid, m, tight=False)
+        if sum(code >= 0 for row in grid for code in row) != sum(map(len, order)):
+            return None  # a B laid on another op
+        return g.to_order(g.pair_wgrads(grid))
+    except g._Invalid:
         return None
-    start = round(timing.starts[0][last_f1[-1]])
-    out: ComputeOrder = []
-    for r, seq in enumerate(order):
-        slots = [round(t) for t in timing.starts[r]]
-        keep = [True] * len(seq)
-        b0, b1 = [], []
-        for i in range(len(seq) - 1, -1, -1):
-            nd = seq[i]
-            if nd.kind is NodeKind.B and nd.stage >= p and len(b1) < min(r + 1, max_b1):
-                keep[i] = False
-                b1.append(nd)
-            elif nd.kind is NodeKind.B and nd.stage < p and len(b0) < max_b0:
-                keep[i] = False
-                b0.append(nd)
-        w0 = w1 = 0
-        for i in range(len(seq) - 1, -1, -1):
-            if w1 >= len(b1) and w0 >= len(b0) and w0 + w1 >= peak:
-                break
-            nd = seq[i]
-            if nd.kind is NodeKind.W and keep[i]:
-                keep[i] = False
-                if nd.stage >= p:
-                    w1 += 1
-                else:
-                    w0 += 1
-        placed = [(slots[i], 0, nd) for i, nd in enumerate(seq) if keep[i]]
-        taken = {s for s, _, _ in placed}
-        for k, nd in enumerate(b0):  # b0[0] is the latest
-            t = start - r + 2 * p - 2 * k
-            if t in taken:
-                return None
-            taken.add(t)
-            placed.append((t, 0, nd))
-        for k, nd in enumerate(b1):
-            t = start + 1 + r - 2 * k
-            if t in taken:
-                return None
-            taken.add(t)
-            placed.append((t, 0, nd))
-        placed.sort(key=lambda x: x[0])
-        last_w = max((s for s, _, nd in placed if nd.kind is NodeKind.W), default=-1)
-        pending1 = pending0 = 0
-        new = []
-        j = 0
-        t = 0
-        end = max(s for s, _, _ in placed) if placed else 0
-        ws_left = w0 + w1
-        while j < len(placed) or ws_left:
-            if j < len(placed) and placed[j][0] == t:
-                nd = placed[j][2]
-                new.append(nd)
-                j += 1
-                if nd.kind is NodeKind.B:
-                    if nd.stage >= p:
-                        pending1 += 1
-                    else:
-                        pending0 += 1
-                elif nd.kind is NodeKind.W:
-                    if nd.stage >= p:
-                        pending1 -= 1
-                    else:
-                        pending0 -= 1
-            elif t > last_w and ws_left and (pending1 > 0 or pending0 > 0 or t > end):
-                stage = n - 1 - r if pending1 > 0 else r
-                if pending1 > 0:
-                    pending1 -= 1
-                else:
-                    pending0 -= 1
-                new.append(Node(NodeKind.W, 0, stage))
-                ws_left -= 1
-            t += 1
-        out.append(relabel_ws(new))
-    return out
 
 
 #: blocks of the space kept (by their timed warm order) for the cool-down rebuild and the final pick

@@ -24,10 +24,11 @@ from functools import cache
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.search.portfolio import Score, lower_bounds, memory_units, order_peak, score
 from primuspp.algorithms.search.refine import refined_pool
-from primuspp.errors import ScheduleError
+from primuspp.errors import PrimusppError, ScheduleError
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement, v_shape
+from primuspp.schedule.timing import node_times
 
 SLOTS = 6
 EMPTY = -1
@@ -204,19 +205,23 @@ def squeeze(grid: Slots, m: int) -> Slots:
     return [row[:end] for row in out]
 
 
-def _warm_layout(r: int, p: int, have: list[int], most_f0: int, most_f1: int) -> list[int]:
+def warm_layout(
+    r: int, p: int, have: list[int], most_f0: int, most_f1: int, strict: bool = True
+) -> list[int] | None:
     """Rank r's warm-up from slot r on (EMPTY: a slot left as it is): 2(p-1-r) slots for F0, r+1 (F0, F1)
-    pairs, then (B1, W1, F1-or-F0) triples until every op it had is placed again. A slot whose op is used
-    up (or over its limit in the first two parts) stays empty."""
+    pairs, then (B1, W1, F1-or-F0) triples until every op it had is placed again, a W1 only after a B1
+    without one. A slot whose op is used up (or over its limit in the first two parts) stays empty; None
+    when only W1's are left; `strict`: an F1 due while no F0 is ahead of it breaks the block (`_Invalid`)."""
     placed = [0] * SLOTS
     out: list[int] = []
 
-    def put(code: int, limit: int) -> None:
+    def put(code: int, limit: int) -> bool:
         if placed[code] < min(limit, have[code]):
             placed[code] += 1
             out.append(code)
-        else:
-            out.append(EMPTY)
+            return True
+        out.append(EMPTY)
+        return False
 
     for _ in range(2 * (p - 1 - r)):
         put(F0, most_f0)
@@ -224,19 +229,21 @@ def _warm_layout(r: int, p: int, have: list[int], most_f0: int, most_f1: int) ->
         put(F0, most_f0)
         put(F1, most_f1)
     while placed != have:
-        put(B1, have[B1])
-        put(W1, have[W1])
+        moved = put(B1, have[B1])
+        moved |= put(W1, placed[B1])
         if placed[F1] < have[F1]:
-            if placed[F1] >= placed[F0]:
+            if strict and placed[F1] >= placed[F0]:
                 raise _Invalid
-            put(F1, have[F1])
+            moved |= put(F1, have[F1])
         else:
-            put(F0, have[F0])
+            moved |= put(F0, have[F0])
+        if not moved:
+            return None
     return out
 
 
 def warm_up(grid: Slots, m: int) -> Slots:
-    """Each rank's ops before its first B0 taken out and laid out again (`_warm_layout`): rank r keeps
+    """Each rank's ops before its first B0 taken out and laid out again (`warm_layout`): rank r keeps
     min(r+1, peak/2) F1's and peak minus that F0's before its first B1 (peak: at most 2p)."""
     p = len(grid)
     top = min(peak(grid), 2 * p)
@@ -251,7 +258,10 @@ def warm_up(grid: Slots, m: int) -> Slots:
                 have[code] += 1
                 row[j] = EMPTY
         most_f1 = min(r + 1, top // 2, m)
-        for i, code in enumerate(_warm_layout(r, p, have, min(top - most_f1, m), most_f1)):
+        layout = warm_layout(r, p, have, min(top - most_f1, m), most_f1)
+        if layout is None:
+            raise _Invalid
+        for i, code in enumerate(layout):
             if code >= 0:
                 row[r + i] = code
     return grid
@@ -302,15 +312,16 @@ def _last(row: list[int], code: int) -> int:
     return len(row) - 1 - row[::-1].index(code) if code in row else EMPTY
 
 
-def cool_down(grid: Slots, m: int) -> Slots:
+def cool_down(grid: Slots, m: int, tight: bool = True) -> Slots:
     """The tail laid out by formula from t, the first rank's last F1: rank r's last n0 = min((peak+1)/2, m)
     B0's go to t + 2p - r - 2i (i < n0: up the ranks, two slots apart) and its last
     n1 = min(r+1, peak - n0, m) B1's to t + 1 + r - 2i (down the ranks); the weight gradients taken off the
     tail (at least one per moved backward of its chunk and `peak` in all) go back, chunk 1's first, to the
-    free slots after the rank's last weight gradient, each only once its backward is placed."""
+    free slots after the rank's last weight gradient, each only once its backward is placed (`squeeze`d
+    after: `tight`=False leaves the slots as laid out)."""
     p = len(grid)
     top = peak(grid)
-    if top > 2 * p:
+    if tight and top > 2 * p:
         raise _Invalid
     most_b0 = min((top + 1) // 2, m)
     most_b1 = min(top - most_b0, m)
@@ -359,7 +370,7 @@ def cool_down(grid: Slots, m: int) -> Slots:
     width = max(len(row) for row in grid)
     for row in grid:
         row.extend([EMPTY] * (width - len(row)))
-    return squeeze(grid, m)
+    return squeeze(grid, m) if tight else grid
 
 
 def fill_bubbles(grid: Slots, m: int) -> Slots:
@@ -545,48 +556,17 @@ def _ops(row: list[int]) -> list[tuple[int, int]]:
 
 
 def span(grid: Slots, f: float, b: float, w: float, comm: float) -> float:
-    """Longest rank span (start of the first F0 to the end of the last weight gradient) with one cost per kind
-    and `comm` per hop between ranks, every rank running its ops in order as soon as their inputs end."""
+    """Longest rank span (start of the first F0 to the end of the last weight gradient) of the grid's order
+    on the clock (`node_times`), with one cost per kind and `comm` per hop between ranks."""
     p = len(grid)
-    cost = (f, f, b, b, w, w)
-    inputs = _inputs(p)
-    seqs = [[code for code in row if code >= 0] for row in grid]
-    ends: list[list[list[float]]] = [[[], [], [], [], [], []] for _ in range(p)]  # [r][code][mb]
-    nxt = [0] * p
-    clock = [0.0] * p
-    left = sum(map(len, seqs))
-    while left:
-        progress = False
-        for r in range(p):
-            seq = seqs[r]
-            i = begin = nxt[r]
-            n = len(seq)
-            mine, src_of, now = ends[r], inputs[r], clock[r]
-            while i < n:
-                code = seq[i]
-                start = now
-                src = src_of[code]
-                if src is not None:
-                    theirs = ends[src][code]
-                    mb = len(mine[code])
-                    if mb >= len(theirs):
-                        break
-                    start = max(start, theirs[mb] + comm)
-                now = start + cost[code]
-                mine[code].append(now)
-                i += 1
-            if i > begin:
-                progress = True
-                left -= i - begin
-                nxt[r], clock[r] = i, now
-        if not progress:
-            raise _Invalid
-    m = seqs[-1].count(F0)
-    longest = 0.0
-    for e in ends:
-        for wgrad in (W1, W0):
-            longest = max(e[wgrad][m - 1] - e[F0][0] + f, longest)
-    return longest
+    n = 2 * p
+    costs = StageCosts((f,) * n, (b,) * n, (w,) * n, (1.0,) * n, comm)
+    m = sum(code == F0 for code in grid[0])
+    try:
+        timing = node_times(v_shape(p), m, to_order(grid), costs)
+    except PrimusppError as err:  # an order that waits on itself
+        raise _Invalid from err
+    return max(ends[-1] - starts[0] for starts, ends in zip(timing.starts, timing.ends, strict=True))
 
 
 Built = tuple[Slots | None, int, int | None, float]
@@ -672,6 +652,19 @@ def best(
                         elif grid is not None and (found[i] is None or length < found[i][0]):
                             found[i] = (length, grid)
     return [None if x is None else x[1] for x in found]
+
+
+_KIND_CODES = {NodeKind.F: F0, NodeKind.B: B0, NodeKind.W: W0}
+
+
+def code_of(node: Node, p: int) -> int:
+    """A node's op code on its rank (the kind's index, doubled, plus its chunk)."""
+    return _KIND_CODES[node.kind] + (node.stage >= p)
+
+
+def codes(order: ComputeOrder, p: int) -> Slots:
+    """Each rank's op codes in the order's sequence (no free slots)."""
+    return [[code_of(nd, p) for nd in seq] for seq in order]
 
 
 def to_order(grid: Slots) -> ComputeOrder:
