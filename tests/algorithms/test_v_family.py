@@ -5,12 +5,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from primuspp.algorithms.registry import build_schedule
-from primuspp.algorithms.v.blocks import CATALOG, HALF, MIN, ZB, Block, offsets
+from primuspp.algorithms.v.blocks import HALF, MIN, ZB, Block, offsets
 from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import NodeKind
 from primuspp.sim import simulate
+from tests.algorithms.v_orders import CATALOG
 
 COSTS = CostModel(1000, 1000, 1000)
 

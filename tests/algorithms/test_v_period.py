@@ -16,7 +16,6 @@ from primuspp.algorithms.v import period as v_period
 from primuspp.algorithms.v import rows as v_rows
 from primuspp.algorithms.v.block_orders import raw_peak, squeezed, squeezed_orders
 from primuspp.algorithms.v.blocks import (
-    CATALOG,
     HALF,
     MIN,
     ZB,
@@ -28,7 +27,7 @@ from primuspp.algorithms.v.blocks import (
 )
 from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.schedule.array_order import ArrayOrder
-from tests.algorithms.v_orders import BLOCKS
+from tests.algorithms.v_orders import BLOCKS, CATALOG
 from tests.algorithms.v_orders import columns as _columns
 from tests.algorithms.v_orders import same as _same
 from tests.oracles import v_insertion

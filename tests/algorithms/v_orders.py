@@ -5,8 +5,22 @@ from __future__ import annotations
 import numpy as np
 
 from primuspp.algorithms.v import family as v_family
-from primuspp.algorithms.v.blocks import CATALOG
+from primuspp.algorithms.v.blocks import HALF, MIN, ZB, ZB_TIGHT, Block
 from primuspp.schedule.array_order import ArrayOrder
+
+#: the V blocks the tests sweep (the named ones and more spacings)
+CATALOG = (
+    MIN,
+    Block("min-b2", 1, 1, 2, 1),
+    Block("min-f2", 2, 1, 1, 1),
+    HALF,
+    Block("half-b3", 1, 1, 3, 1),
+    Block("half-f3", 3, 1, 2, 1, 1, 2),
+    Block("wide-3", 1, 1, 3, 3),
+    Block("wide-33", 3, 3, 3, 3),
+    ZB_TIGHT,
+    ZB,
+)
 
 #: every named V block (the catalog's and v-auto's)
 BLOCKS = tuple(dict.fromkeys((*CATALOG, *v_family.AUTO_BLOCKS)))

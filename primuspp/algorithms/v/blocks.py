@@ -32,23 +32,12 @@ class Block:
     squeeze: str = "derived"
 
 
-#: the named blocks; `offsets` shifts the backward phase until no two ops of a rank share a slot mod 6
+#: the named blocks (tests/algorithms/v_orders.py sweeps more); `offsets` shifts the backward phase until
+#: no two ops of a rank share a slot mod 6
 MIN = Block("min", 1, 1, 1, 1)
 HALF = Block("half", 2, 1, 2, 1, 1, 2)
 ZB = Block("zb", 4, 2, 4, 2, 3, 3, "explicit")
 ZB_TIGHT = Block("zb-tight", 1, 1, 4, 2, squeeze="explicit")
-CATALOG = (
-    MIN,
-    Block("min-b2", 1, 1, 2, 1),
-    Block("min-f2", 2, 1, 1, 1),
-    HALF,
-    Block("half-b3", 1, 1, 3, 1),
-    Block("half-f3", 3, 1, 2, 1, 1, 2),
-    Block("wide-3", 1, 1, 3, 3),
-    Block("wide-33", 3, 3, 3, 3),
-    ZB_TIGHT,
-    ZB,
-)
 
 
 @cache
