@@ -22,6 +22,7 @@ from collections.abc import Sequence
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.search import score_memo, w_pass
+from primuspp.algorithms.search.bounds import Proof
 from primuspp.algorithms.search.portfolio import Score, lower_bounds, memory_units
 from primuspp.algorithms.search.retime import retime
 from primuspp.errors import ValidationError
@@ -51,19 +52,6 @@ def _is_input(y: Node, x: Node, placement: Placement) -> bool:
     if x.kind is _W:
         return y.kind is _B and y.stage == x.stage
     return y.kind is _F and y.stage == placement.prev_stage[x.stage]
-
-
-def _ready(x: Node, r: int, placement: Placement, f_end, g_end, comm: float) -> float:
-    srank, n_stages = placement.stage_rank, placement.num_stages
-    s, key = x.stage, x.microbatch * n_stages + x.stage
-    if x.kind is _F:
-        q = placement.prev_stage[s]
-        return 0.0 if q < 0 else f_end[key - s + q] + (comm if srank[q] != r else 0.0)
-    if x.kind is _B:
-        t = f_end[key]
-        q = placement.next_stage[s]
-        return t if q < 0 else max(t, g_end[key - s + q] + (comm if srank[q] != r else 0.0))
-    return g_end[key]
 
 
 def _chain_swaps(
@@ -103,7 +91,7 @@ def _chain_swaps(
                 swaps.append((r, i, i - 1))
                 # and further: right after the later of its own-stage predecessor of the same kind and the
                 # last node ending by the time its inputs are there
-                t = _ready(x, r, placement, f_end, g_end, comm)
+                t = w_pass.ready(x, r, placement, f_end, g_end, comm)
                 j = i - 1
                 while j > 0:
                     z = order[r][j - 1]
@@ -177,8 +165,6 @@ def improve(
     round's in its objective and no worse in the other."""
     if not w_pass.only_fbw(order):
         return None
-    n_nodes = sum(rank_lengths(order))
-    budget = min(MAX_EVALS, WORK // max(n_nodes, 1))
     cur = start or score_memo.score(placement, m, order, costs)
     span_lb, step_lb = lower_bounds(placement, order, costs)
     if cur.max_span <= span_lb + 1e-9 * max(1.0, span_lb) and cur.makespan <= step_lb + 1e-9 * max(
@@ -195,17 +181,49 @@ def improve(
         a0, b0 = (old.max_span, old.makespan) if objective == "span" else (old.makespan, old.max_span)
         return a <= a0 and (b < b0 or (b == b0 and new.peak < old.peak))
 
+    return _rounds(placement, m, order, costs, cap, cur, ((first, objective), (second, other)))
+
+
+def improve_both(
+    placement: Placement,
+    m: int,
+    order: ComputeOrder,
+    costs: StageCosts,
+    cap: float | None,
+    start: Score | None = None,
+) -> tuple[ComputeOrder, Score] | None:
+    """Like `improve`, but a swap is kept only when neither the longest span nor the step time grows and
+    one of them shrinks: the result dominates `order` (None if no such swap was found). Walks the span's
+    critical chain, then the step time's."""
+    if not w_pass.only_fbw(order):
+        return None
+
+    def dominates(new: Score, old: Score) -> bool:
+        if new.max_span > old.max_span or new.makespan > old.makespan:
+            return False
+        return new.max_span < old.max_span or new.makespan < old.makespan or new.peak < old.peak
+
+    cur = start or score_memo.score(placement, m, order, costs)
+    return _rounds(placement, m, order, costs, cap, cur, ((dominates, "span"), (dominates, "step")))
+
+
+def _rounds(placement, m, order, costs, cap, cur, rounds) -> tuple[ComputeOrder, Score] | None:
+    """`_search` for each (better, chain) of `rounds` in turn, from the last round's result, sharing one
+    budget of timings. Every `better` asks for a smaller key (`Score.key`, either objective), so an order
+    `bounds.Proof` shows unbeatable within the cap ends the search."""
+    budget = min(MAX_EVALS, WORK // max(sum(rank_lengths(order)), 1))
+    proof = Proof(placement, m, costs, cap if cap is not None else cur.peak)
     result = None
     current = [list(seq) for seq in order]
-    for better, chain in ((first, objective), (second, other)):
-        found, budget = _search(placement, m, current, costs, cap, cur, better, chain, budget)
+    for better, chain in rounds:
+        found, budget = _search(placement, m, current, costs, cap, cur, better, chain, budget, proof)
         if found is not None:
             current, cur = found
             result = found
     return result
 
 
-def _search(placement, m, current, costs, cap, cur, better, chain, budget):
+def _search(placement, m, current, costs, cap, cur, better, chain, budget, proof):
     """First-improvement swaps on `chain`'s critical chain while `better(new, current)` and budget last."""
     units = memory_units(placement, costs.activation)
     fractions = costs.fractions()
@@ -253,6 +271,8 @@ def _search(placement, m, current, costs, cap, cur, better, chain, budget):
                 current, cur, improved, moved, peaks = trial, sc, True, True, trial_peaks
                 timing = trial_timing
                 tried.clear()
+                if proof.unbeatable(current, cur):  # nothing within the cap has a smaller key
+                    return (current, cur), 0
                 break
         if not moved:
             break
@@ -269,34 +289,3 @@ def _score(timing: Timing, peak: float) -> Score:
             first, last = min(first, lo), max(last, hi)
             max_span = max(max_span, hi - lo)
     return Score(last - first if last > first else 0.0, max_span, peak)
-
-
-def improve_both(
-    placement: Placement,
-    m: int,
-    order: ComputeOrder,
-    costs: StageCosts,
-    cap: float | None,
-    start: Score | None = None,
-) -> tuple[ComputeOrder, Score] | None:
-    """Like `improve`, but a swap is kept only when neither the longest span nor the step time grows and
-    one of them shrinks: the result dominates `order` (None if no such swap was found). Walks the span's
-    critical chain, then the step time's."""
-    if not w_pass.only_fbw(order):
-        return None
-    budget = min(MAX_EVALS, WORK // max(sum(rank_lengths(order)), 1))
-    cur = start or score_memo.score(placement, m, order, costs)
-
-    def dominates(new: Score, old: Score) -> bool:
-        if new.max_span > old.max_span or new.makespan > old.makespan:
-            return False
-        return new.max_span < old.max_span or new.makespan < old.makespan or new.peak < old.peak
-
-    result = None
-    current = [list(seq) for seq in order]
-    for chain in ("span", "step"):
-        found, budget = _search(placement, m, current, costs, cap, cur, dominates, chain, budget)
-        if found is not None:
-            current, cur = found
-            result = found
-    return result

@@ -57,81 +57,87 @@ def _once(key: tuple, order: ComputeOrder, run: Callable, *args: object) -> obje
     return hit[0]
 
 
+Candidates = Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]]
+
+
 def pick_refined(
     placement: Placement,
     m: int,
-    candidates: Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]],
+    candidates: Candidates,
     costs: StageCosts,
     cap: float | None,
     objective: str = "span",
     top: int | None = None,
 ) -> tuple[str, ComputeOrder, Score]:
     """`portfolio.pick` over `candidates` plus the W-pass variants of the `top` best of them; a variant is
-    named `CANDIDATE+VARIANT` (e.g. `zb/explicit+w-fit`)."""
+    named `CANDIDATE+VARIANT` (e.g. `zb/explicit+w-fit`). Nothing fits `cap`: `pick` refuses."""
     pool = refined_pool(placement, m, candidates, costs, cap, objective, top)
-    if pool is None:  # nothing fits: let `pick` refuse with its message
-        return pick(placement, m, candidates, costs, cap, objective)
-    return pick(placement, m, pool, costs, cap, objective)
+    return pick(placement, m, candidates if pool is None else pool, costs, cap, objective)
 
 
 def refined_pool(
     placement: Placement,
     m: int,
-    candidates: Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]],
+    candidates: Candidates,
     costs: StageCosts,
     cap: float | None,
     objective: str = "span",
     top: int | None = None,
 ) -> list[tuple[str, ComputeOrder, Score]] | None:
     """The candidates within `cap`, scored, followed by their refined variants (`pick_refined` picks from
-    this list); None when no candidate fits `cap`."""
+    this list); None when no candidate fits `cap`. The first order `bounds.Proof` shows unbeatable, an
+    original or a refinement, ends the list: anything after it would lose to it or tie it later."""
     if top is None:  # the search effort's width (`effort.refine_top`, reported with the branch)
         top = refine_top(sum(rank_lengths(candidates[0][1])) if candidates else 0)
-    scored: list[tuple[str, ComputeOrder, Score]] = []
     proof = bounds.Proof(placement, m, costs, cap)
+    pool: list[tuple[str, ComputeOrder, Score]] = []
+
+    def fits(sc: Score) -> bool:
+        return cap is None or sc.peak <= cap + 1e-9
+
+    def leaders(items: list) -> Iterator[tuple[str, ComputeOrder, Score]]:
+        """The best `top` of `items` within the cap, one per (makespan, span, peak): the same figures are
+        most likely the same order, refined the same way."""
+        seen: set[tuple[float, float, float]] = set()
+        for i in sorted(range(len(items)), key=lambda i: (items[i][2].key(objective), i)):
+            sc = items[i][2]
+            if len(seen) == top:
+                return
+            if fits(sc) and (sc.makespan, sc.max_span, sc.peak) not in seen:
+                seen.add((sc.makespan, sc.max_span, sc.peak))
+                yield items[i]
+
+    def add(name: str, order: ComputeOrder, sc: Score | None = None) -> bool:
+        """Append to the pool; whether it ends the search."""
+        sc = sc or score_memo.score(placement, m, order, costs)
+        pool.append((name, order, sc))
+        return proof.unbeatable(order, sc)
+
     for cand in candidates:
         sc = cand[2] if len(cand) == 3 else score_memo.score(placement, m, cand[1], costs)
-        if cap is None or sc.peak <= cap + 1e-9:
-            scored.append((cand[0], cand[1], sc))
-            if proof.unbeatable(cand[1], sc):  # nothing later, refined or not, can win: stop here
-                return scored
-    if not scored:
+        if fits(sc) and add(cand[0], cand[1], sc):
+            return pool
+    if not pool:
         return None
-    ranked = sorted(range(len(scored)), key=lambda i: (scored[i][2].key(objective), i))
-    extra: list[tuple[str, ComputeOrder, Score]] = []
-    seen: set[tuple[float, float, float]] = set()
-    for i in ranked:
-        if len(seen) == top:
-            break
-        name, order, sc = scored[i]
-        sig = (sc.makespan, sc.max_span, sc.peak)
-        if sig in seen:  # the same figures: most likely the same order, refined the same way
-            continue
-        seen.add(sig)
-        caps = list(_once(("peaks", placement, costs), order, w_pass.rank_peaks, placement, order, costs))
-        mine = [(name, order, sc)]
-        done = ("variants", placement, m, costs, tuple(caps))
-        for vname, new in _once(done, order, w_pass.variants, placement, m, order, costs, caps):
+    for name, order, _ in list(leaders(pool)):
+        caps = tuple(_once(("peaks", placement, costs), order, w_pass.rank_peaks, placement, order, costs))
+        mine: list[tuple[str, ComputeOrder, Score]] = []
+        for vname, new in _once(
+            ("variants", placement, m, costs, caps), order, w_pass.variants, placement, m, order, costs, caps
+        ):
             mine.append((f"{name}+{vname}", new, score_memo.score(placement, m, new, costs)))
         # the gap filling (never slower; a timing per round) on the original and the best variant
-        lead = min(mine[1:], key=lambda c: c[2].key(objective), default=None)
-        for vname, new, _ in (mine[0], lead) if lead is not None else (mine[0],):
-            done = ("gaps", placement, m, costs, tuple(caps))
-            filled = _once(done, new, w_pass.fill_gaps, placement, m, new, costs, caps)
+        lead = min(mine, key=lambda c: c[2].key(objective), default=None)
+        for vname, new in [(name, order)] + ([lead[:2]] if lead else []):
+            filled = _once(
+                ("gaps", placement, m, costs, caps), new, w_pass.fill_gaps, placement, m, new, costs, caps
+            )
             if filled is not None:
                 mine.append((f"{vname}+gaps", filled, score_memo.score(placement, m, filled, costs)))
-        extra.extend(mine[1:])
-    pool = [*scored, *extra]
-    searched: list[tuple[str, ComputeOrder, Score]] = []
-    sigs: set[tuple[float, float, float]] = set()
-    for i in sorted(range(len(pool)), key=lambda i: (pool[i][2].key(objective), i)):
-        if len(sigs) == top:
-            break
-        name, order, sc = pool[i]
-        if (cap is not None and sc.peak > cap + 1e-9) or (sc.makespan, sc.max_span, sc.peak) in sigs:
-            continue
-        sigs.add((sc.makespan, sc.max_span, sc.peak))
+        if any(add(*c) for c in mine):
+            return pool
+    for name, order, sc in list(leaders(pool)):
         better = local_search.improve(placement, m, order, costs, cap, objective, sc)
-        if better is not None:
-            searched.append((f"{name}+swaps", better[0], better[1]))
-    return [*pool, *searched]
+        if better is not None and add(f"{name}+swaps", *better):
+            return pool
+    return pool

@@ -12,12 +12,13 @@ critical-chain swaps are tried latest first).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
-from primuspp.schedule.semantics import ACT, outputs
+from primuspp.schedule.semantics import ACT, SEMANTICS, outputs
 from primuspp.schedule.timing import Timing, resume
 
 
@@ -35,16 +36,20 @@ def retime(
     cut = old.ends[rank][j - 1] if j > 0 else float("-inf")
     f_end, g_end = list(old.forward_end), list(old.grad_end)
     ptr, free, starts, ends = [], [], [], []
+    produces = {k: sem.produces for k, sem in SEMANTICS.items() if not sem.parts}  # a simple node's
     for q, (st, en) in enumerate(zip(old.starts, old.ends, strict=True)):
-        i = 0
+        i = bisect_left(st, cut)  # kept: started before the cut (a rank's starts never decrease)
         n = len(st)
-        while i < n and st[i] < cut:  # kept: started before the cut
-            i += 1
         ptr.append(i)
         free.append(en[i - 1] if i else 0.0)
         starts.append(st[:i] + [0.0] * (n - i))
         ends.append(en[:i] + [0.0] * (n - i))
         for node in old.order[q][i:]:  # the nodes timed again produce their outputs again
-            for what, mb, s in outputs(node):
-                (f_end if what == ACT else g_end)[mb * n_stages + s] = None
+            made = produces.get(node.kind)
+            if made is None:  # a composite: its parts'
+                for what, mb, s in outputs(node):
+                    (f_end if what == ACT else g_end)[mb * n_stages + s] = None
+                continue
+            for what in made:
+                (f_end if what == ACT else g_end)[node.microbatch * n_stages + node.stage] = None
     return resume(placement, order, costs, ptr, free, starts, ends, f_end, g_end)

@@ -320,12 +320,12 @@ def fill_gaps(
                             continue
                         j = pos[h]
                         y = seq[j]
-                        if not _inputs_before(y, i, at, moved_to, placement, r):
-                            continue  # a zero-length producer may end in time and still come later
-                        start = max(cursor, _ready(y, r, placement, f_end, g_end, comm))
+                        start = max(cursor, ready(y, r, placement, f_end, g_end, comm))
                         end = start + dur[y.kind][y.stage]
-                        if end <= b + eps and (best is None or end < best[0]):
-                            best = (end, j, k)
+                        if end > b + eps or (best is not None and end >= best[0]):
+                            continue
+                        if _inputs_before(y, i, at, moved_to, placement, r):
+                            best = (end, j, k)  # (a zero-length producer may end in time, yet come later)
                     if best is None:
                         break
                     end, j, k = best
@@ -379,7 +379,7 @@ def _inputs_before(y: Node, i: int, at: dict, moved_to: dict[int, int], placemen
     return True
 
 
-def _ready(node: Node, r: int, placement: Placement, f_end, g_end, comm: float) -> float:
+def ready(node: Node, r: int, placement: Placement, f_end, g_end, comm: float) -> float:
     """When `node`'s inputs are on rank `r` under the times `f_end`/`g_end` (see `timing.Timing`)."""
     n_stages, srank = placement.num_stages, placement.stage_rank
     s = node.stage
