@@ -73,7 +73,7 @@ def test_variants_shared_within_one_call(monkeypatch):
     assert len(calls) == 1
     place = linear(4)
     stage_costs = costs.for_placement(place)
-    with zb_timed._shared_variants():
+    with zb_timed._VARIANTS.block():
         first, floor = zb_timed.orders(4, 8, stage_costs, 4.0)
         again, floor2 = zb_timed.orders(4, 8, stage_costs, 4.0)
     assert len(calls) == 2 and floor == floor2

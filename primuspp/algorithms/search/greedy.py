@@ -33,9 +33,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 
@@ -102,20 +99,15 @@ class Plan:
     timed: bool = False
 
 
-_SHARED: ContextVar[dict | None] = ContextVar("greedy_shared_plans", default=None)
+_PLANS = score_memo.BlockMemo("greedy_shared_plans")
 
 
-@contextmanager
-def shared_plans() -> Iterator[None]:
+def shared_plans():
     """Within the block, `schedule` computes each distinct pass once: a generator whose candidates run the
     same pass twice (zero-bubble-heuristic's policies, then the same policies inside the zero-bubble search
     it also runs) gets the first result again (its order, an ArrayOrder nobody can change, shared). The plans
     are dropped on exit."""
-    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
+    return _PLANS.block()
 
 
 def schedule(
@@ -126,14 +118,8 @@ def schedule(
     policy: Policy,
 ) -> Plan:
     """One greedy pass. `cap` is the per-rank activation budget in microbatch units (>= 1)."""
-    shared = _SHARED.get()
-    if shared is None:
-        return _schedule(placement, m, costs, cap, policy)
     key = (placement, m, costs, cap, policy)
-    plan = shared.get(key)
-    if plan is None:
-        plan = shared[key] = _schedule(placement, m, costs, cap, policy)
-    return Plan(plan.policy, plan.order, plan.makespan, plan.max_span, plan.peak, plan.timed)
+    return _PLANS.once(key, lambda: _schedule(placement, m, costs, cap, policy))
 
 
 def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, policy: Policy) -> Plan:

@@ -17,8 +17,6 @@ refined a moment before.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.effort import refine_top
@@ -29,32 +27,20 @@ from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
 
 #: within `shared_refinements`: (step, placement, (m,) costs, (caps,) id(order)) -> (its result, the order)
-_SHARED: ContextVar[dict | None] = ContextVar("refine_shared", default=None)
+_REFINED = score_memo.BlockMemo("refine_shared")
 
 
-@contextmanager
-def shared_refinements() -> Iterator[None]:
+def shared_refinements():
     """Within the block, the W post-pass (`w_pass.rank_peaks`, `variants`, `fill_gaps`) of an order object
     seen before with the same placement, m, costs and caps returns the first result again. Orders are told
     apart by identity (the kept entries hold them, so no identity is reused while the block lasts): equal
     orders of other objects are refined again. Dropped on exit."""
-    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
+    return _REFINED.block()
 
 
 def _once(key: tuple, order: ComputeOrder, run: Callable, *args: object) -> object:
     """`run(*args)`, or within `shared_refinements` its earlier result for `key` and this order object."""
-    shared = _SHARED.get()
-    if shared is None:
-        return run(*args)
-    full = (*key, id(order))
-    hit = shared.get(full)
-    if hit is None:
-        hit = shared[full] = (run(*args), order)  # the order kept: its identity is not reused meanwhile
-    return hit[0]
+    return _REFINED.once((*key, id(order)), lambda: (run(*args), order))[0]  # the order kept: see above
 
 
 Candidates = Sequence[tuple[str, ComputeOrder] | tuple[str, ComputeOrder, Score]]

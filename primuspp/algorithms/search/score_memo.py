@@ -15,12 +15,42 @@ those), so a hit returns exactly what a new timing would; `score` keeps the orde
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.search.portfolio import Score, memory_units, order_peak, timed_score
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.rows import memo_of
+
+
+class BlockMemo:
+    """Results kept within `with memo.block():` only (a nested block shares the outer one's), dropped on
+    exit; outside a block `once` computes every time."""
+
+    def __init__(self, name: str) -> None:
+        self._var: ContextVar[dict | None] = ContextVar(name, default=None)
+
+    @contextmanager
+    def block(self) -> Iterator[None]:
+        token = self._var.set({} if self._var.get() is None else self._var.get())
+        try:
+            yield
+        finally:
+            self._var.reset(token)
+
+    def once(self, key: tuple, make: Callable[[], object]) -> object:
+        """`make()`, or within a block its first result for `key`."""
+        kept = self._var.get()
+        if kept is None:
+            return make()
+        if key not in kept:
+            kept[key] = make()
+        return kept[key]
+
 
 #: compute nodes of the orders kept, all together (the oldest go first)
 MAX_NODES = 400_000

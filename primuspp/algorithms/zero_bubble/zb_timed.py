@@ -26,13 +26,12 @@ A variant is built as one int per node (microbatch * 3 + kind; rank r runs stage
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.search.floor import with_floor
+from primuspp.algorithms.search.score_memo import BlockMemo
 from primuspp.schedule.array_order import KINDS, ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import NodeKind
@@ -204,33 +203,16 @@ def _decisions(
     return state.order, state.span()
 
 
-#: within one floored generator's call: (p, m, costs, cap) -> the variants' names and decisions, the floor
-_SHARED: ContextVar[dict | None] = ContextVar("zb_timed_shared", default=None)
-
-
-@contextmanager
-def _shared_variants() -> Iterator[None]:
-    """Within the block, `orders` builds the variants of each (p, m, costs, cap) once: zero-bubble-heuristic
-    floors its result with them and runs zero-bubble, which floors its own with the same ones. Each call
-    still returns new ArrayOrders (the floor tells orders apart by identity). Dropped on exit."""
-    token = _SHARED.set({} if _SHARED.get() is None else _SHARED.get())
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
+#: within one floored generator's call: (p, m, costs, cap) -> the variants' names and decisions, the floor;
+#: zero-bubble-heuristic floors its result with them and runs zero-bubble, which floors its own with the same
+_VARIANTS = BlockMemo("zb_timed_shared")
 
 
 def orders(p: int, m: int, costs: StageCosts, cap: float) -> tuple[list[tuple[str, ComputeOrder]], int]:
     """The timed linear orders within `cap` microbatches per rank, named `timed/...`, and the index of the
-    floor (the least span on the construction's clock; -1 when every variant got stuck)."""
-    shared = _SHARED.get()
-    key = (p, m, costs, cap)
-    found = None if shared is None else shared.get(key)
-    if found is None:
-        found = _variants(p, m, costs, cap)
-        if shared is not None:
-            shared[key] = found
-    named, floor = found
+    floor (the least span on the construction's clock; -1 when every variant got stuck). Each call returns
+    new ArrayOrders (the floor tells orders apart by identity)."""
+    named, floor = _VARIANTS.once((p, m, costs, cap), lambda: _variants(p, m, costs, cap))
     return [(name, _columns(raw)) for name, raw in named], floor
 
 
@@ -266,7 +248,7 @@ def floored(
     floored_inner = with_floor(inner, linear, orders, budget, objective, **extra)
 
     def generate(req: GenerationRequest) -> ComputeOrder:
-        with _shared_variants():
+        with _VARIANTS.block():
             return floored_inner(req)
 
     return generate
