@@ -31,7 +31,8 @@ def test_zb_timed_equals_reference(p, m, cost):
     costs = _stage_costs(cost, linear(p))
     found = 0
     for max_mem, late, bfirst, strict in itertools.product((1, p, 2 * p), *([(True, False)] * 3)):
-        fast = zb_timed.build(p, m, costs, max_mem, late, bfirst, strict)
+        fast = zb_timed._decisions(p, m, costs, max_mem, late, bfirst, strict)
+        fast = None if fast is None else (zb_timed._columns(fast[0]), fast[1])
         ref = constructions.zb_timed_build(p, m, costs, max_mem, late, bfirst, strict)
         assert (fast is None) == (ref is None)
         if fast is not None:

@@ -10,7 +10,8 @@ once (ZB-H1 at F = B = W: no greedy pass runs).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.search import greedy, score_memo
@@ -19,6 +20,30 @@ from primuspp.algorithms.search.portfolio import Score, pick
 from primuspp.algorithms.search.refine import pick_refined
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.placement import Placement
+
+
+def best_of(
+    placement: Placement,
+    m: int,
+    costs: StageCosts,
+    built: Iterable[tuple[str, ComputeOrder]],
+    cap: float | None,
+    objective: str,
+    full: bool,
+    report: dict,
+) -> ComputeOrder:
+    """The first of the `built` orders `bounds.Proof` shows unbeatable within `cap` (later ones are not
+    built), else the best of them (first wins ties), with a `full` search after the W post-pass of the
+    leaders (`refine.pick_refined`)."""
+    proof = Proof(placement, m, costs, cap)
+    candidates: list[tuple[str, ComputeOrder, Score]] = []
+    for name, order in built:
+        if proof.scored(candidates, name, order, score_memo.score(placement, m, order, costs)):
+            report["candidate"] = name
+            return order
+    name, order, _ = (pick_refined if full else pick)(placement, m, candidates, costs, cap, objective)
+    report["candidate"] = name
+    return order
 
 
 def best_linear(
@@ -32,28 +57,13 @@ def best_linear(
     full: bool,
     report: dict,
 ) -> ComputeOrder:
-    """The best of the generator's own orders `own` (first wins ties), the greedy `policies` at `cap` and,
-    with a `full` search, the W post-pass of the leaders. `cap` None: the own orders' peak is the cap, so
-    no candidate uses more memory than the construction does."""
+    """`best_of` the generator's own orders `own` and the greedy `policies` at `cap`. `cap` None: the own
+    orders' peak is the cap, so no candidate uses more memory than the construction does."""
     if cap is None:  # the own orders' peaks (score_memo keeps them with their timing, scored below)
         cap = max(score_memo.score(placement, m, order, costs).peak for _, order in own)
-    proof = Proof(placement, m, costs, cap)
-    candidates: list[tuple[str, ComputeOrder, Score]] = []
-
-    def unbeatable(name: str, order: ComputeOrder) -> bool:
-        """Score the candidate; whether it is the result already (`Proof.scored`)."""
-        return proof.scored(candidates, name, order, score_memo.score(placement, m, order, costs))
-
-    if any(unbeatable(name, order) for name, order in own):
-        report["candidate"] = candidates[-1][0]
-        return candidates[-1][1]
-    least = greedy.least_cap(placement, costs)
-    for policy in policies if cap + 1e-9 >= least else ():
-        plan = greedy.schedule(placement, m, costs, cap, policy)
-        if unbeatable(f"greedy/{policy.name}", plan.order):
-            report["candidate"] = candidates[-1][0]
-            return candidates[-1][1]
-    choose = pick_refined if full else pick
-    name, order, _ = choose(placement, m, candidates, costs, cap, objective)
-    report["candidate"] = name
-    return order
+    if cap + 1e-9 < greedy.least_cap(placement, costs):
+        policies = ()
+    passes = (
+        (f"greedy/{pol.name}", greedy.schedule(placement, m, costs, cap, pol).order) for pol in policies
+    )
+    return best_of(placement, m, costs, chain(own, passes), cap, objective, full, report)

@@ -230,15 +230,12 @@ def variants(
     order: ComputeOrder,
     costs: StageCosts,
     caps: Sequence[float] | None = None,
-    names: Sequence[str] | None = None,
 ) -> list[tuple[str, ComputeOrder]]:
     """The W-pass variants of `order` that exist (see `VARIANTS`), named after them."""
     if caps is None:
         caps = rank_peaks(placement, order, costs)
     out = []
     for name, fill, keep in VARIANTS:
-        if names is not None and name not in names:
-            continue
         new = replace_w(placement, m, order, costs, fill, keep, caps)
         if new is not None:
             out.append((name, new))

@@ -166,15 +166,6 @@ class _Build:
         return max(self.clock[r] - self.first[r] for r in range(self.p))
 
 
-def build(
-    p: int, m: int, costs: StageCosts, max_mem: int, fill_late: bool, b_first: bool, strict: bool
-) -> tuple[ComputeOrder, float] | None:
-    """One variant: the order (an ArrayOrder) and its longest span on the construction's clock; None if it
-    gets stuck."""
-    found = _decisions(p, m, costs, max_mem, fill_late, b_first, strict)
-    return None if found is None else (_columns(found[0]), found[1])
-
-
 def _columns(decisions: list[list[int]]) -> ArrayOrder:
     """Per-rank decisions (mb * 3 + kind, rank r on stage r) as an ArrayOrder."""
     import numpy as np

@@ -16,9 +16,7 @@ from dataclasses import replace
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.classic import one_f_one_b
 from primuspp.algorithms.effort import full_search
-from primuspp.algorithms.search import greedy, refine, score_memo
-from primuspp.algorithms.search.bounds import Proof
-from primuspp.algorithms.search.portfolio import Score, pick
+from primuspp.algorithms.search import cost_aware, greedy, refine
 from primuspp.algorithms.zero_bubble import zb_timed, zero_bubble
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.placement import linear
@@ -67,12 +65,6 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
     given = "max_mem" if req.params.get("max_mem") is not None else None
     cap = greedy.fit_cap(placement, costs, default_cap(p, req.params), given, req.report)
     small = full_search(req.params.get("effort", "auto"), 3 * p * m, FULL_SEARCH_LIMIT, req.report)
-    proof = Proof(placement, m, costs, cap)
-    candidates: list[tuple[str, ComputeOrder, Score]] = []
-
-    def unbeatable(name: str, order: ComputeOrder) -> bool:
-        """Score the candidate; whether it is the result already (`Proof.scored`)."""
-        return proof.scored(candidates, name, order, score_memo.score(placement, m, order, costs))
 
     def built() -> Iterator[tuple[str, ComputeOrder]]:
         for policy in LINEAR_POLICIES if small else LINEAR_POLICIES[:1]:
@@ -84,14 +76,8 @@ def _generate(req: GenerationRequest) -> ComputeOrder:
         yield "zero-bubble", zero_bubble.generate_floored(zb_req)
         yield "1f1b", one_f_one_b.generate(req)
 
-    if any(unbeatable(name, order) for name, order in built()):
-        name, order = candidates[-1][:2]
-    elif small:  # the leaders also get the W post-pass (refine)
-        name, order, _ = refine.pick_refined(placement, m, candidates, costs, cap, "step")
-    else:
-        name, order, _ = pick(placement, m, candidates, costs, cap, "step")
-    req.report["candidate"] = name
-    return order
+    # with a full search the leaders also get the W post-pass (refine)
+    return cost_aware.best_of(placement, m, costs, built(), cap, "step", small, req.report)
 
 
 def _planning(req: GenerationRequest) -> CostModel:
