@@ -278,15 +278,15 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (OFFLINE_AS_LIMIT, OFFLINE_AS_LIMIT))
 
 
-def start(argv: list[str], cwd: Path, logs: Path, heavy: bool) -> tuple[Any, Path, Path]:
+def start(argv: list[str], cwd: Path, logs: Path, heavy: bool, fresh: bool = False) -> tuple[Any, Path, Path]:
     """Start `primuspp ARGV` in its own session: forked from the corpus' fork server (`forkserver`), or a
-    fresh `python -m primuspp.commands` with PRIMUSPP_CORPUS_FRESH=1. `heavy` runs (train) have no
-    address-space cap."""
+    fresh `python -m primuspp.commands` (`fresh`, or PRIMUSPP_CORPUS_FRESH=1). `heavy` runs (train) have
+    no address-space cap."""
     logs.mkdir(parents=True, exist_ok=True)
     n = len(list(logs.glob("stdout*")))
     out_path, err_path = logs / f"stdout{n}", logs / f"stderr{n}"
     env = cli_env()
-    if not forkserver.fresh():
+    if not (fresh or forkserver.fresh()):
         cap = None if heavy else OFFLINE_AS_LIMIT
         return forkserver.server(env).start(argv, cwd, env, out_path, err_path, cap), out_path, err_path
     with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
@@ -330,9 +330,11 @@ def finish(proc: Any, out_path: Path, err_path: Path, deadline: float, t0: float
 
 
 def run_cli(argvs: list[list[str]], cwd: Path, logs: Path, timeout: float, heavy: bool) -> list[Outcome]:
-    """Start every argv at once (concurrent runs), each in its own session; wait for all."""
+    """Start every argv at once (concurrent runs), each in its own session; wait for all. Concurrent runs
+    start as fresh processes, as users start them (two forked at the same instant race more tightly: a
+    `simulate` refused by the other's lock can then print progress lines before its error line)."""
     t0 = time.monotonic()
-    started = [start(a, cwd, logs, heavy) for a in argvs]
+    started = [start(a, cwd, logs, heavy, fresh=len(argvs) > 1) for a in argvs]
     deadline = t0 + timeout
     return [finish(p, o, e, deadline, t0) for p, o, e in started]
 
