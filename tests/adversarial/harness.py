@@ -1,5 +1,6 @@
 """The adversarial corpus' harness: each case builds its inputs in a fresh directory, runs the real CLI in
-its own process group, and checks the exact outcome.
+its own process group (forked from a process that imported the command once: `forkserver`), and checks
+the exact outcome.
 
 Outcome rules (issue 11): exit 0 (and what the case says it produces), or exit 2 with exactly one
 non-empty stderr line starting `error: ` that names the key; `error: internal` never counts. Besides:
@@ -27,6 +28,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from tests.adversarial import forkserver
 
 REPO = Path(__file__).resolve().parents[2]
 #: address-space cap of offline CLI runs: a memory blow-up ends in MemoryError, not in a swapping host
@@ -274,15 +278,22 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (OFFLINE_AS_LIMIT, OFFLINE_AS_LIMIT))
 
 
-def start(argv: list[str], cwd: Path, logs: Path, heavy: bool) -> tuple[subprocess.Popen, Path, Path]:
+def start(argv: list[str], cwd: Path, logs: Path, heavy: bool, fresh: bool = False) -> tuple[Any, Path, Path]:
+    """Start `primuspp ARGV` in its own session: forked from the corpus' fork server (`forkserver`), or a
+    fresh `python -m primuspp.commands` (`fresh`, or PRIMUSPP_CORPUS_FRESH=1). `heavy` runs (train) have
+    no address-space cap."""
     logs.mkdir(parents=True, exist_ok=True)
     n = len(list(logs.glob("stdout*")))
     out_path, err_path = logs / f"stdout{n}", logs / f"stderr{n}"
+    env = cli_env()
+    if not (fresh or forkserver.fresh()):
+        cap = None if heavy else OFFLINE_AS_LIMIT
+        return forkserver.server(env).start(argv, cwd, env, out_path, err_path, cap), out_path, err_path
     with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
         proc = subprocess.Popen(
             [sys.executable, "-m", "primuspp.commands", *argv],
             cwd=cwd,
-            env=cli_env(),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=fo,
             stderr=fe,
@@ -292,7 +303,7 @@ def start(argv: list[str], cwd: Path, logs: Path, heavy: bool) -> tuple[subproce
     return proc, out_path, err_path
 
 
-def finish(proc: subprocess.Popen, out_path: Path, err_path: Path, deadline: float, t0: float) -> Outcome:
+def finish(proc: Any, out_path: Path, err_path: Path, deadline: float, t0: float) -> Outcome:
     rc: int | None
     try:
         rc = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -319,9 +330,11 @@ def finish(proc: subprocess.Popen, out_path: Path, err_path: Path, deadline: flo
 
 
 def run_cli(argvs: list[list[str]], cwd: Path, logs: Path, timeout: float, heavy: bool) -> list[Outcome]:
-    """Start every argv at once (concurrent runs), each in its own session; wait for all."""
+    """Start every argv at once (concurrent runs), each in its own session; wait for all. Concurrent runs
+    start as fresh processes, as users start them (two forked at the same instant race more tightly: a
+    `simulate` refused by the other's lock can then print progress lines before its error line)."""
     t0 = time.monotonic()
-    started = [start(a, cwd, logs, heavy) for a in argvs]
+    started = [start(a, cwd, logs, heavy, fresh=len(argvs) > 1) for a in argvs]
     deadline = t0 + timeout
     return [finish(p, o, e, deadline, t0) for p, o, e in started]
 

@@ -8,25 +8,29 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from tests.adversarial import forkserver
 from tests.adversarial.cases import CASES
-from tests.adversarial.harness import Result, run_case
+from tests.adversarial.harness import Result, cli_env, golden, run_case
 
 VERBS = {"simulate", "dump", "viz", "visualize", "compare", "train", "algorithms", "plan"}
 
 
-#: cases run at once (each is one CLI process in its own directory; most wait on process start-up)
+#: cases run at once (each is one CLI process in its own directory, forked from `forkserver`)
 JOBS = int(os.environ.get("PRIMUSPP_CORPUS_JOBS", "3"))
 
 
 @pytest.fixture(scope="session")
 def corpus(request, tmp_path_factory) -> dict[str, Result]:
-    """Every selected case, run JOBS at a time (the corpus is ~480 CLI processes): id -> result."""
+    """Every selected case, run JOBS at a time (the corpus is ~540 CLI processes): id -> result."""
     selected = [
         item.callspec.params["case"]
         for item in request.session.items
         if item.originalname == "test_case" and hasattr(item, "callspec")
     ]
     base = tmp_path_factory.mktemp("corpus")
+    if not forkserver.fresh():
+        forkserver.server(cli_env())  # started before any case's time limit runs
+    golden()  # once, before the cases share it
     with ThreadPoolExecutor(max(1, JOBS)) as pool:
         results = pool.map(lambda c: run_case(c, base / c.id / "case"), selected)
         return {r.case.id: r for r in results}

@@ -1,9 +1,9 @@
 """Tensor parallelism (TP 2 x PP 2, gloo, fp32) under primuspp's schedules: losses and every gradient (the TP
-pieces gathered) against the one-process Megatron reference, for every algorithm the backend runs, for the
-dense model (without and with sequence parallelism) and an MoE one (experts TP-sharded, EP 1; with sequence
-parallelism only, as megatron-core requires); under SP, W's all-gathered input is re-gathered, and kept for
-three split algorithms; split algorithms defer the weight grads under TP and SP. Bad TP input: one line,
-exit 2, nothing started."""
+pieces gathered) against the one-process Megatron reference: every algorithm the backend runs on the dense
+model with sequence parallelism, and one algorithm of each kind of table (COVER) on the dense model without
+SP and on an MoE one (experts TP-sharded, EP 1; with SP only, as megatron-core requires); under SP, W's
+all-gathered input is re-gathered, and kept for three split algorithms (zbv on MoE); split algorithms defer
+the weight grads under TP and SP. Bad TP input: one line, exit 2, nothing started."""
 
 from __future__ import annotations
 
@@ -43,14 +43,22 @@ def _algorithms() -> list[tuple[str, int]]:
 TENSORS = {"dense": 101, "moe": 141}
 
 
+#: one algorithm of each way the backend runs a table: linear (unsplit, split), loop (interleaved), V
+#: (split) and V with FB nodes; the other algorithms differ from these only in their order
+COVER = ("1f1b", "zero-bubble", "1f1b-interleaved", "zbv", "dualpipe-v")
+
+
 def jobs(kind: str) -> list[TPJob]:
+    """Dense under SP: every algorithm; dense without SP and MoE (SP): COVER; W keeping F's gathered input:
+    three split algorithms on the dense model, zbv on MoE."""
     out = []
     for name, v in _algorithms():
-        if kind != "moe":  # megatron-core trains MoE layers under TP only with sequence parallelism
-            out.append(TPJob(name, 2, v, kind=kind))
-        out.append(TPJob(name, 2, v, sp=True, kind=kind))
-    for name, v in (("zero-bubble", 1), ("zbv", 2), ("dualpipe-v", 2)):  # W keeps F's gathered input
-        out.append(TPJob(name, 2, v, sp=True, sp_wgrad="keep", kind=kind))
+        if kind == "dense":
+            out.append(TPJob(name, 2, v, sp=True, kind=kind))
+        if name in COVER:  # megatron-core trains MoE layers under TP only with sequence parallelism
+            out.append(TPJob(name, 2, v, sp=kind == "moe", kind=kind))
+    keep = (("zero-bubble", 1), ("zbv", 2), ("dualpipe-v", 2)) if kind == "dense" else (("zbv", 2),)
+    out += [TPJob(name, 2, v, sp=True, sp_wgrad="keep", kind=kind) for name, v in keep]
     return out
 
 
