@@ -81,7 +81,7 @@ def test_iteration_selects_what_is_shown(capsys, tmp_path, primus_data):
     "make,message",
     [
         (lambda d: d / "nope", "{d}/nope: no such file or directory"),
-        (lambda d: d, "{d}: no pp_rank_<r>.json files, nor run directories holding them"),
+        (lambda d: d, "{d}: no summary.json or pp_rank_<r>.json files, nor run directories holding them"),
         (
             lambda d: (d / "pp_rank_0.json").write_text('{"1": [1, 2]}') and d,
             "{d}/pp_rank_0.json iteration 1: expected an object with fwd_start/fwd_end lists",
