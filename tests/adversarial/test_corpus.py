@@ -30,10 +30,13 @@ def corpus(request, tmp_path_factory) -> dict[str, Result]:
     base = tmp_path_factory.mktemp("corpus")
     if not forkserver.fresh():
         forkserver.server(cli_env())  # started before any case's time limit runs
-    golden()  # once, before the cases share it
-    with ThreadPoolExecutor(max(1, JOBS)) as pool:
-        results = pool.map(lambda c: run_case(c, base / c.id / "case"), selected)
-        return {r.case.id: r for r in results}
+    try:
+        golden()  # once, before the cases share it
+        with ThreadPoolExecutor(max(1, JOBS)) as pool:
+            results = list(pool.map(lambda c: run_case(c, base / c.id / "case"), selected))
+    finally:
+        forkserver.stop()
+    return {r.case.id: r for r in results}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
