@@ -129,13 +129,13 @@ def validate(table: ScheduleTable) -> None:
 
     A table from `lower_comms` (compact storage) is first checked as array passes
     (`compact_validation.valid`); only if that cannot prove it valid does the walk below run, which finds
-    and names the first problem. `validate_reference` is the walk alone."""
+    and names the first problem. `validate_walk` is the walk alone."""
     if compact_validation.valid(table):
         return
-    validate_reference(table)
+    validate_walk(table)
 
 
-def validate_reference(table: ScheduleTable) -> None:
+def validate_walk(table: ScheduleTable) -> None:
     """The one-pass walk over the nodes: raise ValidationError naming the first problem found."""
     walk = _Walk(table)
     for r in range(len(table.ranks)):

@@ -133,7 +133,7 @@ def test_rank_bounds_kept_equal_the_reference():
         placement = make_placement(kind, pp, 2 if kind == "v" else 1)
         costs = CostModel(1.0, 2.0, 0.5, comm=0.25).for_placement(placement)
         first = bounds.rank_bounds(placement, m, costs)
-        assert first == bounds.rank_bounds_reference(placement, m, costs)
+        assert first == bounds.rank_bounds_uncached(placement, m, costs)
         assert bounds.rank_bounds(placement, m, costs) is first
     score_memo.forget()
     assert bounds.rank_bounds(placement, m, costs) is not first

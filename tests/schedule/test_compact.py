@@ -18,7 +18,7 @@ from primuspp.schedule.lowering import lower_comms
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import make_placement
 from primuspp.schedule.table import ScheduleTable
-from primuspp.schedule.validation import validate_reference
+from primuspp.schedule.validation import validate_walk
 from tests.oracles.lowered import from_ranks
 from tests.oracles.lowering import lower_comms_reference
 
@@ -63,7 +63,7 @@ def test_compact_lowering_equals_reference(name, placement, m, order):
     assert table.num_nodes() == sum(len(seq) for seq in reference)
     # the array validator proves every table without memory nodes valid (so the fast path is the one used)
     assert compact_validation.valid(table) == ("offload" not in name)
-    validate_reference(table)
+    validate_walk(table)
 
 
 def test_lowered_ranks_reads_as_a_tuple():
@@ -120,7 +120,7 @@ def test_array_validator_never_accepts_what_the_walk_refuses(name):
             if not compact_validation.valid(table):
                 refused += 1
                 continue
-            validate_reference(ScheduleTable(placement, m, tuple(map(tuple, ranks)), name))
+            validate_walk(ScheduleTable(placement, m, tuple(map(tuple, ranks)), name))
     assert refused > 100
 
 
@@ -136,7 +136,7 @@ def test_validate_names_the_problem_of_a_compact_table():
     with pytest.raises(ValidationError) as fast:
         validate(table)
     with pytest.raises(ValidationError) as slow:
-        validate_reference(ScheduleTable(placement, m, tuple(map(tuple, ranks))))
+        validate_walk(ScheduleTable(placement, m, tuple(map(tuple, ranks))))
     assert str(fast.value) == str(slow.value)
 
 

@@ -84,13 +84,13 @@ def forget() -> None:
 
 def rank_bounds(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
     """The head-bound figures of every order of `m` microbatches' F, B and W nodes on `placement`
-    (`rank_bounds_reference`'s, kept for the next call with the same arguments)."""
+    (`rank_bounds_uncached`'s, kept for the next call with the same arguments)."""
     key = (placement, m, costs)
     found = _KEPT.get(key)
     if found is None:
         if len(_KEPT) >= KEEP:
             _KEPT.pop(next(iter(_KEPT)))
-        found = _KEPT[key] = rank_bounds_reference(placement, m, costs)
+        found = _KEPT[key] = rank_bounds_uncached(placement, m, costs)
     return found
 
 
@@ -100,7 +100,7 @@ def kept(placement: Placement, m: int, costs: StageCosts) -> bool:
     return (placement, m, costs) in _KEPT
 
 
-def rank_bounds_reference(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
+def rank_bounds_uncached(placement: Placement, m: int, costs: StageCosts) -> RankBounds:
     """`rank_bounds` computed anew."""
     p, routes = placement.pp, placement.routes
     srank, fwd, bwd, wgr, comm = placement.stage_rank, costs.forward, costs.backward, costs.wgrad, costs.comm
