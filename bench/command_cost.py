@@ -1,11 +1,14 @@
 """Whole-command cost: CPU seconds (user + system of the child process) and peak RSS of `primuspp` commands
 as a user runs them, the median of `--repeat` runs, next to a bare `python -c pass`.
 
-Usage: python bench/command_cost.py [--repeat 5] [--large] [--every-algorithm] [--against DIR]
+Usage: python bench/command_cost.py [--repeat 5] [--large] [--every-algorithm] [--phases] [--against DIR]
 
 Targets (issue 34): `simulate --algo zbv --pp 16 --mb 128 --json` within 0.25 CPU s, every algorithm's at
 p = 16 within 0.3 (`--every-algorithm`), the default `simulate` (12 runs at p = 8, m = 32) within 1; with
 `--large`, `simulate --algo zbv --pp 256 --mb 2048 --json` within 4 CPU s and 1 GB peak RSS.
+`--phases` adds the start-up of `zbv p16` in cumulative steps (each `python -c "import ..."` of what the
+step before imported and more: typer; the CLI and the verb's module; numpy; the modules the run uses): the
+differences between consecutive rows, and the whole command's excess over the last, are each phase's cost.
 `--against DIR` runs every command also from another source checkout (`git archive REV | tar -x -C DIR`;
 run through this interpreter with `PYTHONPATH=DIR`, DIR/primuspp/commands and DIR/primuspp/configs linked to
 its commands/ and configs/), alternating with this one in each round, and prints both and their ratio.
@@ -28,9 +31,20 @@ ALGOS = ("gpipe", "1f1b", "1f1b-interleaved", "zero-bubble", "zb-h2", "zero-bubb
          "v-half", "v-min", "v-auto", "dualpipe", "dualpipe-v")  # fmt: skip
 
 
-def commands(large: bool, every: bool) -> dict[str, list[str]]:
+#: `--phases`: each step imports what the one before did and more (the last: what `zbv p16` imports)
+PHASES = {
+    "+ typer": "import typer",
+    "+ cli, simulate verb": "import primuspp.commands.app, primuspp.commands.simulate",
+    "+ numpy": "import primuspp.commands.app, primuspp.commands.simulate, numpy",
+    "+ run's modules": "import primuspp.commands.app, primuspp.commands.simulate, numpy, "
+    "primuspp.sim.output, primuspp.config.loader, primuspp.algorithms.v.family",
+}
+
+
+def commands(large: bool, every: bool, phases: bool = False) -> dict[str, list[str]]:
     cmds = {
         "python -c pass": ["-c", "pass"],
+        **({name: ["-c", code] for name, code in PHASES.items()} if phases else {}),
         "zbv p16": ["-m", "primuspp", "simulate", "--algo", "zbv", "--pp", "16", "--mb", "128", "--json"],
         "default": ["-m", "primuspp", "simulate"],
     }
@@ -64,10 +78,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--large", action="store_true", help="add zbv at p = 256, m = 2048")
     parser.add_argument("--every-algorithm", action="store_true", help="every algorithm at p = 16, m = 128")
+    parser.add_argument("--phases", action="store_true", help="zbv p16's start-up in cumulative steps")
     parser.add_argument("--against", metavar="DIR", help="another source checkout, run side by side")
     a = parser.parse_args()
     sides = {"this": None} | ({"against": os.path.abspath(a.against)} if a.against else {})
-    cmds = commands(a.large, a.every_algorithm)
+    cmds = commands(a.large, a.every_algorithm, a.phases)
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     samples: dict[tuple[str, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as cwd:

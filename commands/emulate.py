@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from primuspp.commands.console import err, out
 from primuspp.commands.launching import run_table, step_bar
+from primuspp.commands.train_checks import mib, render_footer, render_steps
 from primuspp.config.loader import emulation_costs
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
@@ -116,20 +115,20 @@ def _render(doc: dict, describe: str) -> None:
         highlight=False,
     )
     unit = doc["unit_bytes"]
-    table = Table(title_justify="left")
     memory_col = "peak activations per rank (MiB)" if unit != 1 else "peak activations per rank (bytes)"
-    for col in ("step", "step time ms", "pipeline ms", "bubble", memory_col):
-        table.add_column(col, justify="right")
-    for s in doc["steps"]:
-        peaks = s["peak_activation_bytes"]
-        table.add_row(
-            str(s["step"] + 1),
-            f"{s['step_time_ms']:,.1f}",
-            f"{s['pipeline_ms']:,.1f}",
-            f"{s['bubble_rate']:.1%}",
-            " ".join(f"{b / 2**20:.2f}" if unit != 1 else f"{b:,}" for b in peaks),
-        )
-    out.print(table)
+    render_steps(
+        ("step", "step time ms", "pipeline ms", "bubble", memory_col),
+        [
+            (
+                str(s["step"] + 1),
+                f"{s['step_time_ms']:,.1f}",
+                f"{s['pipeline_ms']:,.1f}",
+                f"{s['bubble_rate']:.1%}",
+                " ".join(mib(b) if unit != 1 else f"{b:,}" for b in s["peak_activation_bytes"]),
+            )
+            for s in doc["steps"]
+        ],
+    )
     sim = doc["simulated"]
     steady = doc["steady_pipeline_ms"]  # the schedule's span: what the simulator predicts
     error = steady / sim["pipeline_ms"] - 1 if sim["pipeline_ms"] else 0.0
@@ -142,8 +141,7 @@ def _render(doc: dict, describe: str) -> None:
     laps = doc["iterations"]
     if laps["post_validation"] or any(laps["optimizer_cost"]):  # asked for by a flag
         print_iterations(laps, sim["iterations"])
-    if doc.get("pp_data"):
-        out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/", highlight=False)
+    render_footer(doc)
 
 
 def _ms(value: object) -> str:

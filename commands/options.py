@@ -59,16 +59,6 @@ def int_check(low: int, high: int) -> Callable[[int | None], int | None]:
     return check
 
 
-def check_finite_flag(value: float | None, flag: str, low: float = 0.0, high: float = MAX_COST) -> None:
-    """For options declared outside this module (train's --lr): the same rule as `finite_check`, > low."""
-    from primuspp.errors import ConfigError
-
-    if value is not None and not (math.isfinite(value) and low < value <= high):
-        raise ConfigError(
-            f"{flag} {value:g}: expected a finite number > {low:g} and ≤ {high:g}", key=flag.lstrip("-")
-        )
-
-
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="Simulation YAML (ours or Primus' pp_simulation.yaml).")
 ]

@@ -43,8 +43,26 @@ def check_clip(opts: TrainOptions) -> None:
         raise ConfigError(f"--clip-grad {clip}: expected a finite number > 0", key="clip-grad")
 
 
-def render_post_validation(doc: dict) -> None:
-    """The post-validation counts line of a run that had them."""
+def mib(n: float) -> str:
+    return f"{n / 2**20:.2f}"
+
+
+def render_steps(columns: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """The table of a run's steps, every column right-aligned."""
+    from rich.table import Table
+
+    from primuspp.commands.console import out
+
+    table = Table(title_justify="left")
+    for col in columns:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    out.print(table)
+
+
+def render_footer(doc: dict) -> None:
+    """The lines ending a run's report: its post-validation counts (when it had them) and its pp_data."""
     from primuspp.commands.console import out
 
     pv = doc.get("post_validation")
@@ -53,6 +71,8 @@ def render_post_validation(doc: dict) -> None:
             f"post-validation: {pv['validated']} validated, {pv['rolled_back']} rolled back and redone "
             f"with clipping, {pv['skipped']} skipped (overflow)"
         )
+    if doc.get("pp_data"):
+        out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/", highlight=False)
 
 
 #: flags only the emulated cluster reads

@@ -6,8 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from primuspp.backends.megatron import moe as moe_layers
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, check_tp_ranks, run_table, step_bar
@@ -15,8 +13,10 @@ from primuspp.commands.train_checks import (
     EMULATION_FLAGS,
     check_clip,
     check_outputs,
+    mib,
     refuse,
-    render_post_validation,
+    render_footer,
+    render_steps,
 )
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
@@ -175,28 +175,26 @@ class MegatronBackend:
             if len(rows) > 10
             else range(len(rows))
         )
-        table = Table(title_justify="left")
-        for col in ("step", "loss", "step time ms", "pipeline ms", "tokens/s", "bubble"):
-            table.add_column(col, justify="right")
-        for i in shown:
-            s = rows[i]
-            table.add_row(
-                str(s["step"] + 1),
-                f"{s['loss']:.4f}",
-                f"{s['step_time_ms']:,.1f}",
-                f"{s['pipeline_ms']:,.1f}",
-                f"{s['tokens_per_s']:,.0f}",
-                f"{s['bubble_rate']:.1%}",
-            )
-        out.print(table)
+        render_steps(
+            ("step", "loss", "step time ms", "pipeline ms", "tokens/s", "bubble"),
+            [
+                (
+                    str(s["step"] + 1),
+                    f"{s['loss']:.4f}",
+                    f"{s['step_time_ms']:,.1f}",
+                    f"{s['pipeline_ms']:,.1f}",
+                    f"{s['tokens_per_s']:,.0f}",
+                    f"{s['bubble_rate']:.1%}",
+                )
+                for s in (rows[i] for i in shown)
+            ],
+        )
         out.print(
             f"measured bubble rate {doc['bubble_rate']:.1%} (mean over steps after the first), "
             f"{doc['tokens_per_s']:,.0f} tokens/s"
         )
         out.print("peak activation per rank (MiB): " + " ".join(mib(b) for b in doc["peak_activation_bytes"]))
-        render_post_validation(doc)
-        if doc.get("pp_data"):
-            out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
+        render_footer(doc)
         if doc.get("checkpoint"):
             out.print(f"checkpoints in {doc['checkpoint']}/")
 
@@ -216,7 +214,3 @@ def parse_save_fault(text: str) -> tuple[int, int]:
             f"--inject-fault {text!r}: expected RANK:save:STEP with --backend megatron", key="inject-fault"
         )
     return int(rank), int(step)
-
-
-def mib(n: float) -> str:
-    return f"{n / 2**20:.2f}"

@@ -6,17 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
 from primuspp.commands.console import out
 from primuspp.commands.launching import check_model_size, run_table, step_bar
 from primuspp.commands.train_checks import (
     EMULATION_FLAGS,
     check_clip,
     check_outputs,
+    mib,
     refuse,
     refuse_megatron_only,
-    render_post_validation,
+    render_footer,
+    render_steps,
 )
 from primuspp.errors import ConfigError
 from primuspp.runtime.backend import RunSummary, TrainOptions
@@ -103,26 +103,21 @@ class TorchBackend:
             f"trained tiny GPT ({model['layers']} blocks, hidden {model['hidden']}, "
             f"{model['stages']} stages) with {self.describe} on {doc['pp']} processes"
         )
-        table = Table(title_justify="left")
-        for col in (
-            "step",
-            "loss",
-            "step time ms",
-            "pipeline ms",
-            "bubble",
-            "peak activations per rank (MiB)",
-        ):
-            table.add_column(col, justify="right")
-        for s in doc["steps"]:
-            table.add_row(
-                str(s["step"] + 1),
-                f"{s['loss']:.6f}",
-                f"{s['step_time_ms']:,.1f}",
-                f"{s['pipeline_ms']:,.1f}",
-                f"{s['bubble_rate']:.1%}",
-                " ".join(mib(b) for b in s["peak_activation_bytes"]),
-            )
-        out.print(table)
+        columns = ("step", "loss", "step time ms", "pipeline ms", "bubble", "peak activations per rank (MiB)")
+        render_steps(
+            columns,
+            [
+                (
+                    str(s["step"] + 1),
+                    f"{s['loss']:.6f}",
+                    f"{s['step_time_ms']:,.1f}",
+                    f"{s['pipeline_ms']:,.1f}",
+                    f"{s['bubble_rate']:.1%}",
+                    " ".join(mib(b) for b in s["peak_activation_bytes"]),
+                )
+                for s in doc["steps"]
+            ],
+        )
         v = doc.get("verify")
         if v is not None:
             out.print(
@@ -131,9 +126,7 @@ class TorchBackend:
                 f"({v['steps']} steps, {v['tensors']} gradient tensors"
                 + (f"; largest: {v['worst_tensor']})" if v["max_rel_grad_diff"] > 0 else ")")
             )
-        render_post_validation(doc)
-        if doc.get("pp_data"):
-            out.print(f"per-node timings (Primus pp_data) in {doc['pp_data']}/")
+        render_footer(doc)
 
 
 def parse_fault(text: str) -> tuple[int, str]:
@@ -141,7 +134,3 @@ def parse_fault(text: str) -> tuple[int, str]:
     if not rank.isdigit() or not node:
         raise ConfigError(f"--inject-fault {text!r}: expected RANK:NODE, e.g. 2:F3.2", key="inject-fault")
     return int(rank), node
-
-
-def mib(n: float) -> str:
-    return f"{n / 2**20:.2f}"
