@@ -69,8 +69,7 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     # per node: a compute node or not (None: all are, as without OFFLOAD/RELOAD)
     all_compute = all(_IS_COMPUTE[c] for c in kinds_present(rows, "node_kind"))
     is_compute = None if all_compute and simple else _IS_COMPUTE[rows["node_kind"]]
-    exact = getattr(times, "exact", False)
-    intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk, exact)
+    intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk)
 
     # memory: the one memory model, as array passes where the table allows it
     act, fractions = stage_costs.activation, stage_costs.fractions()
@@ -101,12 +100,9 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     return SimResult(label, table, costs, timeline, timeline_metrics(timeline))
 
 
-def _intervals(
-    rows, owner, is_compute, node_first, starts, ends, stage_chunk, exact=False
-) -> list[IntervalColumns]:
+def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -> list[IntervalColumns]:
     """Per rank, one interval per compute node: its kind, its (first part's) microbatch and stage, its times;
-    an FB's backward part alongside, as (kind, microbatch, stage, chunk) of its second part. `exact`: the
-    times are the array timing's (every one a multiple of 2^-20 below 2^32)."""
+    an FB's backward part alongside, as (kind, microbatch, stage, chunk) of its second part."""
     kind, mb, stage, part = rows["kind"], rows["mb"], rows["stage"], rows["part"]
     node_kind = rows["node_kind"]
     chunk = np.asarray(stage_chunk, dtype=np.int64)
@@ -122,36 +118,29 @@ def _intervals(
         cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
     i_chunk = chunk[n_stage]
     n_ranks = len(cuts) - 1
-    composite = _IS_COMPOSITE
-    if nodes is None:  # no composite node: no backward parts
-        out = []
-        summaries = _summaries(i_start, i_end, cuts, exact)
-        for r in range(n_ranks):
-            lo, hi = cuts[r], cuts[r + 1]
-            cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
-            out.append(IntervalColumns(_NAMES, *cols, None, summaries[r]))
-        return out
-    back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))  # rank-major, as all rows
-    b_rank = rows["rank"][back_rows]
-    b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
-    b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
-    b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
-    summaries = _summaries(i_start, i_end, cuts, exact)
+    b_cuts = None  # no composite node: no backward parts
+    if nodes is not None:
+        back_rows = np.flatnonzero(_IS_COMPOSITE[node_kind[owner]] & (part == 1))  # rank-major, as all rows
+        b_rank = rows["rank"][back_rows]
+        b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
+        b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
+        b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
+    summaries = _summaries(i_start, i_end, cuts)
     out = []
     for r in range(n_ranks):
         lo, hi = cuts[r], cuts[r + 1]
         cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
-        b_lo, b_hi = b_cuts[r], b_cuts[r + 1]
-        backward = tuple(col[b_lo:b_hi] for col in b_cols) if b_hi > b_lo else None
+        backward = None
+        if b_cuts is not None and b_cuts[r + 1] > b_cuts[r]:
+            backward = tuple(col[b_cuts[r] : b_cuts[r + 1]] for col in b_cols)
         out.append(IntervalColumns(_NAMES, *cols, backward, summaries[r]))
     return out
 
 
-def _summaries(start, end, cuts: list[int], exact: bool = False) -> list[tuple[float, float, float] | None]:
+def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] | None]:
     """Per rank (rank r's intervals: `cuts[r]:cuts[r + 1]`): its first start, last end and busy time, the
     values `timeline_metrics` would read from its columns (busy: Python's `sum` of the durations in order),
-    from a few passes over all ranks at once; None for a rank without intervals. `exact`: every time is a
-    multiple of 2^-20 below 2^32 (the array timing's proof), so every duration is one too."""
+    from a few passes over all ranks at once; None for a rank without intervals."""
     nonempty = [r for r in range(len(cuts) - 1) if cuts[r + 1] > cuts[r]]
     if not nonempty:
         return [None] * (len(cuts) - 1)
@@ -159,10 +148,9 @@ def _summaries(start, end, cuts: list[int], exact: bool = False) -> list[tuple[f
     lows = np.minimum.reduceat(start, at).tolist()
     highs = np.maximum.reduceat(end, at).tolist()
     duration = end - start
-    # every duration a non-negative multiple of 2^-20, their total below 2^31 (as with the times the array
-    # timing proves): every partial sum is exact, so any order of adding gives Python's sum (plain or
-    # compensated alike)
-    if (exact or _whole_quanta(duration)) and float(duration.sum()) < _LIMIT / 2:
+    # every duration a non-negative multiple of 2^-20, their total below 2^31: every partial sum is exact,
+    # so any order of adding gives Python's sum (plain or compensated alike)
+    if _whole_quanta(duration) and float(duration.sum()) < _LIMIT / 2:
         busy = np.add.reduceat(duration, at).tolist()
     else:
         listed = duration.tolist()
