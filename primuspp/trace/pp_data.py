@@ -35,14 +35,10 @@ _GROUP = {"F": "fwd", "B": "bwd", "BW": "bwd", "W": "wgrad", "FB": "fb"}
 _GROUPS = ("fwd", "bwd", "wgrad", "fb")
 
 
-def rank_record(rt: RankTimeline) -> dict[str, Any]:
-    """One rank's record in Primus' layout (`_record_columns`) as a dict of lists."""
-    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in _record_columns(rt)}
-
-
 def rank_text(rt: RankTimeline, vocab: Vocab | None = None) -> str:
-    """`json.dumps(rank_record(rt))`, written column by column: a float column through `vocab` (the repr of
-    each of a timeline's distinct times and levels, made once) where it holds the column's values."""
+    """One rank's record in Primus' layout (`_record_columns`) as JSON, written column by column: a column
+    through `vocab` (the repr of each of a timeline's distinct times and levels, made once) where it holds
+    the column's values, else as `json.dumps` writes it."""
     parts = []
     for key, v in _record_columns(rt):
         text = vocab.text(v) if vocab is not None and isinstance(v, np.ndarray) else None
@@ -163,18 +159,14 @@ def _columns(intervals: Any) -> IntervalColumns:
             np.array(col, dtype=np.int64)
             for col in zip(*((i, code[b[0]], b[1], b[2], b[3]) for i, b in backs), strict=True)
         )
-
-    def col(values: list[Any], dtype: Any) -> Any:
-        return np.array(values, dtype=dtype)
-
     return IntervalColumns(
         kinds,
-        col([code[iv.kind] for iv in intervals], np.int64),
-        col([iv.microbatch for iv in intervals], np.int64),
-        col([iv.stage for iv in intervals], np.int64),
-        col([iv.chunk for iv in intervals], np.int64),
-        col([iv.start for iv in intervals], np.float64),
-        col([iv.end for iv in intervals], np.float64),
+        np.array([code[iv.kind] for iv in intervals], dtype=np.int64),
+        np.array([iv.microbatch for iv in intervals], dtype=np.int64),
+        np.array([iv.stage for iv in intervals], dtype=np.int64),
+        np.array([iv.chunk for iv in intervals], dtype=np.int64),
+        np.array([iv.start for iv in intervals], dtype=np.float64),
+        np.array([iv.end for iv in intervals], dtype=np.float64),
         backward,  # type: ignore[arg-type]
     )
 
