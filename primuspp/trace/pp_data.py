@@ -35,10 +35,14 @@ _GROUP = {"F": "fwd", "B": "bwd", "BW": "bwd", "W": "wgrad", "FB": "fb"}
 _GROUPS = ("fwd", "bwd", "wgrad", "fb")
 
 
+def rank_record(rt: RankTimeline) -> dict[str, Any]:
+    """One rank's record in Primus' layout (`_record_columns`) as a dict of lists."""
+    return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in _record_columns(rt)}
+
+
 def rank_text(rt: RankTimeline, vocab: Vocab | None = None) -> str:
-    """One rank's record in Primus' layout (`_record_columns`) as JSON, written column by column: a column
-    through `vocab` (the repr of each of a timeline's distinct times and levels, made once) where it holds
-    the column's values, else as `json.dumps` writes it."""
+    """`json.dumps(rank_record(rt))`, written column by column: a float column through `vocab` (the repr of
+    each of a timeline's distinct times and levels, made once) where it holds the column's values."""
     parts = []
     for key, v in _record_columns(rt):
         text = vocab.text(v) if vocab is not None and isinstance(v, np.ndarray) else None

@@ -1,4 +1,4 @@
-"""The readable reference of `trace.pp_data.rank_text`: one dict of lists built from Interval objects (the
+"""The readable reference of `trace.pp_data.rank_record`: one dict of lists built from Interval objects (the
 product writes from columns; tests hold both equal, byte for byte once dumped)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The pp_data writer (`pp_data.rank_text`, from columns) against the readable reference
+"""The pp_data writer (`pp_data.rank_record`, from columns) against the readable reference
 (tests/oracles/pp_data_reference.py, from Interval objects): the same record for every registered
 algorithm, for ranks held as columns and as Interval objects, for several iterations and an offloading
 table (a memory curve held as a list)."""
@@ -13,7 +13,7 @@ from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 from primuspp.trace.columns import IntervalColumns
-from primuspp.trace.pp_data import rank_text, read_pp_data, write_pp_data
+from primuspp.trace.pp_data import rank_record, read_pp_data, write_pp_data
 from primuspp.trace.timeline import Interval, RankTimeline
 from tests.oracles.pp_data_reference import rank_record as reference
 
@@ -53,10 +53,10 @@ def test_every_rank_is_written_as_the_reference_writes_it(algorithm, tmp_path):
         for rt in tl.ranks:
             assert isinstance(rt.intervals, IntervalColumns)  # a simulated rank: its columns are read
             want = json.dumps(reference(rt))
-            assert rank_text(rt) == want
+            assert json.dumps(rank_record(rt)) == want
             # as read back from a dump: Interval objects, a memory curve as a list
             objects = RankTimeline(rt.rank, list(rt.intervals), list(rt.memory), rt.peak_memory)
-            assert rank_text(objects) == want
+            assert json.dumps(rank_record(objects)) == want
 
 
 def test_offloading_schedule_and_several_iterations(tmp_path):
@@ -79,6 +79,6 @@ def test_fb_intervals_and_their_backward_parts_from_objects():
         Interval("W", 0, 1, 0, 5.0, 6.5),
     ]
     rt = RankTimeline(0, ivs, [(0.0, 0.0), (1.0, 1.0)], 1.0)
-    assert rank_text(rt) == json.dumps(reference(rt))
-    assert json.loads(rank_text(rt))["fb_backward"] == [["B", 0, 1, 0], []]
-    assert rank_text(RankTimeline(0, [])) == json.dumps(reference(RankTimeline(0, [])))
+    assert rank_record(rt) == reference(rt)
+    assert rank_record(rt)["fb_backward"] == [["B", 0, 1, 0], []]
+    assert rank_record(RankTimeline(0, [])) == reference(RankTimeline(0, []))
