@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primuspp.errors import ConfigError
-from primuspp.models.costs import BYTES
+from primuspp.models.costs import p2p_ms
 from primuspp.models.hardware import Hardware, Overhead
 from primuspp.models.parallel import Parallel
 from primuspp.models.project import stage_plan
@@ -192,11 +192,11 @@ def _scaled(hw: Hardware, a: float, b: float) -> Hardware:
 
 
 def _with_p2p(spec: ModelSpec, hw: Hardware, par: Parallel, comm_ms: float) -> Hardware:
-    """The link between pipeline neighbours with the latency that makes one transfer take `comm_ms`."""
-    name = "intra_node" if 2 * (par.gpus // par.pp) <= hw.gpus_per_node else "inter_node"
-    link = getattr(hw, name)
-    bytes_ = par.tokens * spec.hidden * BYTES / (par.tp if par.sp else 1)
-    latency = max(comm_ms / 1e3 - bytes_ / (link.bandwidth * hw.efficiency.comm), 0.0)
+    """The link between pipeline neighbours (`p2p_ms`'s) with the latency that makes one transfer take
+    `comm_ms`."""
+    link = hw.link(2, spread=par.gpus // par.pp)
+    name = "intra_node" if link is hw.intra_node else "inter_node"
+    latency = max((comm_ms - p2p_ms(spec, par, hw)) / 1e3 + link.latency, 0.0)
     return hw.model_copy(update={name: link.model_copy(update={"latency": latency})})
 
 
