@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primuspp.schedule.array_order import KINDS, kind_stage, kinds_present, one_row_per_node, order_arrays
+from primuspp.schedule.array_order import KINDS, kinds_present, one_row_per_node, order_arrays
 from primuspp.schedule.compact import LoweredRanks
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.memory_levels import memory_levels
@@ -28,15 +28,9 @@ from primuspp.trace.timeline import RankTimeline, Timeline
 _NAMES = tuple(k.text for k in KINDS)
 _TAGS = ("F", "B")  # a transfer's tag: the activation (F) or the input grad (B)
 _QUANTUM, _LIMIT = 2.0**20, 2.0**32  # see `_summaries`
-# per kind code: a compute kind; a composite one; the tag of the one datum it produces (-1: none; None: the
-# kind produces more than one, and `_transfers` takes the general path)
+# per kind code: a compute kind; a composite one
 _IS_COMPUTE = np.array([k.is_compute for k in KINDS], dtype=bool)
 _IS_COMPOSITE = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
-_TAG_OF = tuple(
-    -1 if not made else {ACT: 0, GRAD: 1}[made[0]] if len(made) == 1 else None
-    for made in (SEMANTICS[k].produces for k in KINDS)
-)
-_TAGS_BY_KIND = np.array([-1 if t is None else t for t in _TAG_OF], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -174,60 +168,12 @@ def _whole_quanta(values, block: int = 1 << 20) -> bool:
 def _transfers(rows, owner, is_compute, times, placement, comm: float) -> TransferColumns:
     """Every cross-rank output of a compute node, once, when it is produced (semantics: what each kind
     produces; an activation goes to the next stage's rank, a grad to the previous), in the order of the
-    nodes, their parts, and the data each part produces."""
-    kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
+    nodes, their parts, and the data each part produces: gathered per kind and datum, then merged."""
     n_stages = placement.num_stages
     # the times by stage-major key (stage * microbatches + microbatch): a rank's rows, a few stages with the
     # microbatches in turn, then read neighbouring entries (microbatch-major, each would touch its own page)
     sent_by = times.by_stage(n_stages)
-    present = kinds_present(rows, "kind")
-    if any(_TAG_OF[code] is None for code in present):
-        fwd_peer, bwd_peer = stage_peers(placement)
-        return _transfers_general(rows, owner, is_compute, sent_by, fwd_peer, bwd_peer, n_stages, comm)
-    # each kind produces one datum at most: a row's transfer is its kind's datum sent to that datum's peer,
-    # read from a (kind x stage) table of peers (-1: nothing sent), in row order
-    peer = _peer_table(placement).take(kind_stage(rows, n_stages))
-    ok = peer >= 0
-    if is_compute is not None:
-        ok &= is_compute[owner]
-    row = np.flatnonzero(ok)
-    del ok
-    dst = peer[row]
-    del peer
-    tag = _TAGS_BY_KIND[kind[row]]
-    mb_r, stage_r = mb[row], stage[row]
-    n_mb = sent_by.shape[1] // n_stages if n_stages else 0
-    at = stage_r * n_mb
-    at += mb_r
-    if any(_TAG_OF[code] == 1 for code in present):  # the grads' row of `sent_by`
-        at += tag.astype(np.int64) * sent_by.shape[1]
-    sent = sent_by.reshape(-1).take(at)
-    del at
-    return TransferColumns(_TAGS, tag, mb_r, stage_r, rows["rank"][row], dst, sent, sent + comm)
-
-
-_PEER_TABLES: dict = {}
-
-
-def _peer_table(placement):
-    """Per (kind, stage), flattened: the rank the kind's one datum goes to from that stage, -1 where none
-    (int32: a large table's peer column stays small); once per placement."""
-    got = _PEER_TABLES.get(placement)
-    if got is None:
-        fwd_peer, bwd_peer = stage_peers(placement)
-        peers = (fwd_peer, bwd_peer, [-1] * len(fwd_peer))  # by tag; -1: no datum
-        got = np.array([peers[t] for t in _TAGS_BY_KIND.tolist()], dtype=np.int32).reshape(-1)
-        if len(_PEER_TABLES) >= 64:
-            _PEER_TABLES.clear()
-        _PEER_TABLES[placement] = got
-    return got
-
-
-def _transfers_general(
-    rows, owner, is_compute, sent_by, fwd_peer, bwd_peer, n_stages, comm: float
-) -> TransferColumns:
-    """`_transfers` where a kind produces more than one datum: per kind and datum, then merged in the
-    order of the rows and each row's data."""
+    fwd_peer, bwd_peer = stage_peers(placement)
     route = {ACT: (np.asarray(fwd_peer, dtype=np.int64), sent_by[0], 0),
              GRAD: (np.asarray(bwd_peer, dtype=np.int64), sent_by[1], 1)}  # fmt: skip
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
