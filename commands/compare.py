@@ -16,7 +16,7 @@ from primuspp.commands.model_flags import NO_MODEL, ModelFlags, model_options
 from primuspp.commands.render import fidelity_table, results_table
 from primuspp.config.loader import run_specs, simulation_config
 from primuspp.errors import ConfigError
-from primuspp.outputs import check_file_target, default_pp_data_dir
+from primuspp.outputs import check_file_target, default_pp_data_dir, write_file
 from primuspp.sim.compare import Ranking, check_limit_unit, group_rows, rank_results
 from primuspp.sim.fidelity import RunRecord, describe_key, load_runs, pair_runs, predicted_vs_measured
 from primuspp.sim.output import write_result
@@ -238,7 +238,7 @@ def _report(
 
 
 def _write_page(html: Path, rows: list[dict], best: dict | None, reason: str, limit: float | None) -> None:
-    from primuspp.viz.html import compare_page, write_file  # plotly's page: only with --html
+    from primuspp.viz.html import compare_page  # plotly's page: only with --html
 
     write_file(html, compare_page(rows, best, reason, limit), "--html")
     err.print(f"wrote {html}", soft_wrap=True)

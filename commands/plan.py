@@ -21,7 +21,7 @@ from primuspp.models.plan_html import plan_page
 from primuspp.models.presets import resolve_model
 from primuspp.models.project import project
 from primuspp.models.runs import assumption_lines, assumptions, comm_line, schedule_notes
-from primuspp.viz.html import write_file
+from primuspp.outputs import write_file
 
 IntList = Annotated[list[int] | None, typer.Option(help="Only these values (repeatable).")]
 

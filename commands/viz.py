@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 
 from primuspp.commands.console import err
-from primuspp.outputs import check_file_target
+from primuspp.outputs import check_file_target, write_file
 from primuspp.trace.chrome import chrome_traces
-from primuspp.viz.html import timeline_page, write_file
+from primuspp.viz.html import timeline_page
 from primuspp.viz.sources import load_sources, shown_iterations, with_transfers
 
 DEFAULT_OUT = Path("pp_viz.html")

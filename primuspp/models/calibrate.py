@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from primuspp.errors import ConfigError
-from primuspp.models.costs import BYTES
+from primuspp.models.costs import p2p_ms
 from primuspp.models.hardware import Hardware, Overhead
 from primuspp.models.parallel import Parallel
 from primuspp.models.project import stage_plan
@@ -97,50 +97,36 @@ def _kinds(spec, hw, par, algorithm, layout) -> list[list[float]]:
     return [[f[r], b[r], w[r], float(ranks.count(r))] for r in range(par.pp)]
 
 
-def _overhead(g, o, n, rest, y, a: float, b: float) -> tuple[float, float, float]:
-    """(a, b, o) of the fit with a per-node overhead o >= 0 too, when the run tells it apart: a least-squares
-    fit of the three; else (a, b, 0)."""
+def _fit(g, o, n, rest, y) -> tuple[float, float, float]:
+    """(a, b, o) minimising sum(((a g + b o + n o + rest - y) / y)^2): the per-node overhead o too when the
+    run tells it apart and all three come out positive, else o = 0 (and one common factor for a and b
+    when their fit is degenerate)."""
     import numpy as np
 
-    rows = [(gi, oi, ni, yi - ri) for gi, oi, ni, ri, yi in zip(g, o, n, rest, y, strict=True) if yi > 0]
-    weights = np.array([1 / yi for yi in y if yi > 0])
-    m = np.array([r[:3] for r in rows]) * weights[:, None]
-    t = np.array([r[3] for r in rows]) * weights
-    if len(rows) < 4 or np.linalg.matrix_rank(m, tol=1e-9 * float(np.abs(m).max())) < 3:
-        return a, b, 0.0
-    (fa, fb, fo), *_ = np.linalg.lstsq(m, t, rcond=None)
-    if fa > 0 and fb > 0 and fo > 0:
-        return float(fa), float(fb), float(fo)
-    return a, b, 0.0
+    y = np.asarray(y, dtype=float)
+    keep = y > 0
+    cols = np.array([g, o, n], dtype=float)[:, keep] / y[keep]
+    t = (y - np.asarray(rest, dtype=float))[keep] / y[keep]
 
+    def positive(m):
+        if np.linalg.matrix_rank(m, tol=1e-9 * float(np.abs(m).max(initial=0.0))) < m.shape[1]:
+            return None
+        x = np.linalg.lstsq(m, t, rcond=None)[0]
+        return tuple(float(v) for v in x) if (x > 0).all() else None
 
-def _solve(g: list[float], o: list[float], rest: list[float], y: list[float]) -> tuple[float, float]:
-    """min over a, b of sum(((a g + b o + rest - y) / y)^2); one common factor when that is degenerate."""
-    rows = [
-        (gi / yi, oi / yi, (yi - ri) / yi) for gi, oi, ri, yi in zip(g, o, rest, y, strict=True) if yi > 0
-    ]
-    sgg = sum(r[0] * r[0] for r in rows)
-    soo = sum(r[1] * r[1] for r in rows)
-    sgo = sum(r[0] * r[1] for r in rows)
-    sgy = sum(r[0] * r[2] for r in rows)
-    soy = sum(r[1] * r[2] for r in rows)
-    det = sgg * soo - sgo * sgo
-    if det > 1e-12 * max(sgg * soo, 1e-300):
-        a = (sgy * soo - soy * sgo) / det
-        b = (soy * sgg - sgy * sgo) / det
-        if a > 0 and b > 0:
-            return a, b
-    # one factor k for both: min sum((k (g + o) - t)^2)
-    s = [r[0] + r[1] for r in rows]
-    den = sum(x * x for x in s)
-    if den <= 0:
-        raise ConfigError("--costs-from: the projection has no compute time to fit", key="--costs-from")
-    k = sum(x * r[2] for x, r in zip(s, rows, strict=True)) / den
-    if k <= 0:
-        raise ConfigError(
-            "--costs-from: the measured run is faster than the collectives alone", key="--costs-from"
-        )
-    return k, k
+    ab = positive(cols[:2].T)
+    if ab is None:  # one factor k for both: min sum((k (g + o) - t)^2)
+        s = cols[0] + cols[1]
+        if float(s @ s) <= 0:
+            raise ConfigError("--costs-from: the projection has no compute time to fit", key="--costs-from")
+        k = float(s @ t) / float(s @ s)
+        if k <= 0:
+            raise ConfigError(
+                "--costs-from: the measured run is faster than the collectives alone", key="--costs-from"
+            )
+        ab = (k, k)
+    abo = positive(cols.T) if len(t) >= 4 else None
+    return abo or (*ab, 0.0)
 
 
 def fit_hardware(
@@ -175,8 +161,7 @@ def fit_hardware(
             y.append(meas)
     if not y:
         raise ConfigError(f"--costs-from {source}: no F/B/W time measured", key="--costs-from")
-    a, b = _solve(g, o, rest, y)
-    a, b, per_node = _overhead(g, o, n, rest, y, a, b)
+    a, b, per_node = _fit(g, o, n, rest, y)
     fitted = [a * gi + b * oi + ri + ni * per_node for gi, oi, ri, ni in zip(g, o, rest, n, strict=True)]
     rms = (sum((f / yi - 1) ** 2 for f, yi in zip(fitted, y, strict=True)) / len(y)) ** 0.5
     new = _scaled(hw, a, b)
@@ -207,11 +192,11 @@ def _scaled(hw: Hardware, a: float, b: float) -> Hardware:
 
 
 def _with_p2p(spec: ModelSpec, hw: Hardware, par: Parallel, comm_ms: float) -> Hardware:
-    """The link between pipeline neighbours with the latency that makes one transfer take `comm_ms`."""
-    name = "intra_node" if 2 * (par.gpus // par.pp) <= hw.gpus_per_node else "inter_node"
-    link = getattr(hw, name)
-    bytes_ = par.tokens * spec.hidden * BYTES / (par.tp if par.sp else 1)
-    latency = max(comm_ms / 1e3 - bytes_ / (link.bandwidth * hw.efficiency.comm), 0.0)
+    """The link between pipeline neighbours (`p2p_ms`'s) with the latency that makes one transfer take
+    `comm_ms`."""
+    link = hw.link(2, spread=par.gpus // par.pp)
+    name = "intra_node" if link is hw.intra_node else "inter_node"
+    latency = max((comm_ms - p2p_ms(spec, par, hw)) / 1e3 + link.latency, 0.0)
     return hw.model_copy(update={name: link.model_copy(update={"latency": latency})})
 
 

@@ -107,7 +107,7 @@ def attention_gemms(spec: ModelSpec, tokens: int) -> list[float]:
         ]
         return [*q, *kv, 2 * tokens * nh * spec.v_head_dim * h]
     d = spec.head_dim
-    return [2 * tokens * h * (nh + 2 * spec.kv_groups) * d, 2 * tokens * nh * d * h]
+    return [2 * tokens * h * (nh + 2 * spec.kv_heads) * d, 2 * tokens * nh * d * h]
 
 
 def attention_core_flops(spec: ModelSpec, par: Parallel) -> float:
@@ -129,7 +129,7 @@ def cp_ring_ms(spec: ModelSpec, par: Parallel, hw: Hardware) -> float:
     if spec.mla:
         per_token = spec.heads * (spec.qk_nope_head_dim + spec.qk_rope_head_dim + spec.v_head_dim)
     else:
-        per_token = 2 * spec.kv_groups * spec.head_dim
+        per_token = 2 * spec.kv_heads * spec.head_dim
     bytes_ = par.tokens * per_token / par.tp * BYTES
     link = hw.link(par.cp, spread=par.tp)
     return (par.cp - 1) * (bytes_ / (link.bandwidth * hw.efficiency.comm) + link.latency) * 1e3

@@ -139,7 +139,7 @@ def _qkv_units(spec: ModelSpec, par: Parallel) -> float:
     fused QKV projection output (V always with MHA, Q/K without RoPE) the whole output stays alive. With
     selective recompute the checkpoint saves Q, K and V before the repeat: the QKV output (V is a view of
     it), plus Q when it is a copy (GQA's reshape, RoPE) and K when RoPE made a copy."""
-    nh, kv = spec.heads, spec.kv_groups
+    nh, kv = spec.heads, spec.kv_heads
     qkv = nh + 2 * kv
     if par.flash_attention:
         return qkv
@@ -181,7 +181,7 @@ def _w_kept(spec: ModelSpec, moe: bool, par: Parallel, t: int, a: float) -> floa
     else:
         d = spec.head_dim
         inputs = hidden + BYTES * t * nh * d / tp
-        outputs = BYTES * t * (nh + 2 * spec.kv_groups) * d / tp + hidden
+        outputs = BYTES * t * (nh + 2 * spec.kv_heads) * d / tp + hidden
     if moe:
         k, e = spec.top_k, spec.expert_ffn
         inputs += hidden + BYTES * t * k * h + BYTES * t * k * e / tp

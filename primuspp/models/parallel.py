@@ -122,9 +122,9 @@ def check_parallel(spec: ModelSpec, par: Parallel, parts: int | None = None) -> 
         raise ConfigError(
             f"--tp {par.tp}: does not divide the model's {spec.heads} attention heads", key="--tp"
         )
-    if not spec.mla and spec.kv_groups % par.tp:
+    if not spec.mla and spec.kv_heads % par.tp:
         raise ConfigError(
-            f"--tp {par.tp}: does not divide the model's {spec.kv_groups} key/value heads", key="--tp"
+            f"--tp {par.tp}: does not divide the model's {spec.kv_heads} key/value heads", key="--tp"
         )
     if par.ep > 1 and not spec.moe:
         raise ConfigError(f"--ep {par.ep}: the model has no experts (EP needs a MoE model)", key="--ep")

@@ -396,7 +396,7 @@ def one_microbatch_peak(
 
 def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
     extra = other_bytes(spec, hw, par)
-    per_rank, syncs = [], []
+    per_rank, syncs, shard = [], [], 0.0
     for r in range(par.pp):
         stages = placement.stages_of_rank(r)
         dense = sum(pc.dense_params[placement.model_part[s]] for s in stages)
@@ -405,11 +405,7 @@ def _finish(spec, hw, par, name, cut, pc, placement, result) -> Projection:
         peak = result.metrics.per_rank[r].peak_memory
         per_rank.append(RankMemory(state.weights, state.gradients, state.optimizer, peak, extra))
         syncs.append(_dp_sync_ms(dense, experts, par, hw))
-    shard = max(
-        sum(pc.dense_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.grad_dp
-        + sum(pc.expert_params[placement.model_part[s]] for s in placement.stages_of_rank(r)) / par.expert_dp
-        for r in range(par.pp)
-    )
+        shard = max(shard, dense / par.grad_dp + experts / par.expert_dp)
     if not par.distributed_optimizer:
         shard *= par.grad_dp
     optimizer_ms = shard * OPTIMIZER_BYTES_PER_PARAM / hw.hbm_bandwidth * 1e3

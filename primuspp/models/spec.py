@@ -77,9 +77,9 @@ class ModelSpec:
         # normal form: equal specs compare equal however they were written
         object.__setattr__(self, "kv_heads", self.kv_heads or self.heads)
         object.__setattr__(self, "head_dim", self.head_dim or self.hidden // self.heads)
-        if self.heads % self.kv_groups:
+        if self.heads % self.kv_heads:
             raise ConfigError(
-                f"model.kv_heads={self.kv_groups}: must divide model.heads={self.heads}", key="model.kv_heads"
+                f"model.kv_heads={self.kv_heads}: must divide model.heads={self.heads}", key="model.kv_heads"
             )
         if self.experts:
             if not 1 <= self.top_k <= self.experts:
@@ -100,15 +100,6 @@ class ModelSpec:
             )
 
     # --- derived shapes -------------------------------------------------------------------------------
-    @property
-    def kv_groups(self) -> int:
-        """Key/value heads (query groups)."""
-        return self.kv_heads or self.heads
-
-    @property
-    def dim_per_head(self) -> int:
-        return self.head_dim or self.hidden // self.heads
-
     @property
     def mla(self) -> bool:
         return self.kv_lora_rank > 0
@@ -155,7 +146,7 @@ class ModelSpec:
             kv += (kv_down + nh * (self.qk_nope_head_dim + self.v_head_dim)) * bias
             out = nh * self.v_head_dim * h + h * bias
             return q + kv + out
-        d, g = self.dim_per_head, self.kv_groups
+        d, g = self.head_dim, self.kv_heads
         qkv_out = (nh + 2 * g) * d
         params = h * qkv_out + nh * d * h
         if bias or self.qkv_bias:

@@ -64,11 +64,7 @@ class Calibration:
         if self.memory_unit != "microbatches" and self.activation_per_microbatch > 0:
             scale = 1.0 / self.activation_per_microbatch
         if not self.per_stage or not self.stage_rank:
-            if scale == 1.0:
-                return c
-            act = c.activation
-            act = tuple(a * scale for a in act) if isinstance(act, tuple) else act * scale
-            return replace(c, activation=act)
+            return c if scale == 1.0 else replace(c, activation=_scaled(c.activation, scale))
         pp = max(self.stage_rank) + 1
 
         def per_rank(value):  # a scalar already means a rank's share
@@ -77,11 +73,8 @@ class Calibration:
         act = c.activation if isinstance(c.activation, tuple) else (c.activation,) * len(self.stage_rank)
         bf = c.b_free_fraction
         if isinstance(bf, tuple):
-            freed, held = [0.0] * pp, [0.0] * pp
-            for s, (a, f) in enumerate(zip(act, bf, strict=True)):
-                freed[self.stage_rank[s]] += a * f
-                held[self.stage_rank[s]] += a
-            bf = tuple(f / h if h else 0.0 for f, h in zip(freed, held, strict=True))
+            freed = per_rank(tuple(a * f for a, f in zip(act, bf, strict=True)))
+            bf = tuple(f / h if h else 0.0 for f, h in zip(freed, per_rank(act), strict=True))
         return CostModel(
             forward=per_rank(c.forward),
             backward=per_rank(c.backward),

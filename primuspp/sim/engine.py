@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from primuspp.schedule.array_order import KINDS, kind_stage, kinds_present, one_row_per_node, order_arrays
+from primuspp.schedule.array_order import KINDS, kinds_present, one_row_per_node, order_arrays
 from primuspp.schedule.compact import LoweredRanks
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.memory_levels import memory_levels
@@ -28,15 +28,9 @@ from primuspp.trace.timeline import RankTimeline, Timeline
 _NAMES = tuple(k.text for k in KINDS)
 _TAGS = ("F", "B")  # a transfer's tag: the activation (F) or the input grad (B)
 _QUANTUM, _LIMIT = 2.0**20, 2.0**32  # see `_summaries`
-# per kind code: a compute kind; a composite one; the tag of the one datum it produces (-1: none; None: the
-# kind produces more than one, and `_transfers` takes the general path)
+# per kind code: a compute kind; a composite one
 _IS_COMPUTE = np.array([k.is_compute for k in KINDS], dtype=bool)
 _IS_COMPOSITE = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
-_TAG_OF = tuple(
-    -1 if not made else {ACT: 0, GRAD: 1}[made[0]] if len(made) == 1 else None
-    for made in (SEMANTICS[k].produces for k in KINDS)
-)
-_TAGS_BY_KIND = np.array([-1 if t is None else t for t in _TAG_OF], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -69,8 +63,7 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     # per node: a compute node or not (None: all are, as without OFFLOAD/RELOAD)
     all_compute = all(_IS_COMPUTE[c] for c in kinds_present(rows, "node_kind"))
     is_compute = None if all_compute and simple else _IS_COMPUTE[rows["node_kind"]]
-    exact = getattr(times, "exact", False)
-    intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk, exact)
+    intervals = _intervals(rows, owner, is_compute, node_first, starts, ends, placement.stage_chunk)
 
     # memory: the one memory model, as array passes where the table allows it
     act, fractions = stage_costs.activation, stage_costs.fractions()
@@ -101,12 +94,9 @@ def simulate(table: ScheduleTable, costs: CostModel | None = None, name: str | N
     return SimResult(label, table, costs, timeline, timeline_metrics(timeline))
 
 
-def _intervals(
-    rows, owner, is_compute, node_first, starts, ends, stage_chunk, exact=False
-) -> list[IntervalColumns]:
+def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -> list[IntervalColumns]:
     """Per rank, one interval per compute node: its kind, its (first part's) microbatch and stage, its times;
-    an FB's backward part alongside, as (kind, microbatch, stage, chunk) of its second part. `exact`: the
-    times are the array timing's (every one a multiple of 2^-20 below 2^32)."""
+    an FB's backward part alongside, as (kind, microbatch, stage, chunk) of its second part."""
     kind, mb, stage, part = rows["kind"], rows["mb"], rows["stage"], rows["part"]
     node_kind = rows["node_kind"]
     chunk = np.asarray(stage_chunk, dtype=np.int64)
@@ -122,36 +112,29 @@ def _intervals(
         cuts = np.searchsorted(nodes, node_first).tolist()  # rank r's intervals: cuts[r]:cuts[r + 1]
     i_chunk = chunk[n_stage]
     n_ranks = len(cuts) - 1
-    composite = _IS_COMPOSITE
-    if nodes is None:  # no composite node: no backward parts
-        out = []
-        summaries = _summaries(i_start, i_end, cuts, exact)
-        for r in range(n_ranks):
-            lo, hi = cuts[r], cuts[r + 1]
-            cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
-            out.append(IntervalColumns(_NAMES, *cols, None, summaries[r]))
-        return out
-    back_rows = np.flatnonzero(composite[node_kind[owner]] & (part == 1))  # rank-major, as all rows
-    b_rank = rows["rank"][back_rows]
-    b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
-    b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
-    b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
-    summaries = _summaries(i_start, i_end, cuts, exact)
+    b_cuts = None  # no composite node: no backward parts
+    if nodes is not None:
+        back_rows = np.flatnonzero(_IS_COMPOSITE[node_kind[owner]] & (part == 1))  # rank-major, as all rows
+        b_rank = rows["rank"][back_rows]
+        b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
+        b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
+        b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
+    summaries = _summaries(i_start, i_end, cuts)
     out = []
     for r in range(n_ranks):
         lo, hi = cuts[r], cuts[r + 1]
         cols = (i_kind[lo:hi], n_mb[lo:hi], n_stage[lo:hi], i_chunk[lo:hi], i_start[lo:hi], i_end[lo:hi])
-        b_lo, b_hi = b_cuts[r], b_cuts[r + 1]
-        backward = tuple(col[b_lo:b_hi] for col in b_cols) if b_hi > b_lo else None
+        backward = None
+        if b_cuts is not None and b_cuts[r + 1] > b_cuts[r]:
+            backward = tuple(col[b_cuts[r] : b_cuts[r + 1]] for col in b_cols)
         out.append(IntervalColumns(_NAMES, *cols, backward, summaries[r]))
     return out
 
 
-def _summaries(start, end, cuts: list[int], exact: bool = False) -> list[tuple[float, float, float] | None]:
+def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] | None]:
     """Per rank (rank r's intervals: `cuts[r]:cuts[r + 1]`): its first start, last end and busy time, the
     values `timeline_metrics` would read from its columns (busy: Python's `sum` of the durations in order),
-    from a few passes over all ranks at once; None for a rank without intervals. `exact`: every time is a
-    multiple of 2^-20 below 2^32 (the array timing's proof), so every duration is one too."""
+    from a few passes over all ranks at once; None for a rank without intervals."""
     nonempty = [r for r in range(len(cuts) - 1) if cuts[r + 1] > cuts[r]]
     if not nonempty:
         return [None] * (len(cuts) - 1)
@@ -159,10 +142,9 @@ def _summaries(start, end, cuts: list[int], exact: bool = False) -> list[tuple[f
     lows = np.minimum.reduceat(start, at).tolist()
     highs = np.maximum.reduceat(end, at).tolist()
     duration = end - start
-    # every duration a non-negative multiple of 2^-20, their total below 2^31 (as with the times the array
-    # timing proves): every partial sum is exact, so any order of adding gives Python's sum (plain or
-    # compensated alike)
-    if (exact or _whole_quanta(duration)) and float(duration.sum()) < _LIMIT / 2:
+    # every duration a non-negative multiple of 2^-20, their total below 2^31: every partial sum is exact,
+    # so any order of adding gives Python's sum (plain or compensated alike)
+    if _whole_quanta(duration) and float(duration.sum()) < _LIMIT / 2:
         busy = np.add.reduceat(duration, at).tolist()
     else:
         listed = duration.tolist()
@@ -186,60 +168,12 @@ def _whole_quanta(values, block: int = 1 << 20) -> bool:
 def _transfers(rows, owner, is_compute, times, placement, comm: float) -> TransferColumns:
     """Every cross-rank output of a compute node, once, when it is produced (semantics: what each kind
     produces; an activation goes to the next stage's rank, a grad to the previous), in the order of the
-    nodes, their parts, and the data each part produces."""
-    kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]
+    nodes, their parts, and the data each part produces: gathered per kind and datum, then merged."""
     n_stages = placement.num_stages
     # the times by stage-major key (stage * microbatches + microbatch): a rank's rows, a few stages with the
     # microbatches in turn, then read neighbouring entries (microbatch-major, each would touch its own page)
     sent_by = times.by_stage(n_stages)
-    present = kinds_present(rows, "kind")
-    if any(_TAG_OF[code] is None for code in present):
-        fwd_peer, bwd_peer = stage_peers(placement)
-        return _transfers_general(rows, owner, is_compute, sent_by, fwd_peer, bwd_peer, n_stages, comm)
-    # each kind produces one datum at most: a row's transfer is its kind's datum sent to that datum's peer,
-    # read from a (kind x stage) table of peers (-1: nothing sent), in row order
-    peer = _peer_table(placement).take(kind_stage(rows, n_stages))
-    ok = peer >= 0
-    if is_compute is not None:
-        ok &= is_compute[owner]
-    row = np.flatnonzero(ok)
-    del ok
-    dst = peer[row]
-    del peer
-    tag = _TAGS_BY_KIND[kind[row]]
-    mb_r, stage_r = mb[row], stage[row]
-    n_mb = sent_by.shape[1] // n_stages if n_stages else 0
-    at = stage_r * n_mb
-    at += mb_r
-    if any(_TAG_OF[code] == 1 for code in present):  # the grads' row of `sent_by`
-        at += tag.astype(np.int64) * sent_by.shape[1]
-    sent = sent_by.reshape(-1).take(at)
-    del at
-    return TransferColumns(_TAGS, tag, mb_r, stage_r, rows["rank"][row], dst, sent, sent + comm)
-
-
-_PEER_TABLES: dict = {}
-
-
-def _peer_table(placement):
-    """Per (kind, stage), flattened: the rank the kind's one datum goes to from that stage, -1 where none
-    (int32: a large table's peer column stays small); once per placement."""
-    got = _PEER_TABLES.get(placement)
-    if got is None:
-        fwd_peer, bwd_peer = stage_peers(placement)
-        peers = (fwd_peer, bwd_peer, [-1] * len(fwd_peer))  # by tag; -1: no datum
-        got = np.array([peers[t] for t in _TAGS_BY_KIND.tolist()], dtype=np.int32).reshape(-1)
-        if len(_PEER_TABLES) >= 64:
-            _PEER_TABLES.clear()
-        _PEER_TABLES[placement] = got
-    return got
-
-
-def _transfers_general(
-    rows, owner, is_compute, sent_by, fwd_peer, bwd_peer, n_stages, comm: float
-) -> TransferColumns:
-    """`_transfers` where a kind produces more than one datum: per kind and datum, then merged in the
-    order of the rows and each row's data."""
+    fwd_peer, bwd_peer = stage_peers(placement)
     route = {ACT: (np.asarray(fwd_peer, dtype=np.int64), sent_by[0], 0),
              GRAD: (np.asarray(bwd_peer, dtype=np.int64), sent_by[1], 1)}  # fmt: skip
     kind, mb, stage = rows["kind"], rows["mb"], rows["stage"]

@@ -163,18 +163,14 @@ def _columns(intervals: Any) -> IntervalColumns:
             np.array(col, dtype=np.int64)
             for col in zip(*((i, code[b[0]], b[1], b[2], b[3]) for i, b in backs), strict=True)
         )
-
-    def col(values: list[Any], dtype: Any) -> Any:
-        return np.array(values, dtype=dtype)
-
     return IntervalColumns(
         kinds,
-        col([code[iv.kind] for iv in intervals], np.int64),
-        col([iv.microbatch for iv in intervals], np.int64),
-        col([iv.stage for iv in intervals], np.int64),
-        col([iv.chunk for iv in intervals], np.int64),
-        col([iv.start for iv in intervals], np.float64),
-        col([iv.end for iv in intervals], np.float64),
+        np.array([code[iv.kind] for iv in intervals], dtype=np.int64),
+        np.array([iv.microbatch for iv in intervals], dtype=np.int64),
+        np.array([iv.stage for iv in intervals], dtype=np.int64),
+        np.array([iv.chunk for iv in intervals], dtype=np.int64),
+        np.array([iv.start for iv in intervals], dtype=np.float64),
+        np.array([iv.end for iv in intervals], dtype=np.float64),
         backward,  # type: ignore[arg-type]
     )
 
@@ -429,6 +425,8 @@ class _Shape:
     pp: int
     vpp: int
     micro_batches: int | None  # None: not given, counted from the forwards
+    vkey: str  # the keys config.json gave them under (ours or Primus' real-run names)
+    mkey: str
 
 
 def _shape(config: dict, cfg_path: Path, pp_files: int) -> _Shape:
@@ -445,30 +443,28 @@ def _shape(config: dict, cfg_path: Path, pp_files: int) -> _Shape:
     vpp = _int_value(config[vkey], where, vkey) if config.get(vkey) is not None else 1
     mkey = "micro_batches" if "micro_batches" in config else "num_mbs"
     mbs = _int_value(config[mkey], where, mkey) if config.get(mkey) is not None else None
-    return _Shape(pp_files, vpp, mbs)
+    return _Shape(pp_files, vpp, mbs, vkey, mkey)
 
 
-def _check_counts(shape: _Shape, config: dict, cfg_path: Path, ranks: list[RankTimeline], where: str) -> int:
+def _check_counts(shape: _Shape, cfg_path: Path, ranks: list[RankTimeline], where: str) -> int:
     """The microbatch count, checked against every rank's forwards: m × v of them (m with a bidirectional
     placement, where each rank holds one stage of each direction's copy)."""
     forwards = [sum(iv.kind in ("F", "FB") for iv in rt.intervals) for rt in ranks]
     if shape.micro_batches is None:
         if shape.vpp > max(forwards[0], 1):
-            vkey = "vpp_size" if "vpp_size" in config else "vp_size"
             raise ConfigError(
-                f"{cfg_path}: {vkey}={shape.vpp} but rank 0 ran {forwards[0]} forwards in {where}", key=vkey
+                f"{cfg_path}: {shape.vkey}={shape.vpp} but rank 0 ran {forwards[0]} forwards in {where}",
+                key=shape.vkey,
             )
         return forwards[0] // shape.vpp
     m, v = shape.micro_batches, shape.vpp
     allowed = {m * v} | ({m} if v == 2 else set())
     for rank, count in enumerate(forwards):
         if count not in allowed:
-            mkey = "micro_batches" if "micro_batches" in config else "num_mbs"
-            vkey = "vpp_size" if "vpp_size" in config else "vp_size"
             raise ConfigError(
-                f"{cfg_path}: {mkey}={m} with {vkey}={v} means {m * v} forwards per rank, "
+                f"{cfg_path}: {shape.mkey}={m} with {shape.vkey}={v} means {m * v} forwards per rank, "
                 f"but rank {rank} ran {count} in {where}",
-                key=mkey,
+                key=shape.mkey,
             )
     return m
 
@@ -511,7 +507,7 @@ def read_pp_data(directory: str | Path) -> list[Timeline]:
             intervals, origin, rt = _parse_rank(per_rank[r][it], r, where)
             rt.intervals = _checked(intervals, origin, f"{where} (rank {r})", measured, clips)
             ranks.append(rt)
-        mbs = _check_counts(shape, config, cfg_path, ranks, f"iteration {it}")
+        mbs = _check_counts(shape, cfg_path, ranks, f"iteration {it}")
         timelines.append(
             Timeline(
                 name=str(config.get("name", directory.name)),

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 from html import escape
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
-from primuspp import outputs
 from primuspp.trace.timeline import Timeline
 from primuspp.viz.compare_figure import compare_figure, compare_table_html
 from primuspp.viz.sources import Source, shown_iterations
@@ -87,12 +85,6 @@ def _plotly_js() -> str:
     from plotly.offline import get_plotlyjs  # imported only when a page is drawn (start-up time)
 
     return get_plotlyjs()
-
-
-def write_file(path: Path, text: str, option: str = "--out") -> None:
-    """Write `text` through `primuspp.outputs.write_file` (atomic for regular files, written through
-    symlinks, straight into devices and FIFOs); a failure is a one-line error naming `option` and the path."""
-    outputs.write_file(path, text, option)
 
 
 def _embedded(source: Source, pick: int) -> list[Timeline]:

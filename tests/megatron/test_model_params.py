@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def scaled(spec: ModelSpec) -> ModelSpec:
     """A tiny model of the same structure."""
     heads = 8
-    kv = heads if spec.kv_groups == spec.heads else 2
+    kv = heads if spec.kv_heads == spec.heads else 2
     changes: dict = dict(layers=min(spec.layers, 3), hidden=64, heads=heads, kv_heads=kv, ffn=96, vocab=100)
     changes["head_dim"] = 16 if spec.head_dim * spec.heads != spec.hidden else 8
     if spec.learned_positions:
@@ -104,7 +104,7 @@ def build_counts(specs: dict[str, dict]) -> dict[str, int]:
             num_layers=spec.layers,
             hidden_size=spec.hidden,
             num_attention_heads=spec.heads,
-            num_query_groups=spec.kv_groups,
+            num_query_groups=spec.kv_heads,
             kv_channels=spec.head_dim,
             ffn_hidden_size=spec.ffn,
             gated_linear_unit=spec.swiglu,
@@ -196,7 +196,7 @@ def _layer_config(spec: ModelSpec, layers: int, recompute: str, moe: bool = Fals
     kw: dict = dict(
         hidden_size=spec.hidden,
         num_attention_heads=spec.heads,
-        num_query_groups=spec.kv_groups,
+        num_query_groups=spec.kv_heads,
         kv_channels=spec.head_dim,
         ffn_hidden_size=spec.ffn,
         gated_linear_unit=spec.swiglu,
