@@ -1,7 +1,8 @@
 """A timed construction of linear zero-bubble orders: every decision on the clock of the cost model.
 
 Nodes are placed one by one, each at the time its rank is free and its input has arrived (the producer's
-end, plus `comm` across ranks), in rounds of one microbatch:
+end, plus `comm` across ranks: the clock's rule, `timing.input_delays`; the construction decides as it
+goes, so it keeps its own loop), in rounds of one microbatch:
 
 - round 0: every rank runs the first forward; then, from the last rank back, each rank counts how many
   more forwards fit (within memory) before the first backward reaches it, i.e. before the backward chain
@@ -37,6 +38,7 @@ from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.placement import linear
 from primuspp.schedule.semantics import kind_durations
+from primuspp.schedule.timing import input_delays
 
 Generator = Callable[[GenerationRequest], ComputeOrder]
 _F, _B, _W = 0, 1, 2
@@ -50,7 +52,8 @@ class _Stuck(Exception):
 
 class _Build:
     def __init__(self, p: int, m: int, costs: StageCosts, max_mem: int) -> None:
-        self.p, self.m, self.max_mem, self.comm = p, m, max_mem, costs.comm
+        self.p, self.m, self.max_mem = p, m, max_mem
+        self.hops = input_delays(linear(p), costs.comm)  # the clock's input rule: F's, B's
         self.dur = tuple(kind_durations(costs)[k] for k in _KINDS)  # the semantics table's durations
         self.count = [[0] * p for _ in range(3)]
         self.end = [[[-1.0] * m for _ in range(p)] for _ in range(3)]
@@ -68,7 +71,7 @@ class _Build:
         end = self.end[kind][src][mb]
         if end < 0:
             raise _Stuck
-        return end + self.comm
+        return end + self.hops[kind][r]
 
     def put(self, r: int, kind: int) -> None:
         mb = self.count[kind][r]
@@ -116,10 +119,11 @@ class _Build:
         for r in range(p - 2, -1, -1):
             mem, clock = self.mem[r], self.clock[r]
             while self.count[_F][r] + extra[r] < self.m and mem + 1 <= self.max_mem:
-                if (clock + f[r] > back + self.comm) if fill_late else (clock >= back + self.comm):
+                due = back + self.hops[_B][r]  # the first B's grad on rank r
+                if (clock + f[r] > due) if fill_late else (clock >= due):
                     break
                 mem, clock, extra[r] = mem + 1, clock + f[r], extra[r] + 1
-            back = max(clock, back + self.comm) + self.dur[_B][r]
+            back = max(clock, back + self.hops[_B][r]) + self.dur[_B][r]
         for r in range(1, p):
             while extra[r] > 0 and extra[r] >= extra[r - 1] and self.count[_F][r] + extra[r] < self.m:
                 extra[r] -= 1
@@ -135,7 +139,8 @@ class _Build:
         if not b_first or r + 1 >= self.p or self.count[_F][r] < self.count[_F][r + 1] + 2:
             return True
         nxt = r + 1
-        back = self.clock[nxt] + self.dur[_F][nxt] + self.dur[_B][nxt] + self.comm  # B from r + 1, soonest
+        # the B from r + 1, soonest
+        back = self.clock[nxt] + self.dur[_F][nxt] + self.dur[_B][nxt] + self.hops[_B][r]
         if self.clock[r] >= back:
             return False
         need, w = self.mem[r] + 1, 0.0
