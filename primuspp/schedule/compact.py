@@ -96,7 +96,7 @@ class LoweredRanks(LazyRanks):
         positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
         for pos, node in zip(positions, self.order[r], strict=True):
             out[pos] = node
-        lo, hi = self._rows(r)
+        lo, hi = _span(self.c_rank, r)
         for pos, k, mb, s, peer in zip(
             self.c_pos[lo:hi].tolist(),
             self.c_kind[lo:hi].tolist(),
@@ -108,27 +108,19 @@ class LoweredRanks(LazyRanks):
             out[pos] = Node(KINDS[k], mb, s, peer)
         return tuple(out)  # type: ignore[arg-type]
 
-    def _rows(self, r: int) -> tuple[int, int]:
-        import numpy as np
-
-        # (the needles in the column's type: numpy would convert the whole column to theirs)
-        lo, hi = np.searchsorted(self.c_rank, np.array([r, r + 1], dtype=self.c_rank.dtype))
-        return int(lo), int(hi)
-
     def texts(self, r: int) -> list[str]:
         """Rank r's nodes in their text form (`nodes.format_node` of each), without building comm Nodes."""
         return self.joined(r, " ").split(" ") if self.lengths[r] else []
 
     def joined(self, r: int, sep: str) -> str:
         """`sep.join(self.texts(r))`, made from the columns in a few numpy passes (no Node, no str per node):
-        each row (a node, or a composite node's part) is laid out as NUL-padded 8-byte words (kind name;
-        microbatch and '.'; stage; the tail: a comm node's arrow and peer, then `sep`, or '+' between parts)
-        read from tables of them, and the NUL bytes are dropped."""
+        each row (a node, or a composite node's part) is laid out as NUL-padded words read from tables (kind
+        name; microbatch and '.'; stage; the tail: a comm node's arrow and peer, then `sep`, or '+' between
+        parts), and the NUL bytes are dropped."""
         import numpy as np
 
         rows, first = self.rows, self.first
-        a, b = (int(x) for x in np.searchsorted(rows["rank"], np.array([r, r + 1], rows["rank"].dtype)))
-        lo, hi = self._rows(r)
+        (a, b), (lo, hi) = _span(rows["rank"], r), _span(self.c_rank, r)
         node_pos = self.node_pos[first[r] : first[r + 1]]
         pos = node_pos[rows["index"][a:b]]
         c_pos = self.c_pos[lo:hi]
@@ -145,11 +137,8 @@ class LoweredRanks(LazyRanks):
         stage[pos], stage[c_pos] = rows["stage"][a:b], self.c_stage[lo:hi]
         tail[pos] = 0  # `sep`, or 1: a part with another part after it ('+')
         tail[pos[:-1]] = part[1:] > 0
-        c_tail = self.c_peer[lo:hi].astype(np.intp)
-        c_tail *= 2
-        c_tail += 2
-        c_tail += np.array([k.is_send for k in KINDS])[self.c_kind[lo:hi]]  # '<' or '>', peer, `sep`
-        tail[c_pos] = c_tail
+        is_send = np.array([k.is_send for k in KINDS])[self.c_kind[lo:hi]]
+        tail[c_pos] = self.c_peer[lo:hi].astype(np.intp) * 2 + 2 + is_send  # '<' or '>', peer, `sep`
         high = max(int(mb.max(initial=0)), int(stage.max(initial=0)), int(tail.max(initial=0)) // 2)
         tables = _text_tables(sep, 1 << high.bit_length())  # (a few tables serve all ranks)
         columns = [
@@ -170,6 +159,15 @@ class LoweredRanks(LazyRanks):
 
     def compute_order(self) -> tuple[tuple[Node, ...], ...]:
         return self.order
+
+
+def _span(column: Any, r: int) -> tuple[int, int]:
+    """Rank r's rows lo:hi of a rank column sorted ascending (the needles in the column's type: numpy would
+    convert the whole column to theirs)."""
+    import numpy as np
+
+    lo, hi = np.searchsorted(column, np.array([r, r + 1], dtype=column.dtype))
+    return int(lo), int(hi)
 
 
 @lru_cache(maxsize=4)
