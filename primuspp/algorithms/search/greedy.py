@@ -38,6 +38,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 from primuspp.algorithms.search import greedy_period, score_memo
 from primuspp.algorithms.search.portfolio import memory_units
@@ -147,14 +148,21 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
                 pieces.append(flat[lo : lo + n_r])
             lo += n_r
         flat = np.concatenate(pieces)
-    key, kind = np.divmod(flat, 3)
-    mb, stage = np.divmod(key, placement.num_stages)
-    codes = np.array(_CODES, dtype=np.int8)[kind]
-    order = ArrayOrder.from_flat(codes, mb, stage, lengths)
+    order = decision_order(flat, lengths, placement.num_stages)
     if timed:  # the candidate's timing is known: a search scoring it need not time it (`score_memo`)
         known_peak = peak if peak_exact(placement, costs, peak) else None
         score_memo.note_timing(placement, m, order, costs, makespan, max_span, known_peak)
     return Plan(policy.name, order, makespan, max_span, peak, timed)
+
+
+def decision_order(flat: Any, lengths: list[int], n_stages: int) -> ArrayOrder:
+    """Decisions, one int each ((mb * stages + stage) * 3 + kind, rank r's the next `lengths[r]` of
+    `flat`), as an ArrayOrder."""
+    import numpy as np
+
+    key, kind = np.divmod(flat, 3)
+    mb, stage = np.divmod(key, n_stages)
+    return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)
 
 
 def asap_exact(quantum: float | None, top: float, late: bool) -> bool:

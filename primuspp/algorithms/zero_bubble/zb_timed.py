@@ -20,8 +20,8 @@ goes, so it keeps its own loop), in rounds of one microbatch:
 A rank may idle as long as the rank that idled most so far. The eight variants (three switches) are
 returned; the one with the shortest longest span on the construction's own clock is the floor.
 
-A variant is built as one int per node (microbatch * 3 + kind; rank r runs stage r) and returned as an
-`ArrayOrder`; tests hold it equal to the same order as Node lists
+A variant is built as one int per node ((microbatch * p + stage) * 3 + kind, greedy's; rank r runs stage
+r) and returned as an `ArrayOrder`; tests hold it equal to the same order as Node lists
 (`tests/oracles/constructions.py`).
 """
 
@@ -32,8 +32,9 @@ from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.search.floor import with_floor
+from primuspp.algorithms.search.greedy import decision_order
 from primuspp.algorithms.search.score_memo import BlockMemo
-from primuspp.schedule.array_order import KINDS, ArrayOrder
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.placement import linear
@@ -43,7 +44,6 @@ from primuspp.schedule.timing import input_delays
 Generator = Callable[[GenerationRequest], ComputeOrder]
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
-_CODES = tuple(KINDS.index(k) for k in _KINDS)  # ArrayOrder kind codes of _F, _B, _W
 
 
 class _Stuck(Exception):
@@ -61,7 +61,7 @@ class _Build:
         self.idle = [0.0] * p
         self.mem = [0] * p
         self.first = [0.0] * p
-        self.order: list[list[int]] = [[] for _ in range(p)]  # per rank: mb * 3 + kind
+        self.order: list[list[int]] = [[] for _ in range(p)]  # per rank: (mb * p + r) * 3 + kind
 
     def arrival(self, kind: int, r: int, mb: int) -> float:
         """When the input of node (kind, r, mb) from the neighbouring rank is on rank r (0 without one)."""
@@ -87,7 +87,7 @@ class _Build:
         self.clock[r] = self.end[kind][r][mb] = start + self.dur[kind][r]
         self.count[kind][r] += 1
         self.mem[r] += 1 if kind == _F else -1 if kind == _W else 0
-        self.order[r].append(mb * 3 + kind)
+        self.order[r].append((mb * self.p + r) * 3 + kind)
 
     def pending(self, r: int) -> bool:
         return self.count[_W][r] < self.count[_B][r]
@@ -172,20 +172,18 @@ class _Build:
 
 
 def _columns(decisions: list[list[int]]) -> ArrayOrder:
-    """Per-rank decisions (mb * 3 + kind, rank r on stage r) as an ArrayOrder."""
+    """Per-rank decisions ((mb * p + r) * 3 + kind, rank r on stage r) as an ArrayOrder."""
     import numpy as np
 
     lengths = [len(seq) for seq in decisions]
     flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
-    mb, kind = np.divmod(flat, 3)
-    stage = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)
+    return decision_order(flat, lengths, len(lengths))
 
 
 def _decisions(
     p: int, m: int, costs: StageCosts, max_mem: int, fill_late: bool, b_first: bool, strict: bool
 ) -> tuple[list[list[int]], float] | None:
-    """One variant's per-rank decisions (mb * 3 + kind) and its span; None if it gets stuck."""
+    """One variant's per-rank decisions ((mb * p + r) * 3 + kind) and its span; None if it gets stuck."""
     state = _Build(p, m, costs, max_mem)
     try:
         state.first_round(fill_late)
