@@ -181,10 +181,6 @@ class ArrayOrder(LazyRanks):
 
     # -- the tuple it stands for ---------------------------------------------------------------------------
 
-    def texts(self, r: int) -> list[str]:
-        """Rank r's nodes in their text form (`nodes.format_node` of each), without building a Node."""
-        return _texts(self, r)
-
     def __getstate__(self) -> dict[str, Any]:
         return {"rows": self.rows, "first": self.first}
 
@@ -214,29 +210,6 @@ class ArrayOrder(LazyRanks):
                 out.append(Node(own, parts[0].microbatch, parts[0].stage, None, tuple(parts)))
                 parts = []
         return tuple(out)
-
-
-def _texts(order: ArrayOrder, r: int) -> list[str]:
-    """Rank r's nodes in their text form (`nodes.format_node`), from the columns: a composite node is its
-    parts' texts joined by '+'."""
-    rows = order.rows
-    a, b = int(order._row_first[r]), int(order._row_first[r + 1])
-    names = [k.text for k in KINDS]
-    texts = [
-        f"{names[k]}{mb}.{s}"
-        for k, mb, s in zip(
-            rows["kind"][a:b].tolist(), rows["mb"][a:b].tolist(), rows["stage"][a:b].tolist(), strict=True
-        )
-    ]
-    if b - a == int(order.first[r + 1] - order.first[r]):
-        return texts
-    out: list[str] = []
-    for text, part in zip(texts, rows["part"][a:b].tolist(), strict=True):
-        if part:
-            out[-1] += "+" + text
-        else:
-            out.append(text)
-    return out
 
 
 def rank_lengths(order: Sequence[Sequence[Node]]) -> list[int]:

@@ -31,7 +31,7 @@ from primuspp.schedule.array_order import (
     rank_lengths,
 )
 from primuspp.schedule.lazy_ranks import LazyRanks
-from primuspp.schedule.nodes import Node, format_node
+from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement, stage_peers
 from primuspp.schedule.semantics import ACT, GRAD, RECV_OF, SEMANTICS, SEND_OF
 
@@ -96,7 +96,7 @@ class LoweredRanks(LazyRanks):
         positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
         for pos, node in zip(positions, self.order[r], strict=True):
             out[pos] = node
-        lo, hi = self._rows(r)
+        lo, hi = _span(self.c_rank, r)
         for pos, k, mb, s, peer in zip(
             self.c_pos[lo:hi].tolist(),
             self.c_kind[lo:hi].tolist(),
@@ -108,36 +108,49 @@ class LoweredRanks(LazyRanks):
             out[pos] = Node(KINDS[k], mb, s, peer)
         return tuple(out)  # type: ignore[arg-type]
 
-    def _rows(self, r: int) -> tuple[int, int]:
-        import numpy as np
-
-        return int(np.searchsorted(self.c_rank, r, "left")), int(np.searchsorted(self.c_rank, r, "right"))
-
     def texts(self, r: int) -> list[str]:
         """Rank r's nodes in their text form (`nodes.format_node` of each), without building comm Nodes."""
-        out: list[str | None] = [None] * self.lengths[r]
-        positions = self.node_pos[self.first[r] : self.first[r + 1]].tolist()
-        if isinstance(self.order, ArrayOrder):  # from the columns: no Node built
-            for pos, text in zip(positions, self.order.texts(r), strict=True):
-                out[pos] = text
-        else:
-            for pos, node in zip(positions, self.order[r], strict=True):
-                # format_node, inlined for the simple kinds without a peer
-                simple = not node.parts and node.peer is None
-                out[pos] = f"{node.kind.text}{node.microbatch}.{node.stage}" if simple else format_node(node)
-        lo, hi = self._rows(r)
-        names = [k.text for k in KINDS]
-        arrows = ["<>"[k.is_send] for k in KINDS]
-        for pos, k, mb, s, peer in zip(
-            self.c_pos[lo:hi].tolist(),
-            self.c_kind[lo:hi].tolist(),
-            self.c_mb[lo:hi].tolist(),
-            self.c_stage[lo:hi].tolist(),
-            self.c_peer[lo:hi].tolist(),
-            strict=True,
-        ):
-            out[pos] = f"{names[k]}{mb}.{s}{arrows[k]}{peer}"
-        return out  # type: ignore[return-value]
+        return self.joined(r, " ").split(" ") if self.lengths[r] else []
+
+    def joined(self, r: int, sep: str) -> str:
+        """`sep.join(self.texts(r))`, made from the columns in a few numpy passes (no Node, no str per node):
+        each row (a node, or a composite node's part) is laid out as NUL-padded words read from tables (kind
+        name; microbatch and '.'; stage; the tail: a comm node's arrow and peer, then `sep`, or '+' between
+        parts), and the NUL bytes are dropped."""
+        import numpy as np
+
+        rows, first = self.rows, self.first
+        (a, b), (lo, hi) = _span(rows["rank"], r), _span(self.c_rank, r)
+        node_pos = self.node_pos[first[r] : first[r + 1]]
+        pos = node_pos[rows["index"][a:b]]
+        c_pos = self.c_pos[lo:hi]
+        n = self.lengths[r] + (b - a) - len(node_pos)  # rows: a composite node has one per part
+        part = rows["part"][a:b]
+        if n > self.lengths[r]:  # row of each position: a composite node's parts push the later ones on
+            width = np.ones(self.lengths[r], dtype=np.int64)
+            np.add.at(width, pos, part > 0)
+            start = np.cumsum(width) - width
+            pos, c_pos = start[pos] + part, start[c_pos]
+        kind, mb, stage, tail = (np.empty(n, dtype=np.intp) for _ in range(4))
+        kind[pos], kind[c_pos] = rows["kind"][a:b], self.c_kind[lo:hi]
+        mb[pos], mb[c_pos] = rows["mb"][a:b], self.c_mb[lo:hi]
+        stage[pos], stage[c_pos] = rows["stage"][a:b], self.c_stage[lo:hi]
+        tail[pos] = 0  # `sep`, or 1: a part with another part after it ('+')
+        tail[pos[:-1]] = part[1:] > 0
+        is_send = np.array([k.is_send for k in KINDS])[self.c_kind[lo:hi]]
+        tail[c_pos] = self.c_peer[lo:hi].astype(np.intp) * 2 + 2 + is_send  # '<' or '>', peer, `sep`
+        high = max(int(mb.max(initial=0)), int(stage.max(initial=0)), int(tail.max(initial=0)) // 2)
+        tables = _text_tables(sep, 1 << high.bit_length())  # (a few tables serve all ranks)
+        columns = [
+            (word, index)
+            for table, index in zip(tables, (kind, mb, stage, tail), strict=True)
+            for word in table
+        ]
+        words = np.empty(n, dtype=[(str(i), word.dtype) for i, (word, _) in enumerate(columns)])
+        for i, (word, index) in enumerate(columns):
+            words[str(i)] = word[index]
+        out = words.view(np.uint8)
+        return out[out != 0].tobytes().decode("ascii")[: -len(sep) or None]
 
     # -- cheap facts --------------------------------------------------------------------------------------
 
@@ -146,6 +159,33 @@ class LoweredRanks(LazyRanks):
 
     def compute_order(self) -> tuple[tuple[Node, ...], ...]:
         return self.order
+
+
+def _span(column: Any, r: int) -> tuple[int, int]:
+    """Rank r's rows lo:hi of a rank column sorted ascending (the needles in the column's type: numpy would
+    convert the whole column to theirs)."""
+    import numpy as np
+
+    lo, hi = np.searchsorted(column, np.array([r, r + 1], dtype=column.dtype))
+    return int(lo), int(hi)
+
+
+@lru_cache(maxsize=4)
+def _text_tables(sep: str, high: int) -> tuple[list[Any], ...]:
+    """`LoweredRanks.joined`'s fields, each a table of NUL-padded texts as columns of 8-byte words: per kind
+    code its name; per number 0..high itself and '.' (a microbatch), itself (a stage); the tail: `sep`, '+',
+    then per peer '<' peer `sep` and '>' peer `sep` (a receive's, a send's)."""
+    import numpy as np
+
+    def table(texts: list[str]) -> list[Any]:  # 1, 2, 4 or 8 bytes a word: numpy copies those fastest
+        width = 1 << (max(map(len, texts)) - 1).bit_length()
+        size = min(width, 8)
+        words = np.array(texts, dtype=f"S{width}").view(f"u{size}").reshape(len(texts), -1)
+        return [words[:, j].copy() for j in range(width // size)]
+
+    numbers = [str(i) for i in range(high + 1)]
+    tails = [sep, "+"] + [f"{arrow}{i}{sep}" for i in numbers for arrow in "<>"]
+    return table([k.text for k in KINDS]), table([f"{i}." for i in numbers]), table(numbers), table(tails)
 
 
 #: arrays of at least this many elements are made int32 where their values fit (half the memory: a large

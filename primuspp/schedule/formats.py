@@ -27,7 +27,7 @@ def to_text(table: ScheduleTable) -> str:
         f"{_TEXT_HEADER} algorithm={table.algorithm} placement={table.placement.kind} pp={table.pp} "
         f"vpp={table.vpp} micro_batches={table.num_microbatches}"
     )
-    lines = [header] + [" ".join(texts) for texts in node_texts(table)]
+    lines = [header] + [_joined(table, r, " ") for r in range(len(table.ranks))]
     return "\n".join(lines) + "\n"
 
 
@@ -41,6 +41,12 @@ def _rank_texts(table: ScheduleTable, r: int) -> list[str]:
     if isinstance(ranks, LoweredRanks):
         return ranks.texts(r)
     return [format_node(n) for n in ranks[r]]
+
+
+def _joined(table: ScheduleTable, r: int, sep: str) -> str:
+    """`sep.join(_rank_texts(table, r))` (a compact table's made from its columns at once)."""
+    ranks = table.ranks
+    return ranks.joined(r, sep) if isinstance(ranks, LoweredRanks) else sep.join(_rank_texts(table, r))
 
 
 def from_text(text: str) -> ScheduleTable:
@@ -96,7 +102,9 @@ def to_json_pieces(table: ScheduleTable) -> Iterator[str]:
     piece by piece, never holding it whole."""
     yield json.dumps(_json_head(table))[:-1] + ', "ranks": ['
     for r in range(len(table.ranks)):
-        yield (", " if r else "") + json.dumps(_rank_texts(table, r))
+        # a rank's json.dumps: node texts hold nothing JSON escapes (letters, digits and `_.<>+`)
+        texts = _joined(table, r, '", "')
+        yield (", " if r else "") + (f'["{texts}"]' if texts else "[]")
     yield "]}"
 
 

@@ -100,22 +100,10 @@ def memory_levels(
         key = s * (int(ev_mb.max(initial=0)) + 1)
         key += ev_mb
         del ev_mb
-        size = int(key.max()) + 1 if len(key) else 0
-        b_keys, rest_keys = key[is_b], key[is_rest]
-        if np.bincount(b_keys, minlength=size).max(initial=0) > 1:
-            return None
-        if np.bincount(rest_keys, minlength=size).max(initial=0) > 1:
-            return None
         ev_rank = rows["rank"] if all_rows else rows["rank"][ev_row]
-        where_b = np.full(size, -1, dtype=np.int64)
-        where_b[b_keys] = np.nonzero(is_b)[0]
-        rest_at = np.nonzero(is_rest)[0]
-        b_at = where_b[rest_keys]
-        seen = (b_at >= 0) & (b_at < rest_at)
-        seen &= ev_rank[np.maximum(b_at, 0)] == ev_rank[rest_at]
-        rs = s[is_rest]
-        delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
-        del key, b_keys, rest_keys, ev_rank, where_b, rest_at, b_at, seen, rs, is_b
+        if not _rest_frees(delta, key, is_b, is_rest, ev_rank, s, amount_a, freed_b, bfree_a):
+            return None
+        del key, ev_rank, is_b
     del s, is_rest, ev_effect
     n_ranks = len(node_first) - 1
     if all_rows and simple:  # event i is node i
@@ -212,23 +200,29 @@ def _levels(
         del row_role
         key = stage * (int(mb.max(initial=0)) + 1)
         key += mb
-        size = int(key.max()) + 1 if len(key) else 0
-        b_keys, rest_keys = key[is_b], key[is_rest]
-        del key
-        if np.bincount(b_keys, minlength=size).max(initial=0) > 1:
+        if not _rest_frees(delta, key, is_b, is_rest, rows["rank"], stage, amount_a, freed_b, bfree_a):
             return None
-        if np.bincount(rest_keys, minlength=size).max(initial=0) > 1:
-            return None
-        rank = rows["rank"]
-        where_b = np.full(size, -1, dtype=np.int64)
-        where_b[b_keys] = np.flatnonzero(is_b)
-        rest_at = np.flatnonzero(is_rest)
-        b_at = where_b[rest_keys]
-        seen = (b_at >= 0) & (b_at < rest_at)
-        seen &= rank[np.maximum(b_at, 0)] == rank[rest_at]
-        rs = stage[rest_at]
-        delta[rest_at] = np.where(seen, -(amount_a[rs] - freed_b[rs]), -(amount_a[rs] * (1 - bfree_a[rs])))
     return _per_rank(times, delta, node_first.tolist(), len(node_first) - 1)
+
+
+def _rest_frees(delta, key, is_b, is_rest, rank, stage, amount, freed_b, bfree) -> bool:
+    """Each W's change into `delta` (events keyed by (microbatch, stage) in `key`; `is_b`: B's, `is_rest`:
+    W's): what its B left (amount - freed) when that B ran earlier on its rank, else amount * (1 - b_free).
+    False when a key has two B's or two W's (the loop's business)."""
+    size = int(key.max()) + 1 if len(key) else 0
+    b_keys, rest_keys = key[is_b], key[is_rest]
+    for keys in (b_keys, rest_keys):
+        if np.bincount(keys, minlength=size).max(initial=0) > 1:
+            return False
+    where_b = np.full(size, -1, dtype=np.int64)
+    where_b[b_keys] = np.flatnonzero(is_b)
+    rest_at = np.flatnonzero(is_rest)
+    b_at = where_b[rest_keys]
+    seen = (b_at >= 0) & (b_at < rest_at)
+    seen &= rank[np.maximum(b_at, 0)] == rank[rest_at]
+    rs = stage[rest_at]
+    delta[rest_at] = np.where(seen, -(amount[rs] - freed_b[rs]), -(amount[rs] * (1 - bfree[rs])))
+    return True
 
 
 def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:

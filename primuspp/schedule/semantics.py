@@ -132,13 +132,6 @@ def simple_parts(node: Node) -> tuple[Node, ...]:
     return node.parts if SEMANTICS[node.kind].parts else (node,)
 
 
-def weight_grad_only(kind: NodeKind) -> bool:
-    """Whether `kind` computes only weight gradients (W: the second half of a split backward). A table with
-    such a node needs a backend that splits the weight-gradient GEMMs from the input-gradient ones."""
-    sem = SEMANTICS[kind]
-    return sem.role == "compute" and sem.cost == ("wgrad",)
-
-
 # -- durations -------------------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from primuspp.errors import ValidationError
@@ -106,6 +107,21 @@ def _as_lists(order: Sequence[Sequence[Node]], got: Any) -> Timing:
     return Timing(order, starts, ends, f_end, g_end, got)
 
 
+@lru_cache(maxsize=64)
+def input_delays(placement: Placement, comm: float) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per stage s, how long after its producer ends a node of stage s has its activation (made by
+    `prev_stage[s]`) and its input grad (made by `next_stage[s]`) on its rank: `comm` across ranks, nothing
+    on one rank (sends never block). The clock's one rule for inputs: a node starts at the later of its
+    rank's free time and each input's end plus this; `resume` and the list schedulers (`greedy`,
+    `zb_timed`, `w_pass`) all add these."""
+    srank = placement.stage_rank
+
+    def delays(step: Sequence[int]) -> tuple[float, ...]:
+        return tuple(comm if q >= 0 and srank[q] != srank[s] else 0.0 for s, q in enumerate(step))
+
+    return delays(placement.prev_stage), delays(placement.next_stage)
+
+
 def node_times_events(
     placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], costs: StageCosts
 ) -> Timing:
@@ -145,10 +161,11 @@ def resume(
     (None: no transfer yet). Fills in the rest, in place, and returns the timing (`node_times_events` starts
     from nothing; `algorithms.retime` from the part of an earlier timing a change on one rank cannot move)."""
     n_stages = placement.num_stages
-    nxt, prv, srank = placement.next_stage, placement.prev_stage, placement.stage_rank
+    nxt, prv = placement.next_stage, placement.prev_stage
     dur = kind_durations(costs)
     fwd, bwd, bwd_w, wgr = dur[_F], dur[_B], dur[_BW], dur[_W]
-    comm, fb_overlap = costs.comm, costs.fb_overlap
+    f_hop, g_hop = input_delays(placement, costs.comm)
+    fb_overlap = costs.fb_overlap
     wait_f: dict[int, list[int]] = {}
     wait_g: dict[int, list[int]] = {}
     n_ranks = len(order)
@@ -173,8 +190,7 @@ def resume(
                     if e is None:
                         wait_f.setdefault(key - s + p, []).append(r)
                         break
-                    if srank[p] != r:
-                        e += comm
+                    e += f_hop[s]
                     if e > ready:
                         ready = e
                 end = ready + fwd[s]
@@ -197,8 +213,7 @@ def resume(
                     if e is None:
                         wait_g.setdefault(key - s + q, []).append(r)
                         break
-                    if srank[q] != r:
-                        e += comm
+                    e += g_hop[s]
                     if e > ready:
                         ready = e
                 end = ready + (bwd[s] if kind is _B else bwd_w[s])
@@ -224,8 +239,7 @@ def resume(
                 if e is None:
                     wait_f.setdefault(key - s + p, []).append(r)
                     break
-                if p >= 0 and srank[p] != r:
-                    e += comm
+                e += f_hop[s]
                 if e > ready:
                     ready = e
                 if bkey != key:
@@ -244,8 +258,7 @@ def resume(
                     if e is None:
                         wait_g.setdefault(bkey - bs + q, []).append(r)
                         break
-                    if srank[q] != r:
-                        e += comm
+                    e += g_hop[bs]
                     if e > ready:
                         ready = e
                 back = bwd[bs] if bpart.kind is _B else bwd_w[bs]

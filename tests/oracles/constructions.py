@@ -40,7 +40,7 @@ def zb_timed_build(
     found = zb_timed._decisions(p, m, costs, max_mem, fill_late, b_first, strict)
     if found is None:
         return None
-    order = [[Node(_KINDS[x % 3], x // 3, r) for x in seq] for r, seq in enumerate(found[0])]
+    order = [[Node(_KINDS[x % 3], x // 3 // p, r) for x in seq] for r, seq in enumerate(found[0])]
     return order, found[1]
 
 

@@ -180,13 +180,3 @@ def test_timing_follows_a_changed_table(monkeypatch):
         SEMANTICS, NodeKind.F, dataclasses.replace(SEMANTICS[NodeKind.F], cost=("forward", "wgrad"))
     )
     assert timing.node_times(placement, 1, order, costs).ends == [[2.0, 8.0], [4.0, 6.0]]  # F = 1 + 1, BW = 2
-
-
-def test_weight_grad_only_is_read_from_the_table(monkeypatch):
-    """Only W computes weight gradients alone; a kind's cost row decides it (what the Megatron backend asks
-    before it splits the backward)."""
-    import dataclasses
-
-    assert [k for k in NodeKind if semantics.weight_grad_only(k)] == [NodeKind.W]
-    monkeypatch.setitem(SEMANTICS, NodeKind.W, dataclasses.replace(SEMANTICS[NodeKind.W], cost=("backward",)))
-    assert not semantics.weight_grad_only(NodeKind.W)

@@ -1,5 +1,8 @@
 """Event-driven list scheduling under a per-rank activation cap.
 
+A list scheduler decides each node as time goes, so it keeps its own loop; when a node's inputs arrive is
+the clock's rule (`timing.input_delays`), as `timing.resume` applies it.
+
 The engine behind the memory-aware generators (`zero-bubble-heuristic`, `zb-h2`, the V family). Time moves
 forward through one heap of decision events; a rank that becomes free picks one node among those whose
 inputs have arrived, by a `Policy`, and a rank with nothing ready waits until a producer wakes it. Each rank
@@ -35,6 +38,7 @@ import heapq
 import math
 from dataclasses import dataclass
 from itertools import chain
+from typing import Any
 
 from primuspp.algorithms.search import greedy_period, score_memo
 from primuspp.algorithms.search.portfolio import memory_units
@@ -44,6 +48,7 @@ from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import kind_durations
+from primuspp.schedule.timing import input_delays
 
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
@@ -143,14 +148,21 @@ def _schedule(placement: Placement, m: int, costs: StageCosts, cap: float, polic
                 pieces.append(flat[lo : lo + n_r])
             lo += n_r
         flat = np.concatenate(pieces)
-    key, kind = np.divmod(flat, 3)
-    mb, stage = np.divmod(key, placement.num_stages)
-    codes = np.array(_CODES, dtype=np.int8)[kind]
-    order = ArrayOrder.from_flat(codes, mb, stage, lengths)
+    order = decision_order(flat, lengths, placement.num_stages)
     if timed:  # the candidate's timing is known: a search scoring it need not time it (`score_memo`)
         known_peak = peak if peak_exact(placement, costs, peak) else None
         score_memo.note_timing(placement, m, order, costs, makespan, max_span, known_peak)
     return Plan(policy.name, order, makespan, max_span, peak, timed)
+
+
+def decision_order(flat: Any, lengths: list[int], n_stages: int) -> ArrayOrder:
+    """Decisions, one int each ((mb * stages + stage) * 3 + kind, rank r's the next `lengths[r]` of
+    `flat`), as an ArrayOrder."""
+    import numpy as np
+
+    key, kind = np.divmod(flat, 3)
+    mb, stage = np.divmod(key, n_stages)
+    return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)
 
 
 def asap_exact(quantum: float | None, top: float, late: bool) -> bool:
@@ -207,6 +219,7 @@ def _plan(
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     dur = tuple(kind_durations(costs)[k] for k in _KINDS)  # the semantics table's durations
     comm = costs.comm
+    f_hop, g_hop = input_delays(placement, comm)  # the clock's input rule
     unit = memory_units(placement, costs.activation)
     bfree = costs.fractions()  # per stage, as the simulator frees them (one memory model)
     # what one microbatch's activation on stage s can reach: more than F allocated when B keeps more than
@@ -310,7 +323,7 @@ def _plan(
                     ready = f_end[key]
                 else:
                     e = g_end[mb * n_stages + q]
-                    ready = -1.0 if e < 0 else max(f_end[key], e + (comm if srank[q] != r else 0.0))
+                    ready = -1.0 if e < 0 else max(f_end[key], e + g_hop[s])
                 if ready >= 0:
                     if ready <= t + eps + patience * dur[_B][s]:
                         pr = (0 if not alternate or last_kind[r] != _B else 1, i, deep[s])
@@ -326,7 +339,7 @@ def _plan(
                     ready = 0.0
                 else:
                     e = f_end[mb * n_stages + q]
-                    ready = -1.0 if e < 0 else e + (comm if srank[q] != r else 0.0)
+                    ready = -1.0 if e < 0 else e + f_hop[s]
                 if ready >= 0:
                     need = foot[s] + (reserve[s] if opens[s] else 0.0)
                     if mem[r] + need > cap_eps:
@@ -369,16 +382,14 @@ def _plan(
                 peak = mem[r]
             q = nxt[s]
             if q >= 0:
-                r2 = srank[q]
-                heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
+                heapq.heappush(heap, (end + f_hop[q], srank[q]))
         elif kind == _B:
             nb[s] += 1
             g_end[key] = end
             mem[r] -= b_drop[s]
             q = prv[s]
             if q >= 0:
-                r2 = srank[q]
-                heapq.heappush(heap, (end + (comm if r2 != r else 0.0), r2))
+                heapq.heappush(heap, (end + g_hop[q], srank[q]))
         else:
             if t > free[r]:  # the rank stood idle before it: not as soon as it could (`asap_exact`)
                 late = True

@@ -31,7 +31,7 @@ from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import order_memory
-from primuspp.schedule.timing import Timing, node_times
+from primuspp.schedule.timing import Timing, input_delays, node_times
 
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
 
@@ -59,7 +59,8 @@ def _chain_swaps(
 ) -> list[tuple[int, int, int]]:
     """(rank, i, j): move order[rank][i] to position j < i, for the rank-bound steps of the critical chain,
     latest first: just before its predecessor (a swap), and as early as its inputs and its stage allow."""
-    comm, srank, n_stages = costs.comm, placement.stage_rank, placement.num_stages
+    comm, n_stages = costs.comm, placement.num_stages
+    f_hop, g_hop = input_delays(placement, comm)
     starts, ends = timing.starts, timing.ends
     f_end, g_end = timing.forward_end, timing.grad_end
     scale = max(max(costs.forward), max(costs.backward), max(costs.wgrad), comm, 1e-300)
@@ -91,7 +92,7 @@ def _chain_swaps(
                 swaps.append((r, i, i - 1))
                 # and further: right after the later of its own-stage predecessor of the same kind and the
                 # last node ending by the time its inputs are there
-                t = w_pass.ready(x, r, placement, f_end, g_end, comm)
+                t = w_pass.ready(x, placement, f_end, g_end, comm)
                 j = i - 1
                 while j > 0:
                     z = order[r][j - 1]
@@ -113,12 +114,12 @@ def _chain_swaps(
         if x.kind is _F:
             q = placement.prev_stage[s]
             if q >= 0:
-                cands.append((_F, q, f_end[key - s + q] + (comm if srank[q] != r else 0.0)))
+                cands.append((_F, q, f_end[key - s + q] + f_hop[s]))
         elif x.kind is _B:
             cands.append((_F, s, f_end[key]))
             q = placement.next_stage[s]
             if q >= 0:
-                cands.append((_B, q, g_end[key - s + q] + (comm if srank[q] != r else 0.0)))
+                cands.append((_B, q, g_end[key - s + q] + g_hop[s]))
         else:
             cands.append((_B, s, g_end[key]))
         for kind, stage, t in cands:

@@ -7,12 +7,13 @@ counting (unit costs) put them in the wrong places once W is cheaper than B or t
 
 `replace_w` keeps each rank's F/B sequence and the relative order of its W's, and re-inserts the W's while
 timing the order with the simulator's model (a node starts when its rank is free and its inputs have
-arrived, `comm` after the producer's end across ranks): a pending W runs when the rank would otherwise wait
-for the next F/B's input (`fill` says how much of the wait it must fit), when memory requires it (each
-rank's activation stays within `caps[r]`, by default the rank's peak in the input order, so no rank's peak
-rises), when the input order had it there already (`keep`, which makes the result never slower than the
-input: a W only moves earlier, into a wait it fits), or at the end. Every output has the same nodes, each W
-after its B, so it lowers and validates as the input does.
+arrived, `comm` after the producer's end across ranks: `timing.input_delays`; the pass decides each W's
+place as it times, a list scheduler, so it keeps its own loop): a pending W runs when the rank would
+otherwise wait for the next F/B's input (`fill` says how much of the wait it must fit), when memory requires
+it (each rank's activation stays within `caps[r]`, by default the rank's peak in the input order, so no
+rank's peak rises), when the input order had it there already (`keep`, which makes the result never slower
+than the input: a W only moves earlier, into a wait it fits), or at the end. Every output has the same
+nodes, each W after its B, so it lowers and validates as the input does.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import Placement
 from primuspp.schedule.semantics import kind_durations, order_memory
+from primuspp.schedule.timing import input_delays
 
 _F, _B, _W = NodeKind.F, NodeKind.B, NodeKind.W
 FILLS = ("fit", "half", "eager", "lazy")
@@ -106,6 +108,7 @@ def replace_w_peaks(
     n_stages, p = placement.num_stages, placement.pp
     srank, nxt, prv = placement.stage_rank, placement.next_stage, placement.prev_stage
     fwd, bwd, wgr, comm = *_durations(costs), costs.comm
+    f_hop, g_hop = input_delays(placement, comm)
     units = memory_units(placement, costs.activation)
     fractions = costs.fractions()
     grow_f = list(units)
@@ -178,7 +181,7 @@ def replace_w_peaks(
                     e = f_end[mb * n_stages + q]
                     if e < 0:
                         break  # its input is not produced yet: wait to be woken
-                    ready = e + (comm if srank[q] != r else 0.0)
+                    ready = e + f_hop[s]
             else:
                 ready = f_end[key]
                 if ready < 0:
@@ -188,7 +191,7 @@ def replace_w_peaks(
                     e = g_end[mb * n_stages + q]
                     if e < 0:
                         break
-                    ready = max(ready, e + (comm if srank[q] != r else 0.0))
+                    ready = max(ready, e + g_hop[s])
             gap = ready - free[r]
             if w_ok and gap > eps:
                 wd = wgr[ws[wi].stage]
@@ -317,7 +320,7 @@ def fill_gaps(
                             continue
                         j = pos[h]
                         y = seq[j]
-                        start = max(cursor, ready(y, r, placement, f_end, g_end, comm))
+                        start = max(cursor, ready(y, placement, f_end, g_end, comm))
                         end = start + dur[y.kind][y.stage]
                         if end > b + eps or (best is not None and end >= best[0]):
                             continue
@@ -376,22 +379,19 @@ def _inputs_before(y: Node, i: int, at: dict, moved_to: dict[int, int], placemen
     return True
 
 
-def ready(node: Node, r: int, placement: Placement, f_end, g_end, comm: float) -> float:
-    """When `node`'s inputs are on rank `r` under the times `f_end`/`g_end` (see `timing.Timing`)."""
-    n_stages, srank = placement.num_stages, placement.stage_rank
+def ready(node: Node, placement: Placement, f_end, g_end, comm: float) -> float:
+    """When `node`'s inputs are on its rank under the times `f_end`/`g_end` (see `timing.Timing`), by the
+    clock's rule (`timing.input_delays`)."""
+    f_hop, g_hop = input_delays(placement, comm)
     s = node.stage
-    key = node.microbatch * n_stages + s
+    key = node.microbatch * placement.num_stages + s
     if node.kind is _F:
         q = placement.prev_stage[s]
-        if q < 0:
-            return 0.0
-        return f_end[key - s + q] + (comm if srank[q] != r else 0.0)
+        return 0.0 if q < 0 else f_end[key - s + q] + f_hop[s]
     if node.kind is _B:
         t = f_end[key]
         q = placement.next_stage[s]
-        if q >= 0:
-            t = max(t, g_end[key - s + q] + (comm if srank[q] != r else 0.0))
-        return t
+        return t if q < 0 else max(t, g_end[key - s + q] + g_hop[s])
     return g_end[key]
 
 

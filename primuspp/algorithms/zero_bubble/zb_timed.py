@@ -1,7 +1,8 @@
 """A timed construction of linear zero-bubble orders: every decision on the clock of the cost model.
 
 Nodes are placed one by one, each at the time its rank is free and its input has arrived (the producer's
-end, plus `comm` across ranks), in rounds of one microbatch:
+end, plus `comm` across ranks: the clock's rule, `timing.input_delays`; the construction decides as it
+goes, so it keeps its own loop), in rounds of one microbatch:
 
 - round 0: every rank runs the first forward; then, from the last rank back, each rank counts how many
   more forwards fit (within memory) before the first backward reaches it, i.e. before the backward chain
@@ -19,8 +20,8 @@ end, plus `comm` across ranks), in rounds of one microbatch:
 A rank may idle as long as the rank that idled most so far. The eight variants (three switches) are
 returned; the one with the shortest longest span on the construction's own clock is the floor.
 
-A variant is built as one int per node (microbatch * 3 + kind; rank r runs stage r) and returned as an
-`ArrayOrder`; tests hold it equal to the same order as Node lists
+A variant is built as one int per node ((microbatch * p + stage) * 3 + kind, greedy's; rank r runs stage
+r) and returned as an `ArrayOrder`; tests hold it equal to the same order as Node lists
 (`tests/oracles/constructions.py`).
 """
 
@@ -31,17 +32,18 @@ from itertools import chain
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.search.floor import with_floor
+from primuspp.algorithms.search.greedy import decision_order
 from primuspp.algorithms.search.score_memo import BlockMemo
-from primuspp.schedule.array_order import KINDS, ArrayOrder
+from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.costs import StageCosts
 from primuspp.schedule.nodes import NodeKind
 from primuspp.schedule.placement import linear
 from primuspp.schedule.semantics import kind_durations
+from primuspp.schedule.timing import input_delays
 
 Generator = Callable[[GenerationRequest], ComputeOrder]
 _F, _B, _W = 0, 1, 2
 _KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
-_CODES = tuple(KINDS.index(k) for k in _KINDS)  # ArrayOrder kind codes of _F, _B, _W
 
 
 class _Stuck(Exception):
@@ -50,7 +52,8 @@ class _Stuck(Exception):
 
 class _Build:
     def __init__(self, p: int, m: int, costs: StageCosts, max_mem: int) -> None:
-        self.p, self.m, self.max_mem, self.comm = p, m, max_mem, costs.comm
+        self.p, self.m, self.max_mem = p, m, max_mem
+        self.hops = input_delays(linear(p), costs.comm)  # the clock's input rule: F's, B's
         self.dur = tuple(kind_durations(costs)[k] for k in _KINDS)  # the semantics table's durations
         self.count = [[0] * p for _ in range(3)]
         self.end = [[[-1.0] * m for _ in range(p)] for _ in range(3)]
@@ -58,7 +61,7 @@ class _Build:
         self.idle = [0.0] * p
         self.mem = [0] * p
         self.first = [0.0] * p
-        self.order: list[list[int]] = [[] for _ in range(p)]  # per rank: mb * 3 + kind
+        self.order: list[list[int]] = [[] for _ in range(p)]  # per rank: (mb * p + r) * 3 + kind
 
     def arrival(self, kind: int, r: int, mb: int) -> float:
         """When the input of node (kind, r, mb) from the neighbouring rank is on rank r (0 without one)."""
@@ -68,7 +71,7 @@ class _Build:
         end = self.end[kind][src][mb]
         if end < 0:
             raise _Stuck
-        return end + self.comm
+        return end + self.hops[kind][r]
 
     def put(self, r: int, kind: int) -> None:
         mb = self.count[kind][r]
@@ -84,7 +87,7 @@ class _Build:
         self.clock[r] = self.end[kind][r][mb] = start + self.dur[kind][r]
         self.count[kind][r] += 1
         self.mem[r] += 1 if kind == _F else -1 if kind == _W else 0
-        self.order[r].append(mb * 3 + kind)
+        self.order[r].append((mb * self.p + r) * 3 + kind)
 
     def pending(self, r: int) -> bool:
         return self.count[_W][r] < self.count[_B][r]
@@ -116,10 +119,11 @@ class _Build:
         for r in range(p - 2, -1, -1):
             mem, clock = self.mem[r], self.clock[r]
             while self.count[_F][r] + extra[r] < self.m and mem + 1 <= self.max_mem:
-                if (clock + f[r] > back + self.comm) if fill_late else (clock >= back + self.comm):
+                due = back + self.hops[_B][r]  # the first B's grad on rank r
+                if (clock + f[r] > due) if fill_late else (clock >= due):
                     break
                 mem, clock, extra[r] = mem + 1, clock + f[r], extra[r] + 1
-            back = max(clock, back + self.comm) + self.dur[_B][r]
+            back = max(clock, back + self.hops[_B][r]) + self.dur[_B][r]
         for r in range(1, p):
             while extra[r] > 0 and extra[r] >= extra[r - 1] and self.count[_F][r] + extra[r] < self.m:
                 extra[r] -= 1
@@ -135,7 +139,8 @@ class _Build:
         if not b_first or r + 1 >= self.p or self.count[_F][r] < self.count[_F][r + 1] + 2:
             return True
         nxt = r + 1
-        back = self.clock[nxt] + self.dur[_F][nxt] + self.dur[_B][nxt] + self.comm  # B from r + 1, soonest
+        # the B from r + 1, soonest
+        back = self.clock[nxt] + self.dur[_F][nxt] + self.dur[_B][nxt] + self.hops[_B][r]
         if self.clock[r] >= back:
             return False
         need, w = self.mem[r] + 1, 0.0
@@ -167,20 +172,18 @@ class _Build:
 
 
 def _columns(decisions: list[list[int]]) -> ArrayOrder:
-    """Per-rank decisions (mb * 3 + kind, rank r on stage r) as an ArrayOrder."""
+    """Per-rank decisions ((mb * p + r) * 3 + kind, rank r on stage r) as an ArrayOrder."""
     import numpy as np
 
     lengths = [len(seq) for seq in decisions]
     flat = np.fromiter(chain.from_iterable(decisions), dtype=np.int64, count=sum(lengths))
-    mb, kind = np.divmod(flat, 3)
-    stage = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
-    return ArrayOrder.from_flat(np.array(_CODES, dtype=np.int8)[kind], mb, stage, lengths)
+    return decision_order(flat, lengths, len(lengths))
 
 
 def _decisions(
     p: int, m: int, costs: StageCosts, max_mem: int, fill_late: bool, b_first: bool, strict: bool
 ) -> tuple[list[list[int]], float] | None:
-    """One variant's per-rank decisions (mb * 3 + kind) and its span; None if it gets stuck."""
+    """One variant's per-rank decisions ((mb * p + r) * 3 + kind) and its span; None if it gets stuck."""
     state = _Build(p, m, costs, max_mem)
     try:
         state.first_round(fill_late)
