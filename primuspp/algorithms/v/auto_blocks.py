@@ -88,38 +88,13 @@ def space(p: int, thin: bool = False) -> Iterator[tuple[str, list[int], list[int
                             yield f"k{k0}{k1}x{split}t{t0}{t1}{t2}", got[0], got[1]
 
 
-def front_load(order: ComputeOrder, p: int, chunks: int, m: int) -> ComputeOrder | None:
-    """The same order with each rank's warm-up (everything before its first chunk-0 B) laid out again by
-    the construction's rule (`auto_grid.warm_layout`, holding at most min(r+1, chunks/2) chunk-1 activations
-    before the first B and `chunks` in all), so that the pipeline fills as fast as the memory allows. The
-    warm-up's nodes stay the same, so only the timing changes; None when nothing moved."""
-    n = 2 * p
-    kind = {NodeKind.F: 0, NodeKind.B: 1, NodeKind.W: 2}
-    lens = np.array([len(seq) for seq in order])
-    ops = np.array([(nd.microbatch * n + nd.stage) * 3 + kind[nd.kind] for seq in order for nd in seq])
-    new = _front_loaded(ops, lens, p, chunks, m)
-    if new is None or np.array_equal(new, ops):
-        return None
-    return _split([_node(op, n) for op in new.tolist()], lens)
-
-
-def _node(op: int, n: int) -> Node:
-    return Node(_KINDS[op % 3], op // 3 // n, op // 3 % n)
-
-
-_KINDS = (NodeKind.F, NodeKind.B, NodeKind.W)
-
-
-def _split(flat: list, lens) -> list[list]:
-    cuts = [0, *accumulate(lens.tolist())]
-    return [flat[a:b] for a, b in pairwise(cuts)]
-
-
-def _front_loaded(ops: np.ndarray, lens: np.ndarray, p: int, chunks: int, m: int) -> np.ndarray | None:
-    """`front_load` on the ranks' op ids (`v_grid.SlotSchedule`'s, rank after rank, `lens` each); None
-    where a rank's warm-up has no layout (a W whose B is not in it)."""
-    n = 2 * p
-    code = 2 * (ops % 3) + (ops // 3 % n >= p)
+def front_load(ops: np.ndarray, lens: np.ndarray, p: int, chunks: int, m: int) -> np.ndarray | None:
+    """The ranks' op ids (`v_grid.SlotSchedule`'s, rank after rank, `lens` each) with each rank's warm-up
+    (everything before its first chunk-0 B) laid out again by the construction's rule
+    (`auto_grid.warm_layout`, holding at most min(r+1, chunks/2) chunk-1 activations before the first B and
+    `chunks` in all), so that the pipeline fills as fast as the memory allows. The warm-up's ops stay the
+    same, so only the timing changes; None where a rank's warm-up has no layout (a W whose B is not in it)."""
+    code = 2 * (ops % 3) + (ops // 3 % (2 * p) >= p)
     starts = np.concatenate(([0], np.cumsum(lens)))
     b0 = np.append(np.flatnonzero(code == g.B0), len(ops))
     firsts = np.minimum(b0[np.searchsorted(b0, starts[:-1])], starts[1:]).tolist()
@@ -127,9 +102,8 @@ def _front_loaded(ops: np.ndarray, lens: np.ndarray, p: int, chunks: int, m: int
     for r, (a, k) in enumerate(zip(starts[:-1].tolist(), firsts, strict=True)):
         codes = code[a:k]
         want1 = min(r + 1, chunks // 2, m)
-        perm = _warm_perm(
-            r, p, tuple(np.bincount(codes, minlength=g.SLOTS).tolist()), min(chunks - want1, m), want1
-        )
+        have = tuple(np.bincount(codes, minlength=g.SLOTS).tolist())
+        perm = _warm_perm(r, p, have, min(chunks - want1, m), want1)
         if perm is None:
             return None
         out[a:k] = ops[a:k][np.argsort(codes, kind="stable")[perm]]
@@ -169,14 +143,15 @@ def warm_candidates(p: int, m: int, chunks: int, blocks) -> list[tuple[str, Comp
         if key in seen:
             continue
         seen.add(key)
-        loaded = _front_loaded(ops, lens, p, min(sched.peak(), n), big)
+        loaded = front_load(ops, lens, p, min(sched.peak(), n), big)
         ops = ops if loaded is None else loaded
         keep = ops < 3 * n * m  # cut back to m microbatches
         ops, lens = ops[keep], np.bincount(np.repeat(np.arange(p), lens)[keep], minlength=p)
         held = np.cumsum(live[ops % 3])
         held -= np.repeat(np.concatenate(([0], held[np.cumsum(lens)[:-1] - 1])), lens)
         if max(int(held.max(initial=0)), 0) <= chunks:
-            out.append((f"warm/{name}", _split([nodes[op] for op in ops.tolist()], lens)))
+            flat, cuts = [nodes[op] for op in ops.tolist()], [0, *accumulate(lens.tolist())]
+            out.append((f"warm/{name}", [flat[a:b] for a, b in pairwise(cuts)]))
     return out
 
 
@@ -188,7 +163,8 @@ def truncate(order: ComputeOrder, m: int) -> ComputeOrder:
 def _nodes(p: int, m: int) -> list[Node]:
     """The node of every op id of `v_grid.SlotSchedule` ((mb * stages + stage) * 3 + kind)."""
     n = 2 * p
-    return [_node(op, n) for op in range(3 * n * m)]
+    kinds = (NodeKind.F, NodeKind.B, NodeKind.W)
+    return [Node(kinds[op % 3], op // 3 // n, op // 3 % n) for op in range(3 * n * m)]
 
 
 def _span_key(placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[float, float]:
