@@ -69,24 +69,27 @@ def test_warm_and_tail_orders_are_valid_and_keep_every_node(p, extra, pick):
 def test_front_load_fills_the_first_rank_before_its_first_chunk0_backward():
     p, m = 4, 8
     fo, bo = v_auto_blocks.chains(p, 1, 1, p - 1, (1, 1, 1))
-    order = SlotSchedule(p, m, fo, bo).order()
-    new = v_auto_blocks.front_load(order, p, 2 * p, m)
+    occ = SlotSchedule(p, m, fo, bo).occ
+    ops, lens = occ[occ >= 0], (occ >= 0).sum(axis=1)
+    new = v_auto_blocks.front_load(ops, lens, p, 2 * p, m)
     assert new is not None
+    old_row, new_row = ops[: lens[0]].tolist(), new[: lens[0]].tolist()  # rank 0's op ids
+    f0, b0 = 0, 1  # rank 0's chunk-0 forward and backward of any microbatch, op id modulo 6p
 
-    def lead(seq) -> int:  # chunk-0 forwards before anything else
+    def lead(row) -> int:  # chunk-0 forwards before anything else
         i = 0
-        while seq[i].kind.name == "F" and seq[i].stage == 0:
+        while row[i] % (6 * p) == f0:
             i += 1
         return i
 
     before = 0  # chunk-0 forwards rank 0 runs before its first chunk-0 backward
-    for node in order[0]:
-        if node.stage == 0 and node.kind.name == "B":
+    for op in old_row:
+        if op % (6 * p) == b0:
             break
-        before += node.stage == 0 and node.kind.name == "F"
-    assert lead(order[0]) < min(2 * p - 1, before)  # the block interleaves them with chunk-1 work
-    assert lead(new[0]) == min(2 * p - 1, before)  # front-loaded: all of them first (2(p-1) + 1 at most)
-    assert _nodes(new) == _nodes(order)
+        before += op % (6 * p) == f0
+    assert lead(old_row) < min(2 * p - 1, before)  # the block interleaves them with chunk-1 work
+    assert lead(new_row) == min(2 * p - 1, before)  # front-loaded: all of them first (2(p-1) + 1 at most)
+    assert sorted(new.tolist()) == sorted(ops.tolist())
 
 
 COMM = CostModel(forward=1000.0, backward=1000.0, wgrad=300.0, comm=200.0)

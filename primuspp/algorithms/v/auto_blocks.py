@@ -20,6 +20,10 @@ beyond `SPACE_WORK` nodes.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import lru_cache
+from itertools import accumulate, pairwise
+
+import numpy as np
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.search.portfolio import score
@@ -84,28 +88,71 @@ def space(p: int, thin: bool = False) -> Iterator[tuple[str, list[int], list[int
                             yield f"k{k0}{k1}x{split}t{t0}{t1}{t2}", got[0], got[1]
 
 
-def front_load(order: ComputeOrder, p: int, chunks: int, m: int) -> ComputeOrder | None:
-    """The same order with each rank's warm-up (everything before its first chunk-0 B) laid out again by
-    the construction's rule (`auto_grid.warm_layout`, holding at most min(r+1, chunks/2) chunk-1 activations
-    before the first B and `chunks` in all), so that the pipeline fills as fast as the memory allows. The
-    warm-up's nodes stay the same, so only the timing changes; None when nothing moved."""
-    out: ComputeOrder = []
-    changed = False
-    for r, seq in enumerate(order):
-        k = next((i for i, nd in enumerate(seq) if nd.kind is NodeKind.B and nd.stage == r), len(seq))
-        have: list[list[Node]] = [[] for _ in range(g.SLOTS)]
-        for nd in seq[:k]:  # F0, F1, B1 and W1 only (F, B and W nodes)
-            have[g.code_of(nd, p)].append(nd)
+def front_load(ops: np.ndarray, lens: np.ndarray, p: int, chunks: int, m: int) -> np.ndarray | None:
+    """The ranks' op ids (`v_grid.SlotSchedule`'s, rank after rank, `lens` each) with each rank's warm-up
+    (everything before its first chunk-0 B) laid out again by the construction's rule
+    (`auto_grid.warm_layout`, holding at most min(r+1, chunks/2) chunk-1 activations before the first B and
+    `chunks` in all), so that the pipeline fills as fast as the memory allows. The warm-up's ops stay the
+    same, so only the timing changes; None where a rank's warm-up has no layout (a W whose B is not in it)."""
+    code = 2 * (ops % 3) + (ops // 3 % (2 * p) >= p)
+    starts = np.concatenate(([0], np.cumsum(lens)))
+    b0 = np.append(np.flatnonzero(code == g.B0), len(ops))
+    firsts = np.minimum(b0[np.searchsorted(b0, starts[:-1])], starts[1:]).tolist()
+    out = ops.copy()
+    for r, (a, k) in enumerate(zip(starts[:-1].tolist(), firsts, strict=True)):
+        codes = code[a:k]
         want1 = min(r + 1, chunks // 2, m)
-        counts = [len(x) for x in have]
-        layout = g.warm_layout(r, p, counts, min(chunks - want1, m), want1, strict=False)
-        if layout is None:  # a W whose B is not in the warm-up: the order was not valid
+        have = tuple(np.bincount(codes, minlength=g.SLOTS).tolist())
+        perm = _warm_perm(r, p, have, min(chunks - want1, m), want1)
+        if perm is None:
             return None
-        its = [iter(x) for x in have]
-        new = [next(its[code]) for code in layout if code >= 0]
-        changed |= new != seq[:k]
-        out.append(new + list(seq[k:]))
-    return out if changed else None
+        out[a:k] = ops[a:k][np.argsort(codes, kind="stable")[perm]]
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _warm_perm(r: int, p: int, have: tuple[int, ...], most_f0: int, most_f1: int) -> np.ndarray | None:
+    """`auto_grid.warm_layout` as positions in the warm-up's ops grouped by code (None: no layout)."""
+    layout = g.warm_layout(r, p, list(have), most_f0, most_f1, strict=False)
+    if layout is None:
+        return None
+    start = [sum(have[:code]) for code in range(g.SLOTS)]
+    perm = []
+    for code in layout:
+        if code >= 0:
+            perm.append(start[code])
+            start[code] += 1
+    return np.array(perm, dtype=np.intp)
+
+
+def warm_candidates(p: int, m: int, chunks: int, blocks) -> list[tuple[str, ComputeOrder]]:
+    """Each (name, fo, bo) block repeated over max(m, 2p) microbatches (a full warm-up even when m is
+    small), its warm-up front-loaded, cut back to m microbatches; only orders within `chunks` live chunk
+    activations, each distinct repetition once."""
+    big = max(m, 2 * p)
+    n = 2 * p
+    nodes = _nodes(p, big)
+    live = np.array([1, 0, -1])  # per kind: a forward keeps its activation, a W frees it
+    out = []
+    seen: set[bytes] = set()
+    for name, fo, bo in blocks:
+        sched = SlotSchedule(p, big, fo, bo, tighten=False)  # the order does not need the tightening
+        ops = sched.occ[sched.occ >= 0]  # rank after rank, each in slot order
+        lens = (sched.occ >= 0).sum(axis=1)
+        key = ops.tobytes() + lens.tobytes()
+        if key in seen:
+            continue
+        seen.add(key)
+        loaded = front_load(ops, lens, p, min(sched.peak(), n), big)
+        ops = ops if loaded is None else loaded
+        keep = ops < 3 * n * m  # cut back to m microbatches
+        ops, lens = ops[keep], np.bincount(np.repeat(np.arange(p), lens)[keep], minlength=p)
+        held = np.cumsum(live[ops % 3])
+        held -= np.repeat(np.concatenate(([0], held[np.cumsum(lens)[:-1] - 1])), lens)
+        if max(int(held.max(initial=0)), 0) <= chunks:
+            flat, cuts = [nodes[op] for op in ops.tolist()], [0, *accumulate(lens.tolist())]
+            out.append((f"warm/{name}", [flat[a:b] for a, b in pairwise(cuts)]))
+    return out
 
 
 def truncate(order: ComputeOrder, m: int) -> ComputeOrder:
@@ -118,28 +165,6 @@ def _nodes(p: int, m: int) -> list[Node]:
     n = 2 * p
     kinds = (NodeKind.F, NodeKind.B, NodeKind.W)
     return [Node(kinds[op % 3], op // 3 // n, op // 3 % n) for op in range(3 * n * m)]
-
-
-def warm_candidates(p: int, m: int, chunks: int, blocks) -> list[tuple[str, ComputeOrder]]:
-    """Each (name, fo, bo) block repeated over max(m, 2p) microbatches (a full warm-up even when m is
-    small), its warm-up front-loaded, cut back to m microbatches; only orders within `chunks` live chunk
-    activations, each distinct repetition once."""
-    big = max(m, 2 * p)
-    nodes = _nodes(p, big)
-    out = []
-    seen: set[tuple[tuple[int, ...], ...]] = set()
-    for name, fo, bo in blocks:
-        sched = SlotSchedule(p, big, fo, bo, tighten=False)  # the order does not need the tightening
-        ops = tuple(tuple(op for op in row if op >= 0) for row in sched.occ.tolist())
-        if ops in seen:
-            continue
-        seen.add(ops)
-        order = [[nodes[op] for op in row] for row in ops]
-        new = front_load(order, p, min(sched.peak(), 2 * p), big)
-        order = truncate(new if new is not None else order, m)
-        if g.peak(g.codes(order, p)) <= chunks:
-            out.append((f"warm/{name}", order))
-    return out
 
 
 def _span_key(placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[float, float]:

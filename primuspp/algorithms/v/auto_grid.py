@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import cache
+from itertools import accumulate
 
 from primuspp.algorithms.base import ComputeOrder
 from primuspp.algorithms.search.portfolio import Score, lower_bounds, memory_units, order_peak, score
@@ -70,6 +71,8 @@ def _source(code: int, r: int, p: int) -> int | None:
 
 #: activations gained by an op: +1 for a forward (kept), -1 for a weight gradient (freed)
 LIVE = (1, 1, 0, 0, -1, -1)
+#: LIVE by slot content (EMPTY, index -1: none)
+_LIVE_AT = (*LIVE, 0)
 #: whether a slot's content is a downward / an upward op (EMPTY, index -1: neither)
 _DOWN_AT = (*DOWN, False)
 _UP_AT = (*(not down for down in DOWN), False)
@@ -126,16 +129,7 @@ def block(first: list[int], k0: int, k1: int, split: int, p: int) -> list[list[i
 
 def rank_peaks(grid: Slots) -> list[int]:
     """Each rank's most live activations (a forward adds one, a weight gradient frees one)."""
-    out = []
-    for row in grid:
-        live = most = 0
-        for code in row:
-            if code >= 0:
-                live += LIVE[code]
-                if live > most:
-                    most = live
-        out.append(most)
-    return out
+    return [max(accumulate(map(_LIVE_AT.__getitem__, row), initial=0)) for row in grid]
 
 
 def peak(grid: Slots) -> int:

@@ -68,14 +68,15 @@ def offsets(p: int, block: Block) -> tuple[list[int], list[int]]:
 @lru_cache(maxsize=512)
 def _offsets(p: int, block: Block) -> tuple[tuple[int, ...], tuple[int, ...]]:
     n = 2 * p
+    fo, bo = _chains(p, block, 0, 0, slide=False)  # a shift moves every B by delta, and B0's by extra more
+    f_mods = [(fo[i] % PERIOD, fo[n - 1 - i] % PERIOD) for i in range(p)]
     for extra in range(3):
         for delta in range(PERIOD):
-            fo, bo = _chains(p, block, delta, extra, slide=False)
             if all(
-                len({fo[i] % PERIOD, fo[n - 1 - i] % PERIOD, bo[i] % PERIOD, bo[n - 1 - i] % PERIOD}) == 4
-                for i in range(p)
+                len({a, b, (bo[i] + delta + extra) % PERIOD, (bo[n - 1 - i] + delta) % PERIOD}) == 4
+                for i, (a, b) in enumerate(f_mods)
             ):
-                return tuple(fo), tuple(bo)
+                return tuple(fo), tuple([*(t + delta + extra for t in bo[:p]), *(t + delta for t in bo[p:])])
     fo, bo = _chains(p, block, 0, 0, slide=True)
     return tuple(fo), tuple(bo)
 

@@ -20,7 +20,8 @@ import math
 
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.effort import full_search
-from primuspp.algorithms.search import greedy
+from primuspp.algorithms.search import greedy, score_memo
+from primuspp.algorithms.search.bounds import Proof
 from primuspp.algorithms.search.portfolio import memory_units, pick
 from primuspp.algorithms.search.refine import pick_refined
 from primuspp.algorithms.v import auto_blocks as v_auto_blocks
@@ -75,12 +76,23 @@ def v_orders(
         blocks = tuple(dict.fromkeys((*blocks, *AUTO_BLOCKS)))
     small = full_search(effort, 6 * p * m, FULL_SEARCH_LIMIT, report)
     widest = widest if small else 1
+    # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
+    # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
+    # every candidate, and the capped greedy, which counts B's growth, is among them.
+    units = memory_units(placement, stage_costs.activation)
+    grows = min(stage_costs.fractions()) < 0
+    exact = all(abs(u - 0.5) < 1e-12 for u in units) and not grows
+    limit = None if exact else cap
+    # with a full search, a candidate no order can beat (`bounds.Proof`) is what the pick below takes (or an
+    # earlier one that ties it): the candidates after it are not built
+    proof = Proof(placement, m, stage_costs, limit)
+    at = None
     ranked = sorted(((estimated_peak(p, b), i) for i, b in enumerate(blocks)), key=lambda x: (-x[0], x[1]))
     candidates: list[tuple[str, ComputeOrder]] = []
     found = 0
     squeezes: list[str] = []  # how each block built was squeezed: in full, or from its period (`v_period`)
     for estimate, i in ranked:  # the widest blocks that fit: by estimate first, then by building them
-        if found == widest:
+        if found == widest or at is not None:
             break
         if estimate > chunks + 1:
             continue
@@ -90,24 +102,22 @@ def v_orders(
         if not orders:
             continue
         found += 1
-        candidates.extend(orders)
         if small and peak < chunks:  # the same block within its own memory: no worse if the rest is unused
-            candidates.extend(v_block_orders.squeezed_orders(p, m, blocks[i], peak)[1])
+            orders.extend(v_block_orders.squeezed_orders(p, m, blocks[i], peak)[1])
+        for order in orders:
+            candidates.append(order)
+            if small and proof.unbeatable(order[1], score_memo.score(placement, m, order[1], stage_costs)):
+                at = len(candidates) - 1
+                break
     if squeezes:
         report["squeeze"] = "; ".join(squeezes)
-    if small:  # more spacings of the block family, for the cost model to choose from
+    if at is None and small:  # more spacings of the block family, for the cost model to choose from
         candidates.extend(v_block_orders.candidates(p, m, chunks))
         if space:  # v-auto: the whole two-regime block space, ranked by the cost model
             candidates.extend(
                 v_auto_blocks.candidates(p, m, chunks, stage_costs, effort=effort, report=report)
             )
-    # The blocks count whole chunks live from F to the end of W: within the cap whenever B frees part of
-    # the activation (b_free >= 0) and the chunks are halves. Otherwise the shared memory model checks
-    # every candidate, and the capped greedy, which counts B's growth, is among them.
-    units = memory_units(placement, stage_costs.activation)
-    grows = min(stage_costs.fractions()) < 0
-    exact = all(abs(u - 0.5) < 1e-12 for u in units) and not grows
-    if small or not candidates or grows:
+    if at is None and (small or not candidates or grows):
         for policy in GREEDY_POLICIES if small else GREEDY_POLICIES[:1]:
             plan = greedy.schedule(placement, m, stage_costs, cap, policy)
             candidates.append((f"greedy/{policy.name}", plan.order))
@@ -116,12 +126,11 @@ def v_orders(
         def floor():
             return v_auto_grid.floor_order(p, m, chunks, stage_costs, cap, effort, report)
 
-        limit = None if exact else cap
         name, order = v_auto_grid.floor_pick(placement, m, candidates, stage_costs, limit, floor, report)
         report["candidate"] = name
         return order
     choose = pick_refined if small else pick  # the W post-pass only with a full search
-    name, order, _ = choose(placement, m, candidates, stage_costs, None if exact else cap, "span")
+    name, order, _ = choose(placement, m, candidates, stage_costs, limit, "span")
     report["candidate"] = name
     return order
 
