@@ -1,9 +1,13 @@
-"""Run a function on every pipeline rank: spawn one process per rank here, or be one rank under torchrun.
+"""Run a function on every pipeline rank: start one process per rank here, or be one rank under torchrun.
 
 `launch(fn, world_size, *args)` calls `fn(ctx, *args)` on each rank with `torch.distributed` initialised
-(gloo on CPU, nccl when CUDA is there) and returns the results in rank order. Spawned ranks get
-`OMP_NUM_THREADS=1` and one torch thread (several ranks share few cores), meet through a file store in a
-private temp dir (no port to collide on), and die with the launcher (PR_SET_PDEATHSIG).
+(gloo on CPU, nccl when CUDA is there) and returns the results in rank order. Ranks are forked by a
+multiprocessing fork server that imported torch (and what `preload` names) once, at this process's first
+launch, and serves every later one: a rank starts in milliseconds instead of re-importing torch. The server
+never runs torch ops (no threads to break by forking); each rank is its own process with the launcher's
+environment, `OMP_NUM_THREADS=1` and one torch thread (several ranks share few cores), meets the others
+through a file store in a private temp dir (no port to collide on), and dies with the launcher (a pipe the
+launcher holds open: its end means the launcher is gone).
 
 Failure: a rank that raises reports `rank R failed at NODE: error` and exits; the launcher then stops every
 other rank (SIGTERM, then SIGKILL), reaps them all and raises `LaunchError` with the first failure, so
@@ -14,7 +18,6 @@ failing rank prints the same line on stderr and exits 1; torchrun stops the othe
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing as mp
 import os
 import pickle
@@ -22,6 +25,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -94,6 +98,18 @@ def launch_steps(
     return launch(fn, world_size, *args, on_report=progress)
 
 
+#: what the fork server imports once for every rank (the launcher's main module, this one: torch), and
+#: what `preload` adds
+_PRELOAD = ["__main__", __name__]
+
+
+def preload(module: str) -> None:
+    """Have the ranks' fork server import `module` once for them all: a package the ranks import that this
+    module does not (megatron-core). Applies when the server starts: at this process's first launch."""
+    if module not in _PRELOAD:
+        _PRELOAD.append(module)
+
+
 def _dumps(obj: Any) -> bytes:
     """Plain pickle: tensors travel by value (torch's multiprocessing pickler would pass shared-memory
     handles, which die with the worker)."""
@@ -129,10 +145,16 @@ def launch(
 # -- worker side ----------------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+def _die_with_launcher(lifeline: Any) -> None:
+    """Kill this rank once `lifeline` ends: the launcher holds its other end open until every rank is reaped,
+    so an end before that means the launcher died, and this rank would wait for nobody."""
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            lifeline.recv_bytes()
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="primuspp-lifeline", daemon=True).start()
 
 
 def _describe(rank: int, err: BaseException) -> str:
@@ -164,11 +186,12 @@ def _worker(
     fn: Callable[..., Any],
     args: tuple,
     queue: Any,
-    parent: int,
+    lifeline: Any,
+    env: dict[str, str],
 ) -> None:
-    _die_with_parent()
-    if os.getppid() != parent:  # the launcher died before we armed the signal
-        os._exit(1)
+    _die_with_launcher(lifeline)
+    os.environ.clear()  # the launcher's, not the fork server's (started at an earlier launch)
+    os.environ.update(env)
     try:
         device = _init(rank, world_size, backend, init_method, timeout)
         result = fn(WorkerContext(rank, world_size, backend, device, queue), *args)
@@ -223,6 +246,25 @@ def _stop(procs: list[Any], grace: float = 3.0, finishing: float = 0.0) -> None:
         p.join()
 
 
+#: for a fork server started now: one OpenMP thread (no BLAS threads in the process ranks are forked from),
+#: and torch.cuda.is_available() through NVML (a CUDA driver initialised there would be unusable in the ranks)
+_SERVER_ENV = {"OMP_NUM_THREADS": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+
+
+@contextlib.contextmanager
+def _server_env() -> Any:
+    saved = {key: os.environ.get(key) for key in _SERVER_ENV}
+    os.environ.update(_SERVER_ENV)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = value
+
+
 def _spawn(
     fn: Callable[..., Any],
     world_size: int,
@@ -231,38 +273,36 @@ def _spawn(
     on_report: Callable[[int, Any], None] | None,
     timeout: float,
 ) -> list[Any]:
-    ctx = mp.get_context("spawn")
+    # PRIMUSPP_RANK_START=spawn: each rank from a fresh interpreter instead (slower; the fallback should a
+    # package imported by the fork server make forked ranks unusable)
+    ctx = mp.get_context("spawn" if os.environ.get("PRIMUSPP_RANK_START") == "spawn" else "forkserver")
+    ctx.set_forkserver_preload([*_PRELOAD, getattr(fn, "__module__", None) or "__main__"])
     queue = ctx.SimpleQueue()
+    lifeline, held = ctx.Pipe(duplex=False)  # `held` stays open here until every rank is reaped
     tmp = tempfile.mkdtemp(prefix="primuspp-launch-")
     init_method = f"file://{os.path.join(tmp, 'store')}"
-    saved_env = os.environ.get("OMP_NUM_THREADS")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = []
     finished = False
     try:
-        os.environ["OMP_NUM_THREADS"] = "1"  # read by the children's OpenMP at import
-        for rank in range(world_size):
-            p = ctx.Process(
-                target=_worker,
-                args=(rank, world_size, backend, init_method, timeout, fn, args, queue, os.getpid()),
-                name=f"primuspp-rank{rank}",
-                daemon=True,
-            )
-            p.start()
-            procs.append(p)
-        if saved_env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved_env
+        with _server_env():
+            for rank in range(world_size):
+                p = ctx.Process(
+                    target=_worker,
+                    args=(rank, world_size, backend, init_method, timeout, fn, args, queue, lifeline, env),
+                    name=f"primuspp-rank{rank}",
+                    daemon=True,
+                )
+                p.start()
+                procs.append(p)
         results = _collect(procs, queue, world_size, on_report)
         finished = True
         return results
     finally:
-        if saved_env is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = saved_env
         _stop(procs, finishing=10.0 if finished else 0.0)  # a failure stops the survivors at once
         queue.close()
+        lifeline.close()
+        held.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -4,25 +4,23 @@ primuspp.models.memory predicts for the cpu profile's kernels.
 
 Each preset is scaled down (few layers, small widths) keeping what decides its structure: GQA or MLA, SwiGLU
 or GeLU, RMSNorm or LayerNorm, biases, q/k norms, tied embeddings, learned positions, dense layers before MoE
-ones, shared experts, a router score bias. The models are built in a child process (Megatron needs a process
-group) on CPU; the count includes DeepSeek's router score bias, a buffer in Megatron and a tensor of its
-checkpoint.
+ones, shared experts, a router score bias. The models are built on a launched rank of their own (Megatron
+needs a process group) on CPU; the count includes DeepSeek's router score bias, a buffer in Megatron and a
+tensor of its checkpoint.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from collections.abc import Callable
 from dataclasses import asdict, replace
-from pathlib import Path
+from typing import Any
 
 import pytest
 
+from primuspp.commands.app import main
 from primuspp.models import PRESETS, ModelSpec
-
-ROOT = Path(__file__).resolve().parents[2]
+from primuspp.runtime.launch import WorkerContext, launch
 
 
 def scaled(spec: ModelSpec) -> ModelSpec:
@@ -72,12 +70,11 @@ def _no_params_class():
     return NoParams
 
 
-def build_counts(specs: dict[str, dict]) -> dict[str, int]:
-    """In a fresh process: each spec as a megatron-core GPTModel, its parameter (+ expert-bias) count."""
+def build_counts(ctx: WorkerContext, specs: dict[str, dict]) -> dict[str, int]:
+    """On a rank of its own: each spec as a megatron-core GPTModel, its parameter (+ expert-bias) count."""
     import importlib.util
 
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
@@ -93,7 +90,6 @@ def build_counts(specs: dict[str, dict]) -> dict[str, int]:
     if importlib.util.find_spec("transformer_engine") is None:
         # no Transformer Engine: MLA must not test for its classes (megatron's stand-ins are not types)
         multi_latent_attention.HAVE_TE = False
-    dist.init_process_group("gloo", rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     global _NoParams
     _NoParams = _no_params_class()
@@ -241,20 +237,20 @@ def _cpu_recompute() -> None:
     rnd._set_all_rng_states = set_states
 
 
-def saved_bytes(kinds: list[str], seq_lens: list[int], batch: int) -> dict[str, list[int]]:
-    """In a fresh process: bytes autograd saves per layer in one forward of a bf16 megatron-core decoder
+def saved_bytes(
+    ctx: WorkerContext, kinds: list[str], seq_lens: list[int], batch: int
+) -> dict[str, list[int]]:
+    """On a rank of its own: bytes autograd saves per layer in one forward of a bf16 megatron-core decoder
     (local spec, no dropout, unfused softmax in bf16), per kind and sequence length: a two-layer decoder's
     saved bytes minus a one-layer decoder's (what the decoder shares, such as the causal mask, cancels);
     parameters excluded, each storage once."""
     import torch
-    import torch.distributed as dist
     from megatron.core import parallel_state
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_decoder_block_spec
 
     from primuspp.backends.megatron import cpu
 
-    dist.init_process_group("gloo", rank=0, world_size=1)
     parallel_state.initialize_model_parallel(1, 1)
     cpu.apply()
     _cpu_recompute()
@@ -303,31 +299,21 @@ def saved_bytes(kinds: list[str], seq_lens: list[int], batch: int) -> dict[str, 
     return out
 
 
-def _child(*args: str) -> str:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29400 + os.getpid() % 500))
-    env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.megatron.test_model_params", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout.strip().splitlines()[-1]
+def _child(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` on one rank of its own (a process group of one, megatron's state and patches its own)."""
+    (result,) = launch(fn, 1, *args)
+    return result
 
 
 def test_megatron_gpt_model_has_the_spec_parameter_count():
     specs = {name: asdict(spec) for name, spec in CASES.items()}
-    counts = json.loads(_child("params", json.dumps(specs)))
+    counts = _child(build_counts, specs)
     assert counts == {name: spec.parameters for name, spec in CASES.items()}
 
 
 @pytest.fixture(scope="module")
 def measured_layers() -> dict[str, list[int]]:
-    args = [json.dumps(list(LAYER_KINDS)), json.dumps(SEQ_LENS), str(BATCH)]
-    return json.loads(_child("activations", *args))
+    return _child(saved_bytes, list(LAYER_KINDS), SEQ_LENS, BATCH)
 
 
 @pytest.mark.parametrize("kind", list(LAYER_KINDS))
@@ -348,20 +334,18 @@ def test_layer_activation_bytes_within_5_percent(kind, measured_layers):
 
 
 @pytest.mark.parametrize("algorithm", ["1f1b", "zbv", "v-half", "dualpipe-v"])
-def test_predicted_peak_activation_matches_primuspp_train(algorithm):
+def test_predicted_peak_activation_matches_primuspp_train(algorithm, capsys):
     # `primuspp train`'s default Megatron GPT (fp32 on CPU, 4 ranks, 8 microbatches): each rank's measured
     # peak of saved activations against the projection's peak from the schedule's own memory curve
     from primuspp.models.hardware import load_hardware
     from primuspp.models.parallel import Parallel
     from primuspp.models.project import project
 
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    args = ["train", "--algo", algorithm, "--pp", "4", "--mb", "8", "--steps", "2", "--json"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "primuspp.commands", *args], cwd=ROOT, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    run = json.loads(proc.stdout)
+    args = ["train", "--algo", algorithm, "--pp", "4", "--mb", "8", "--steps", "2", "--json", "--no-dump"]
+    code = main(args)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-3000:]
+    run = json.loads(captured.out)
     measured = run["steps"][-1]["peak_activation_bytes"]
     mbs, vpp = run["micro_batch_size"], run["vpp"]
     par = Parallel(
@@ -372,13 +356,3 @@ def test_predicted_peak_activation_matches_primuspp_train(algorithm):
     predicted = [r.activations for r in projection.per_rank]
     for rank, (want, got) in enumerate(zip(predicted, measured, strict=True)):
         assert abs(want - got) / got < 0.05, (rank, want, got)
-
-
-if __name__ == "__main__":
-    import warnings
-
-    warnings.filterwarnings("ignore")
-    if sys.argv[1] == "params":
-        print(json.dumps(build_counts(json.loads(sys.argv[2]))))
-    else:
-        print(json.dumps(saved_bytes(json.loads(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]))))

@@ -136,9 +136,19 @@ def run_moe_job(ctx: WorkerContext, job: MoEJob) -> dict[str, Any]:
     return result
 
 
+_REFERENCES: dict[tuple, dict[str, Any]] = {}
+
+
 def reference(job: MoEJob) -> dict[str, Any]:
     """One process, the whole model (every expert), Megatron's `forward_backward_no_pipelining` over every
-    replica's microbatches, the same SGD."""
+    replica's microbatches, the same SGD: once per rank process for the jobs (algorithms) that share it."""
+    key = (job.m, job.ep, job.steps)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _reference(job)
+    return _REFERENCES[key]
+
+
+def _reference(job: MoEJob) -> dict[str, Any]:
     from megatron.core.pipeline_parallel import schedules
 
     from primuspp.backends.megatron.model import whole_model

@@ -192,8 +192,20 @@ def run_job(ctx: WorkerContext, job: Job) -> dict[str, Any]:
     return result
 
 
+#: (SPEC, the job's fields the reference reads) -> the reference: once per rank process, for all the jobs
+#: (algorithms) that share it
+_REFERENCES: dict[tuple, dict[str, Any]] = {}
+
+
 def reference(job: Job) -> dict[str, Any]:
     """One process, the whole model, Megatron's `forward_backward_no_pipelining`, the same data and SGD."""
+    key = (repr(SPEC), job.m, job.dp, job.steps, job.per_token, job.forward_only)
+    if key not in _REFERENCES:
+        _REFERENCES[key] = _reference(job)
+    return _REFERENCES[key]
+
+
+def _reference(job: Job) -> dict[str, Any]:
     from megatron.core.pipeline_parallel import schedules
 
     from primuspp.backends.megatron.model import GPTSpec, whole_model

@@ -193,9 +193,10 @@ def test_failing_rank_stops_everyone(tmp_path):
 
 
 def _children(pid: int) -> list[str]:
-    """Command lines of `pid`'s live children, except multiprocessing's resource tracker (a helper that
-    lives as long as this process, shared by every launch)."""
-    kids = []
+    """Command lines of `pid`'s live descendants, except the children that are multiprocessing's helpers,
+    living as long as this process and shared by every launch (the resource tracker; the fork server the
+    ranks are forked from: its children, the ranks, count, though their command line is the server's)."""
+    procs = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -205,6 +206,14 @@ def _children(pid: int) -> list[str]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == pid and fields[0] != "Z" and "resource_tracker" not in cmdline:
-            kids.append(cmdline)
+        procs[int(entry.name)] = (int(fields[1]), fields[0], cmdline)
+    helpers = ("resource_tracker import main", "forkserver import main")
+    kids, parents = [], {pid}
+    while parents:
+        found = {child for child, (ppid, _, _) in procs.items() if ppid in parents}
+        for child in found:
+            ppid, state, cmdline = procs[child]
+            if state != "Z" and not (ppid == pid and any(h in cmdline for h in helpers)):
+                kids.append(cmdline)
+        parents = found
     return kids

@@ -1,10 +1,12 @@
 """`primuspp train --backend torch`: JSON output, --verify, pp_data that `compare` reads, one-line errors,
-and a failing rank ending the whole run quickly with no process left behind."""
+and a failing rank ending the whole run quickly with no process left behind; ranks dying with a killed
+launcher."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -67,6 +69,33 @@ def test_failing_rank_ends_the_run_without_leftovers():
     assert proc.returncode == 1
     assert "error: rank 2 failed at F3.2: RuntimeError: injected fault at F3.2" in proc.stderr
     deadline = time.monotonic() + 60  # polls; multiprocessing's resource tracker exits just after its parent
+    while _processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_with(marker) == []
+
+
+def sleeping_worker(ctx, ready: str) -> None:
+    """Says it started (a file named after its rank in `ready`), then waits longer than any test."""
+    (Path(ready) / str(ctx.rank)).touch()
+    time.sleep(600)
+
+
+def test_ranks_die_with_a_killed_launcher(tmp_path):
+    marker = f"primuspp-test-{uuid.uuid4()}"
+    code = "import sys; from primuspp.runtime.launch import launch; from tests.runtime import test_train_cli"
+    code += "; launch(test_train_cli.sleeping_worker, 2, sys.argv[1])"
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PRIMUSPP_TEST_MARKER": marker}
+    launcher = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=root, env=env)
+    try:
+        deadline = time.monotonic() + 300  # a hang guard only
+        while len(list(tmp_path.iterdir())) < 2 and launcher.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1"]
+    finally:
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait()
+    deadline = time.monotonic() + 60
     while _processes_with(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_with(marker) == []

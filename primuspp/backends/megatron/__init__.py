@@ -11,7 +11,6 @@ support in cpu.py. Importing this package does not import megatron; the function
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from primuspp.errors import ConfigError
@@ -20,17 +19,18 @@ INSTALL_HINT = "pip install 'primuspp[train]'"
 
 
 def require() -> None:
-    """Import megatron-core (quietly: it warns about every optional extension it does not find), or raise a
-    one-line ConfigError saying how to install it."""
+    """Import megatron-core (preload.py), or raise a one-line ConfigError saying how to install it; the ranks
+    launched from this process then start with it imported."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import megatron.core.pipeline_parallel  # noqa: F401
+        from primuspp.backends.megatron import preload
     except ImportError as err:
         raise ConfigError(
             f"the Megatron backend needs megatron-core ({err}); install it with: {INSTALL_HINT}",
             key="backend",
         ) from None
+    from primuspp.runtime import launch
+
+    launch.preload(preload.__name__)
 
 
 def __getattr__(name: str) -> Any:
