@@ -5,9 +5,9 @@ with the real exit code, exit handlers included. Only the imports are shared: no
 the server. `PRIMUSPP_CORPUS_FRESH=1` starts every run as `python -m primuspp.commands` instead (the
 start-up itself is tested in tests/commands).
 
-The server (`serve`, started as `python -c`, so that a spawned training rank does not re-import it) reads
-one JSON request a line on stdin and answers `{"id", "pid"}` when it forked, `{"pid", "rc"}` when that
-child ended (rc as Popen's returncode: -N for signal N)."""
+The server (`serve`, started as `python -c`, so that the training ranks' fork server, which preloads the
+main module, does not import it) reads one JSON request a line on stdin and answers `{"id", "pid"}` when it
+forked, `{"pid", "rc"}` when that child ended (rc as Popen's returncode: -N for signal N)."""
 
 from __future__ import annotations
 
