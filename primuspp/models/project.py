@@ -48,8 +48,6 @@ from primuspp.sim.engine import SimResult, simulate
 
 #: Adam's step reads and writes about this many bytes per parameter of a rank's optimizer shard.
 OPTIMIZER_BYTES_PER_PARAM = 30
-#: the V family's activation budgets, microbatches per rank (algorithms/v/family.py)
-V_BUDGETS = {"zbv": lambda p: p, "v-half": lambda p: (p + 2) // 2, "v-min": lambda p: (p + 4) // 3}
 
 
 @dataclass(frozen=True)
@@ -472,9 +470,11 @@ def _dp_exposed_ms(result: SimResult, syncs: list[tuple[float, float]], par: Par
 
 def _budget_notes(name, par, pc, placement, result) -> tuple[str, ...]:
     """One line when a V schedule's honest activations pass its budget (microbatches of F activations)."""
-    if name not in V_BUDGETS:
+    from primuspp.algorithms.v.family import BUDGETS  # the V modules load only where a V schedule ran
+
+    if name not in BUDGETS:
         return ()
-    budget = V_BUDGETS[name](par.pp)
+    budget = BUDGETS[name](par.pp)
     worst = (0.0, 0, 0.0)
     for r in range(par.pp):
         unit = sum(pc.activation[placement.model_part[s]] for s in placement.stages_of_rank(r))

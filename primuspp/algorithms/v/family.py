@@ -167,8 +167,16 @@ def _auto_budget(p: int, params: dict) -> float:
     return float(p) if value is None else float(value)
 
 
+#: the fixed-budget V algorithms' activation budgets, microbatches per rank, as functions of p
+BUDGETS = {"zbv": lambda p: p, "v-half": lambda p: (p + 2) // 2, "v-min": lambda p: (p + 4) // 3}
+
+
+def _fixed(name: str):
+    return lambda p, params: float(BUDGETS[name](p))
+
+
 #: the registered generators (`registry` holds their records): each V algorithm's budget and blocks
-generate_zbv = zbv_timed.floored(_generator(lambda p, params: float(p), (ZB, ZB_TIGHT)))
-generate_v_half = _generator(lambda p, params: float((p + 2) // 2), (HALF,))
-generate_v_min = _generator(lambda p, params: float((p + 4) // 3), (MIN,))
+generate_zbv = zbv_timed.floored(_generator(_fixed("zbv"), (ZB, ZB_TIGHT)))
+generate_v_half = _generator(_fixed("v-half"), (HALF,))
+generate_v_min = _generator(_fixed("v-min"), (MIN,))
 generate_v_auto = _generator(_auto_budget, AUTO_BLOCKS, widest=3, space=True)
