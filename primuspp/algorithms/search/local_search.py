@@ -60,7 +60,8 @@ def _chain_swaps(
     """(rank, i, j): move order[rank][i] to position j < i, for the rank-bound steps of the critical chain,
     latest first: just before its predecessor (a swap), and as early as its inputs and its stage allow."""
     comm, n_stages = costs.comm, placement.num_stages
-    f_hop, g_hop = input_delays(placement, comm)
+    hops = input_delays(placement, comm)
+    f_hop, g_hop = hops
     starts, ends = timing.starts, timing.ends
     f_end, g_end = timing.forward_end, timing.grad_end
     scale = max(max(costs.forward), max(costs.backward), max(costs.wgrad), comm, 1e-300)
@@ -92,7 +93,7 @@ def _chain_swaps(
                 swaps.append((r, i, i - 1))
                 # and further: right after the later of its own-stage predecessor of the same kind and the
                 # last node ending by the time its inputs are there
-                t = w_pass.ready(x, placement, f_end, g_end, comm)
+                t = w_pass.ready(x, placement, f_end, g_end, hops)
                 j = i - 1
                 while j > 0:
                     z = order[r][j - 1]

@@ -269,6 +269,7 @@ def fill_gaps(
     n_stages = placement.num_stages
     fwd, bwd, wgr, comm = *_durations(costs), costs.comm
     dur = {_F: fwd, _B: bwd, _W: wgr}
+    hops = input_delays(placement, comm)
     units = memory_units(placement, costs.activation)
     fractions = costs.fractions()
     if caps is None:
@@ -320,7 +321,7 @@ def fill_gaps(
                             continue
                         j = pos[h]
                         y = seq[j]
-                        start = max(cursor, ready(y, placement, f_end, g_end, comm))
+                        start = max(cursor, ready(y, placement, f_end, g_end, hops))
                         end = start + dur[y.kind][y.stage]
                         if end > b + eps or (best is not None and end >= best[0]):
                             continue
@@ -379,10 +380,10 @@ def _inputs_before(y: Node, i: int, at: dict, moved_to: dict[int, int], placemen
     return True
 
 
-def ready(node: Node, placement: Placement, f_end, g_end, comm: float) -> float:
+def ready(node: Node, placement: Placement, f_end, g_end, hops: tuple) -> float:
     """When `node`'s inputs are on its rank under the times `f_end`/`g_end` (see `timing.Timing`), by the
-    clock's rule (`timing.input_delays`)."""
-    f_hop, g_hop = input_delays(placement, comm)
+    clock's rule: `hops` is `timing.input_delays(placement, comm)`, which the caller looks up once."""
+    f_hop, g_hop = hops
     s = node.stage
     key = node.microbatch * placement.num_stages + s
     if node.kind is _F:
