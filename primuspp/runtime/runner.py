@@ -164,7 +164,6 @@ class StepState:
         "marks",
         "mem_marks",
         "meter",
-        "offloads",
         "out_b",
         "out_f",
         "outs",
@@ -188,9 +187,6 @@ class StepState:
         self.boundary_spec = ex.boundary_spec
         #: an executor may run an FB node's two parts at once: run_fb(run_f, run_b) (megatron: overlap.py)
         self.run_fb = getattr(ex, "run_fb", None)
-        self.offloads = (
-            runner.offloads
-        )  # OFFLOAD/RELOAD nodes on this rank: F keeps a record of what it saved
         self.fwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         self.bwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         self.out_f: dict[tuple[int, int], torch.Tensor] = {}
@@ -268,9 +264,8 @@ def _forward(st: StepState, part: Part) -> torch.Tensor | None:
     token = begin_recording(store)
     try:
         if meter is not None:
-            # a record of the saved tensors only where an OFFLOAD may move them
-            saved = cell.saved = SavedRecord() if st.offloads else None
-            meter.begin_saving(saved)
+            cell.saved = SavedRecord()  # what an OFFLOAD may move
+            meter.begin_saving(cell.saved)
             try:
                 y = st.ex.forward(cell, x)
             finally:
@@ -497,8 +492,6 @@ class ScheduleRunner:
         self.recv_ahead = recv_ahead if p2p is not None and p2p.independent_ops else 0
         self.recv_ahead_bytes = recv_ahead_bytes
         self.program: list[Instruction] = self._compile(table.ranks[rank])
-        #: the rank has memory nodes (OFFLOAD/RELOAD): F then keeps a record of the tensors it saved
-        self.offloads = any(ins.run is _run_memory for ins in self.program)
         #: every receive of the step, in program order (posted ahead from this list)
         self._recvs = tuple(op for ins in self.program for op in ins.ops if not op.send)
         if p2p is None and any(ins.ops for ins in self.program):

@@ -39,7 +39,6 @@ class ModuleExecutor:
         #: raise at this (kind, microbatch, stage), for failure-handling tests
         self.fault: tuple[str, int, int] | None = None
         self._seeds: dict[tuple[torch.Size, torch.dtype, int], torch.Tensor] = {}
-        self._cpu = device.type == "cpu"
 
     def begin_step(self, microbatches: Sequence[Microbatch]) -> None:
         self.microbatches = microbatches
@@ -85,8 +84,6 @@ class ModuleExecutor:
         return dict(zip(losses, values, strict=True))
 
     def _on_device(self, t: torch.Tensor) -> torch.Tensor:
-        if self._cpu and t.is_cpu:  # no `torch.device` object built for the comparison
-            return t
         return t if t.device == self.device else t.to(self.device, non_blocking=True)
 
     def _seed(self, loss: torch.Tensor) -> torch.Tensor:
