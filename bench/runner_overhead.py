@@ -7,12 +7,11 @@
 the runners' own cost shows; 2048: compute dominates), 16 microbatches of 1 row. For 1f1b and zbv, the
 same model runs under our runner and under torch's Schedule1F1B / ScheduleZBVZeroBubble, interleaved step by
 step in the same processes. A step is timed from a barrier to the slowest rank's end; the median over the
-steps is reported, and our/torch as a ratio (targets: main-thread CPU ratio <= 0.6 for 1f1b at H = 8; wall
-ratio <= 1.0, median of three runs, at H = 2048). Wall time at H = 8 is p2p latency: a gloo message wakes
-two threads on the receiver, and on a busy machine a wake-up often waits for the next scheduler tick (~4 ms
-instead of ~0.08 ms), whichever implementation sent it. So the CPU time of each rank's main thread during
-the step (max over ranks, median over steps) is reported too: what each implementation itself costs,
-independent of that lottery.
+steps is reported, and our/torch as a ratio (docs/runtime.md has the figures). Wall time at H = 8 is p2p
+latency: a gloo message wakes two threads on the receiver, and on a busy machine a wake-up often waits for the
+next scheduler tick (~4 ms instead of ~0.08 ms), whichever implementation sent it. So the CPU time of each
+rank's main thread during the step (max over ranks, median over steps) is reported too: what each
+implementation itself costs, independent of that lottery.
 torch.distributed.pipelining needs numpy (its shape inference pickles objects through numpy).
 
 zbv: the registry's `zbv` if this build has it; otherwise the exact order torch's ScheduleZBVZeroBubble

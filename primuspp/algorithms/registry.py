@@ -289,10 +289,6 @@ if len(_ALIASES) != sum(1 + len(a.aliases) for a in ALGORITHMS.values()):
     raise ValueError("an algorithm name or alias is registered twice")
 
 
-def algorithm_names() -> list[str]:
-    return list(ALGORITHMS)
-
-
 def get_algorithm(name: str) -> Algorithm:
     canonical = _ALIASES.get(name.strip().lower())
     if canonical is None:

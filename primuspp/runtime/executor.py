@@ -62,9 +62,6 @@ class Executor(Protocol):
     - `backward_weight(cell)` (W): run the deferred weight-grad work (`cell.wgrad.run()`), plus anything the
       backend does once a weight gradient is final (e.g. Megatron's DDP grad-ready hooks).
     - `backward_full(cell, grad)` (BW): input and weight gradients at once.
-
-    Optional: `static_boundary = True` says `boundary_spec` gives the same answers in every step (the runner
-    then asks once per receive, not once per receive and step).
     """
 
     device: torch.device

@@ -77,38 +77,28 @@ class ActivationMeter:
     def set_exclude(self, tensors: Iterable[torch.Tensor]) -> None:
         """Storages never counted (parameters): call again if they move (e.g. `module.to(device)`)."""
         self._exclude = {t.untyped_storage().data_ptr() for t in tensors}
-        self._pack_uncollected: Callable[[torch.Tensor], Any] | None = None  # begin_saving(None)'s hook
 
     def reset_peak(self) -> None:
         self.peak = self.current
 
     # -- packing ----------------------------------------------------------------------------------------
 
-    def begin_saving(self, record: SavedRecord | None) -> None:
+    def begin_saving(self, record: SavedRecord) -> None:
         """Count autograd's saved tensors into `record` until `end_saving()` (call it after the forward, also
-        when it raised; no context-manager object: once per F node). `record` None: count the tensors but
-        keep no record of them (nothing will OFFLOAD them): one hook then serves every forward."""
-        if record is not None:
-            pack = self._packer(record)
-        else:
-            pack = self._pack_uncollected
-            if pack is None:
-                pack = self._pack_uncollected = self._packer(None)
-        _push_hooks(pack, _unpack)
+        when it raised; no context-manager object: once per F node)."""
+        _push_hooks(self._packer(record), _unpack)
 
     end_saving = staticmethod(torch._C._autograd._pop_saved_tensors_default_hooks)
 
-    def _packer(self, record: SavedRecord | None) -> Callable[[torch.Tensor], Any]:
-        """The pack hook of one record: each saved tensor counted (`_track`) and, with a record, kept."""
-        append = record.handles.append if record is not None else None
-        track, ref = self._track, weakref.ref
+    def _packer(self, record: SavedRecord) -> Callable[[torch.Tensor], Any]:
+        """The pack hook of one record: each saved tensor counted (`_track`) and kept (weakly)."""
+        append, track, ref = record.handles.append, self._track, weakref.ref
 
         def pack(tensor: torch.Tensor) -> Any:
             handle = track(tensor)
             if handle is None:
                 return tensor
-            if append is not None:
-                append(ref(handle))
+            append(ref(handle))
             return handle
 
         return pack

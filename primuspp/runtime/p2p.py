@@ -5,11 +5,8 @@ table's FIFO guarantee is what pairs them, on gloo exactly as on NCCL. With NCCL
 into one work; a consumer then waits on that work (it completes with the whole batch, as rendezvous
 semantics assume). Same-rank hand-offs never come here: the runner passes those tensors directly.
 
-For a backend without coalescing (gloo) `batch_isend_irecv` is a loop of `isend`/`irecv` in list order;
-`P2P` does that loop itself on the process group's C++ object (same ops, same order, same semantics),
-skipping the Python argument checks that `batch_isend_irecv` and `isend`/`irecv` repeat for every op:
-on a p2p-bound pipeline that overhead is a measurable share of the step. Coalescing backends (NCCL) always
-go through `batch_isend_irecv`.
+For a backend without coalescing (gloo) `batch_isend_irecv` is a loop of `isend`/`irecv` in list order,
+one work per op, each completing on its own.
 
 A gloo work object is not destroyed the moment its `wait()` returns: gloo's device thread signals the
 waiter before it lets go of the work's buffer, and the buffer's destructor spins (`sched_yield`) until it
@@ -77,48 +74,24 @@ class Request:
 
 class P2P:
     """Posts comm batches over a process group. `ranks[r]` is the global rank of pipeline rank r (default:
-    the same number). `direct=False` always goes through `batch_isend_irecv`."""
+    the same number)."""
 
-    def __init__(self, group: Any = None, ranks: Sequence[int] | None = None, direct: bool = True) -> None:
+    def __init__(self, group: Any = None, ranks: Sequence[int] | None = None) -> None:
         self.group = group
         self.ranks = list(ranks) if ranks is not None else None
-        self._pg: Any = None  # set when ops go straight to the process group object
         pg = group if group is not None else dist.distributed_c10d._get_default_group()
         #: every op completes on its own (gloo): a receive may be posted before its batch without waiting
         #: for the rest of it (with coalescing backends, NCCL, a batch completes as a whole)
         self.independent_ops = (
             dist.get_backend(pg) == "gloo" and not pg._get_backend(torch.device("cpu")).supports_coalescing
         )
-        if direct and group is None and self.independent_ops:  # default group: its ranks are global ranks
-            self._pg = pg
         #: completed works kept alive a little longer (gloo: see the module docstring)
         self.retired: deque | None = deque(maxlen=RETIRED) if self.independent_ops else None
-        #: on the direct path, pipeline ranks being global ranks: `send_work([tensor], peer, 0)` posts one
-        #: send and returns its work; the runner's form for sends (no `Request`: it waits for them all at the
-        #: step end, then hands the works to `retire`); None elsewhere (use `post`)
-        self.send_work: Any = self._pg.send if self._pg is not None and self.ranks is None else None
-
-    def retire(self, works: list[Any]) -> None:
-        """Keep the last of these waited works alive a little longer (gloo: see the module docstring)."""
-        if self.retired is not None:
-            self.retired.extend(works)
 
     def post(self, messages: Sequence[Message], tensors: Sequence[torch.Tensor]) -> list[Request]:
         """Post `messages[i]` on `tensors[i]` (the tensor to send, or the buffer to receive into) as one
         batch, in order; one request per message."""
-        ranks = self.ranks
-        pg, retired = self._pg, self.retired
-        if pg is not None:
-            send, recv = pg.send, pg.recv
-            return [
-                Request(
-                    tensor,
-                    [(send if msg.send else recv)([tensor], ranks[msg.peer] if ranks else msg.peer, 0)],
-                    msg,
-                    retired,
-                )
-                for msg, tensor in zip(messages, tensors, strict=True)
-            ]
+        ranks, retired = self.ranks, self.retired
         group, isend, irecv = self.group, dist.isend, dist.irecv
         p2p_ops = [
             dist.P2POp(isend if msg.send else irecv, tensor, ranks[msg.peer] if ranks else msg.peer, group)

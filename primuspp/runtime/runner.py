@@ -164,7 +164,6 @@ class StepState:
         "marks",
         "mem_marks",
         "meter",
-        "offloads",
         "out_b",
         "out_f",
         "outs",
@@ -176,10 +175,7 @@ class StepState:
         "recv_specs",
         "recvs",
         "run_fb",
-        "send_work",
-        "send_works",
         "sends",
-        "templates",
     )
 
     def __init__(
@@ -191,9 +187,6 @@ class StepState:
         self.boundary_spec = ex.boundary_spec
         #: an executor may run an FB node's two parts at once: run_fb(run_f, run_b) (megatron: overlap.py)
         self.run_fb = getattr(ex, "run_fb", None)
-        self.offloads = (
-            runner.offloads
-        )  # OFFLOAD/RELOAD nodes on this rank: F keeps a record of what it saved
         self.fwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         self.bwd_in: dict[tuple[int, int], torch.Tensor | Request] = {}
         self.out_f: dict[tuple[int, int], torch.Tensor] = {}
@@ -203,34 +196,24 @@ class StepState:
         self.cells: dict[tuple[int, int], Cell] = {}
         self.pending_sends: list[Request] = []
         self.prune_at = 32
-        #: gloo on the default group: sends posted straight to the process group, their works waited at the
-        #: step end (P2P.send_work)
-        self.send_work = runner.p2p.send_work if runner.p2p is not None else None
-        self.send_works: list[Any] = []
         self.marks: list[tuple[Instruction, Any, Any]] = []
         self.mem_marks: list[tuple[Any, int]] = []
         self.sends: list[tuple[tuple[str, int, int, int], Any]] = []
         self.recvs: list[tuple[tuple[str, int, int, int], Any]] = []
         self.ahead, self.all_recvs = runner.recv_ahead, runner._recvs
         self.recv_ahead_bytes = runner.recv_ahead_bytes
-        self.templates = runner._templates
         self.posted = 0  # receives posted so far (receives ahead)
         self.buffer_end = [0]  # receive buffer bytes before each receive, and in all
         #: the boundary spec of each receive (receives ahead: asked once per step, for the budget and the
-        #: buffer; once per runner where the executor says its specs never change)
+        #: buffer)
         self.recv_specs: list[Any] = []
-        if self.ahead != 0 and runner._recv_plan is not None:
-            self.recv_specs, self.buffer_end = runner._recv_plan
-        elif self.ahead != 0:
-            specs = self.recv_specs
+        if self.ahead != 0:
             total = 0
             for op in self.all_recvs:
                 spec = self.boundary_spec(*op.boundary)
-                specs.append(spec)
+                self.recv_specs.append(spec)
                 total += math.prod(spec.shape) * spec.dtype.itemsize
                 self.buffer_end.append(total)
-            if getattr(ex, "static_boundary", False):
-                runner._recv_plan = (specs, self.buffer_end)
 
     def leftovers(self) -> list[str]:
         if not (self.fwd_in or self.bwd_in or self.out_f or self.out_b or self.cells):
@@ -281,9 +264,8 @@ def _forward(st: StepState, part: Part) -> torch.Tensor | None:
     token = begin_recording(store)
     try:
         if meter is not None:
-            # a record of the saved tensors only where an OFFLOAD may move them
-            saved = cell.saved = SavedRecord() if st.offloads else None
-            meter.begin_saving(saved)
+            cell.saved = SavedRecord()  # what an OFFLOAD may move
+            meter.begin_saving(cell.saved)
             try:
                 y = st.ex.forward(cell, x)
             finally:
@@ -400,11 +382,6 @@ def _run_memory(st: StepState, ins: Instruction) -> None:
 def _post(st: StepState, ops: tuple[CommOp, ...] | list[CommOp], specs: list[Any] | None = None) -> None:
     """Post one batch: sends take their slot's tensor, receives get a fresh buffer from `boundary_spec`
     (`specs`: the receives' specs, in order, where already asked)."""
-    if st.send_work is not None and any(op.send for op in ops):
-        _post_sends(st, tuple(op for op in ops if op.send))
-        ops = [op for op in ops if not op.send]
-        if not ops:
-            return
     tensors = []
     spec_of, mark, sends = st.boundary_spec, st.mark, st.sends
     i = 0
@@ -413,7 +390,8 @@ def _post(st: StepState, ops: tuple[CommOp, ...] | list[CommOp], specs: list[Any
             t = _send_tensor(st, op)
             sends.append((op.record, mark()))
         else:
-            t = _receive_buffer(st, spec_of(*op.boundary) if specs is None else specs[i])
+            spec = spec_of(*op.boundary) if specs is None else specs[i]
+            t = torch.empty(spec.shape, dtype=spec.dtype, device=st.device)
             i += 1
         tensors.append(t)
     requests = st.p2p.post(ops, tensors)  # type: ignore[union-attr]
@@ -444,19 +422,6 @@ def _send_tensor(st: StepState, op: CommOp) -> torch.Tensor:
     return t
 
 
-def _receive_buffer(st: StepState, spec: Any) -> torch.Tensor:
-    """`torch.empty(spec.shape, dtype=spec.dtype, device=...)`, made as `empty_like` of a one-element template
-    expanded to the shape (cached per spec): 1.6 us instead of 3.5 (`torch.empty` parses a shape tuple
-    slowly), for every receive."""
-    try:
-        template = st.templates.get(spec)
-    except TypeError:  # a spec that is not hashable (a list as shape)
-        return torch.empty(spec.shape, dtype=spec.dtype, device=st.device)
-    if template is None:
-        template = st.templates[spec] = torch.empty((), dtype=spec.dtype, device=st.device).expand(spec.shape)
-    return torch.empty_like(template, memory_format=torch.contiguous_format)
-
-
 def _post_recvs(st: StepState, done: int) -> None:
     """Post the receives the limits allow ahead of the first `done` ones (which are due now)."""
     n = len(st.all_recvs)
@@ -478,31 +443,9 @@ def _run_batch(st: StepState, ins: Instruction) -> None:
 def _run_batch_ahead(st: StepState, ins: Instruction) -> None:
     """A comm batch when receives run ahead: its sends now, receives up to the limits."""
     if ins.sends:
-        _post_sends(st, ins.sends)
+        _post(st, ins.sends)
     if st.posted != len(st.all_recvs):
         _post_recvs(st, ins.recv_end)
-
-
-def _post_sends(st: StepState, ops: tuple[CommOp, ...]) -> None:
-    """`_post` of a batch of sends only (with receives posted ahead, every batch but the first)."""
-    mark, sends = st.mark, st.sends
-    send = st.send_work
-    if send is not None:  # gloo, default group: straight to the process group, waited at the step end
-        works = st.send_works
-        for op in ops:
-            t = _send_tensor(st, op)
-            sends.append((op.record, mark()))
-            works.append(send([t], op.peer, 0))
-        return
-    tensors = []
-    for op in ops:
-        tensors.append(_send_tensor(st, op))
-        sends.append((op.record, mark()))
-    pending = st.pending_sends
-    pending += st.p2p.post(ops, tensors)  # type: ignore[union-attr]
-    if len(pending) > st.prune_at:  # release sent tensors whose transfer is over (NCCL)
-        pending[:] = [r for r in pending if not r.done()]
-        st.prune_at = max(32, 2 * len(pending))
 
 
 # -- the runner -------------------------------------------------------------------------------------------
@@ -549,15 +492,8 @@ class ScheduleRunner:
         self.recv_ahead = recv_ahead if p2p is not None and p2p.independent_ops else 0
         self.recv_ahead_bytes = recv_ahead_bytes
         self.program: list[Instruction] = self._compile(table.ranks[rank])
-        #: the rank has memory nodes (OFFLOAD/RELOAD): F then keeps a record of the tensors it saved
-        self.offloads = any(ins.run is _run_memory for ins in self.program)
-        #: the receive buffers' template of each boundary spec (`_receive_buffer`)
-        self._templates: dict[Any, torch.Tensor] = {}
         #: every receive of the step, in program order (posted ahead from this list)
         self._recvs = tuple(op for ins in self.program for op in ins.ops if not op.send)
-        #: the receives' specs and buffer ends, kept from the first step when the executor's
-        #: `static_boundary` is true (`boundary_spec` then answers the same in every step)
-        self._recv_plan: tuple[list[Any], list[int]] | None = None
         if p2p is None and any(ins.ops for ins in self.program):
             raise ValueError(f"rank {rank}: the table has p2p nodes here but no P2P was given")
 
@@ -689,12 +625,6 @@ class ScheduleRunner:
             for request in st.pending_sends:
                 request.wait()
             st.pending_sends.clear()
-            works = st.send_works
-            if works:
-                for work in works:
-                    work.wait()
-                p2p.retire(works)  # type: ignore[union-attr]
-                works.clear()
             left = st.leftovers()
             if left:
                 raise RuntimeError(f"state left after the last node: {', '.join(left[:6])}")

@@ -6,14 +6,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from primuspp.algorithms.orders import node
 from primuspp.algorithms.registry import build_schedule
 from primuspp.algorithms.search import bounds
 from primuspp.algorithms.search.floor import forget
 from primuspp.algorithms.search.portfolio import score
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.formats import to_json
-from primuspp.schedule.nodes import NodeKind
+from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import make_placement
 
 F, B, W, BW = NodeKind.F, NodeKind.B, NodeKind.W, NodeKind.BW
@@ -33,7 +32,7 @@ def random_order(placement, m: int, rng: random.Random, fused: bool) -> list[lis
     while ready:
         kind, mb, s = ready.pop(rng.randrange(len(ready)))
         done.add((kind, mb, s))
-        order[placement.stage_rank[s]].append(node(kind, mb, s))
+        order[placement.stage_rank[s]].append(Node(kind, mb, s))
         route = placement.route_of(mb)
         k = route.index(s)
         if kind is F:

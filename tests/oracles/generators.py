@@ -3,10 +3,28 @@ its readable order here."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from primuspp.algorithms.base import ComputeOrder, GenerationRequest
 from primuspp.algorithms.dualpipe import dualpipe as _dp
-from primuspp.algorithms.orders import BW, B, F, W, node, nodes, one_f_one_b
-from primuspp.schedule.nodes import Node
+from primuspp.algorithms.orders import BW, B, F, W
+from primuspp.schedule.nodes import Node, NodeKind, fused
+
+node = Node
+
+
+def nodes(kind: NodeKind, microbatches: Iterable[int], stage: int) -> list[Node]:
+    return [Node(kind, mb, stage) for mb in microbatches]
+
+
+def one_f_one_b(warmup: int, forwards: list, backwards: list) -> list:
+    """`warmup` forwards, then alternate one forward and one backward, then the remaining backwards."""
+    warmup = min(warmup, len(forwards))
+    steady = len(forwards) - warmup
+    order = forwards[:warmup]
+    for f, b in zip(forwards[warmup:], backwards[:steady], strict=True):
+        order += [f, b]
+    return order + backwards[steady:]
 
 
 def gpipe(req: GenerationRequest) -> ComputeOrder:
@@ -38,8 +56,8 @@ def zero_bubble(req: GenerationRequest) -> ComputeOrder:
 
 
 def dualpipe(req: GenerationRequest) -> ComputeOrder:
-    return _dp._dualpipe_ranks(req, node, _dp.fb_node)
+    return _dp._dualpipe_ranks(req, node, fused)
 
 
 def dualpipe_v(req: GenerationRequest) -> ComputeOrder:
-    return _dp._dualpipe_v_ranks(req, node, _dp.fb_node)
+    return _dp._dualpipe_v_ranks(req, node, fused)

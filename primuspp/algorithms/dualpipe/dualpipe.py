@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from primuspp.algorithms.base import GenerationRequest
-from primuspp.algorithms.orders import code, fb_node, node
+from primuspp.algorithms.orders import code
 from primuspp.schedule.array_order import ArrayOrder
 from primuspp.schedule.nodes import NodeKind
 
@@ -41,12 +41,12 @@ def rank_order(
     h: int,
     M: int,
     phases: tuple[tuple[int, list[int]], tuple[int, list[int]]],
-    make: Callable[[NodeKind, int, int], Any] = node,
-    fuse: Callable[[Any, Any], Any] = fb_node,
+    make: Callable[[NodeKind, int, int], Any],
+    fuse: Callable[[Any, Any], Any],
 ) -> list:
     """The eight steps for one rank; `phases[i]` = (stage, microbatches in order) of phase i. Each step is
-    `make(kind, microbatch, stage)`, an FB `fuse(forward, backward)`: Nodes by default (`rank_columns` makes
-    tuples of codes)."""
+    `make(kind, microbatch, stage)`, an FB `fuse(forward, backward)` (`generate_dualpipe` makes tuples of
+    codes; tests/oracles/generators.py Nodes)."""
     (stage0, mbs0), (stage1, mbs1) = phases
     # each phase's forwards in order, taken from the front; backwards likewise (as B or BW when taken)
     fwd = (iter([make(_F, mb, stage0) for mb in mbs0]), iter([make(_F, mb, stage1) for mb in mbs1]))
@@ -151,10 +151,10 @@ def _dualpipe_v_ranks(req: GenerationRequest, make, fuse) -> list[list]:
 
 
 def generate_dualpipe(req: GenerationRequest) -> ArrayOrder:
-    """DualPipe's order as columns (the same steps make its Node form with `node` and `fb_node`)."""
+    """DualPipe's order as columns (tests/oracles/generators.py: its Node form)."""
     return _columns(_dualpipe_ranks(req, _code, _fused))
 
 
 def generate_dualpipe_v(req: GenerationRequest) -> ArrayOrder:
-    """DualPipe-V's order as columns (the same steps make its Node form with `node` and `fb_node`)."""
+    """DualPipe-V's order as columns (tests/oracles/generators.py: its Node form)."""
     return _columns(_dualpipe_v_ranks(req, _code, _fused))

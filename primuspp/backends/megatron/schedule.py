@@ -399,7 +399,7 @@ def _process_groups() -> Any:
 def _p2p(pp_group: Any) -> P2P:
     ranks = dist.get_process_group_ranks(pp_group)
     if ranks == list(range(dist.get_world_size())):
-        return P2P()  # the default group: fastest path on gloo (p2p.py)
+        return P2P()  # the default group: pipeline ranks are global ranks
     return P2P(group=pp_group, ranks=ranks)
 
 
