@@ -20,7 +20,7 @@ from typer.core import TyperCommand, TyperGroup
 from typer.exceptions import Abort, TyperException
 
 from primuspp import __version__
-from primuspp.commands.process import before_exit, keep_freed_memory
+from primuspp.commands.process import before_exit, defer_coercion, keep_freed_memory
 from primuspp.errors import PrimusppError
 
 HELP = "Pipeline-parallel schedules as data: simulate, draw, dump, compare and run them."
@@ -146,7 +146,7 @@ class _Command(TyperCommand):
     keeps_heap = False
 
     def get_params(self, ctx: Any) -> list[Any]:
-        return _flags_as_flags(super().get_params(ctx))
+        return defer_coercion(_flags_as_flags(super().get_params(ctx)))
 
     def invoke(self, ctx: Any) -> Any:
         if self.keeps_heap:  # the verb runs (its --help does not get here)
@@ -167,7 +167,7 @@ class _LazyVerb(TyperCommand):
 
 class _Group(TyperGroup):
     def get_params(self, ctx: Any) -> list[Any]:
-        return _flags_as_flags(super().get_params(ctx))
+        return defer_coercion(_flags_as_flags(super().get_params(ctx)))
 
 
 def load(verb: Verb) -> TyperCommand:
