@@ -101,7 +101,7 @@ def parse_node(text: str) -> Node:
             return fused(parse_node(pieces[0]), parse_node(pieces[1]))
         except ValueError as err:
             raise ValidationError(f"bad node {text!r}: {err}") from None
-    node_re, kinds = _syntax or _node_syntax()
+    node_re, kinds = _syntax[:2] or _node_syntax()  # two threads' first calls may both fill it
     match = node_re.match(text.strip())
     if match is None:
         raise ValidationError(

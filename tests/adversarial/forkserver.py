@@ -3,7 +3,8 @@ of start-up each (imports), and each is still its own process, as `primuspp` run
 process group, working directory, environment, address-space cap and stdio files, and `entry()` ends it
 with the real exit code, exit handlers included. Only the imports are shared: nothing of a verb runs in
 the server. `PRIMUSPP_CORPUS_FRESH=1` starts every run as `python -m primuspp.commands` instead (the
-start-up itself is tested in tests/commands).
+start-up itself is tested in tests/commands). A case that tests no import order may ask for a server that
+has also imported heavy modules (torch, megatron-core: `preload`), one server per such set.
 
 The server (`serve`, started as `python -c`, so that the training ranks' fork server, which preloads the
 main module, does not import it) reads one JSON request a line on stdin and answers `{"id", "pid"}` when it
@@ -12,6 +13,7 @@ forked, `{"pid", "rc"}` when that child ended (rc as Popen's returncode: -N for 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import json
 import os
@@ -50,9 +52,9 @@ class Forked:
 class Server:
     """The pytest side: starts the server, sends requests, hands each child's end to its `Forked`."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...] = ()) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from tests.adversarial.forkserver import serve; serve()"],
+            [sys.executable, "-c", f"from tests.adversarial.forkserver import serve; serve({preload!r})"],
             cwd=REPO,
             env=env,
             stdin=subprocess.PIPE,
@@ -108,23 +110,23 @@ class Server:
                     self._early[msg["pid"]] = msg["rc"]
 
 
-_started: list[Server] = []
+_started: dict[tuple[str, ...], Server] = {}
 
 
-def server(env: dict[str, str]) -> Server:
-    """The one server of this process, started on first use with `env`."""
+def server(env: dict[str, str], preload: tuple[str, ...] = ()) -> Server:
+    """This process's server that has imported `preload` too, started on first use with `env`."""
     with _starting:
-        if not _started:
-            _started.append(Server(env))
-        return _started[0]
+        if preload not in _started:
+            _started[preload] = Server(env, preload)
+        return _started[preload]
 
 
 def stop() -> None:
-    """End this process's server, if one runs: no process outlives the corpus (the runtime tests check
+    """End this process's servers, if any run: no process outlives the corpus (the runtime tests check
     that a launch leaves no child behind)."""
     with _starting:
         while _started:
-            _started.pop().close()
+            _started.popitem()[1].close()
 
 
 _starting = threading.Lock()
@@ -137,14 +139,18 @@ def fresh() -> bool:
 # -- the server process ----------------------------------------------------------------------------
 
 
-def serve() -> None:
-    """Import the command and its verbs, then fork one child per request; a child runs `entry()` and
-    leaves this function by its SystemExit (so the interpreter ends it as it ends `primuspp`)."""
+def serve(preload: tuple[str, ...] = ()) -> None:
+    """Import the command, its verbs and `preload` (those that import: a case needing what is missing is
+    skipped), then fork one child per request; a child runs `entry()` and leaves this function by its
+    SystemExit (so the interpreter ends it as it ends `primuspp`)."""
     before = dict(os.environ)
     from primuspp.commands.app import VERBS
 
     for verb in VERBS:
         importlib.import_module(verb.module)
+    for module in preload:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
     #: what importing the command put into the environment (its process settings): a child sets it again
     added = {k: v for k, v in os.environ.items() if k not in before}
     os.write(1, b"ready\n")

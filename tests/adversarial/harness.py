@@ -170,6 +170,9 @@ class Case:
     #: how to run the argvs (default: all at once, run_cli); `runner(ctx, argvs, logs, timeout)`
     runner: Callable[[Ctx, list[list[str]], Path, float], list[Outcome]] | None = None
     heavy: bool = False  # starts ranks (train): no address-space cap
+    #: modules imported once, before the fork, besides the verbs (`forkserver`): only for cases that do
+    #: not test what the CLI imports before its answer (as the `FAST` refusals of cases_train do)
+    preload: tuple[str, ...] = ()
 
 
 # -- snapshot: what is on disk, lstat-wise ---------------------------------------------------------
@@ -278,17 +281,20 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (OFFLINE_AS_LIMIT, OFFLINE_AS_LIMIT))
 
 
-def start(argv: list[str], cwd: Path, logs: Path, heavy: bool, fresh: bool = False) -> tuple[Any, Path, Path]:
-    """Start `primuspp ARGV` in its own session: forked from the corpus' fork server (`forkserver`), or a
-    fresh `python -m primuspp.commands` (`fresh`, or PRIMUSPP_CORPUS_FRESH=1). `heavy` runs (train) have
-    no address-space cap."""
+def start(
+    argv: list[str], cwd: Path, logs: Path, heavy: bool, fresh: bool = False, preload: tuple[str, ...] = ()
+) -> tuple[Any, Path, Path]:
+    """Start `primuspp ARGV` in its own session: forked from the corpus' fork server (`forkserver`, the one
+    that has imported `preload` too), or a fresh `python -m primuspp.commands` (`fresh`, or
+    PRIMUSPP_CORPUS_FRESH=1). `heavy` runs (train) have no address-space cap."""
     logs.mkdir(parents=True, exist_ok=True)
     n = len(list(logs.glob("stdout*")))
     out_path, err_path = logs / f"stdout{n}", logs / f"stderr{n}"
     env = cli_env()
     if not (fresh or forkserver.fresh()):
         cap = None if heavy else OFFLINE_AS_LIMIT
-        return forkserver.server(env).start(argv, cwd, env, out_path, err_path, cap), out_path, err_path
+        proc = forkserver.server(env, preload).start(argv, cwd, env, out_path, err_path, cap)
+        return proc, out_path, err_path
     with open(out_path, "wb") as fo, open(err_path, "wb") as fe:
         proc = subprocess.Popen(
             [sys.executable, "-m", "primuspp.commands", *argv],
@@ -329,12 +335,14 @@ def finish(proc: Any, out_path: Path, err_path: Path, deadline: float, t0: float
     )
 
 
-def run_cli(argvs: list[list[str]], cwd: Path, logs: Path, timeout: float, heavy: bool) -> list[Outcome]:
+def run_cli(
+    argvs: list[list[str]], cwd: Path, logs: Path, timeout: float, heavy: bool, preload: tuple[str, ...] = ()
+) -> list[Outcome]:
     """Start every argv at once (concurrent runs), each in its own session; wait for all. Concurrent runs
     start as fresh processes, as users start them (two forked at the same instant race more tightly: a
     `simulate` refused by the other's lock can then print progress lines before its error line)."""
     t0 = time.monotonic()
-    started = [start(a, cwd, logs, heavy, fresh=len(argvs) > 1) for a in argvs]
+    started = [start(a, cwd, logs, heavy, fresh=len(argvs) > 1, preload=preload) for a in argvs]
     deadline = t0 + timeout
     return [finish(p, o, e, deadline, t0) for p, o, e in started]
 
@@ -504,7 +512,7 @@ def run_case(case: Case, base: Path) -> Result:
             if case.runner is not None:
                 outcomes = case.runner(ctx, argvs, logs, case.timeout)
             else:
-                outcomes = run_cli(argvs, ctx.cwd, logs, case.timeout, case.heavy)
+                outcomes = run_cli(argvs, ctx.cwd, logs, case.timeout, case.heavy, case.preload)
         after = snapshot(ctx.root)
         shutil.rmtree(logs, ignore_errors=True)
     finally:

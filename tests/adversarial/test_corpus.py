@@ -28,8 +28,9 @@ def corpus(request, tmp_path_factory) -> dict[str, Result]:
         if item.originalname == "test_case" and hasattr(item, "callspec")
     ]
     base = tmp_path_factory.mktemp("corpus")
-    if not forkserver.fresh():
-        forkserver.server(cli_env())  # started before any case's time limit runs
+    if not forkserver.fresh():  # the servers are started before any case's time limit runs
+        for preload in {(), *(c.preload for c in selected)}:
+            forkserver.server(cli_env(), preload)
     try:
         golden()  # once, before the cases share it
         with ThreadPoolExecutor(max(1, JOBS)) as pool:

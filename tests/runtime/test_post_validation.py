@@ -98,13 +98,26 @@ def case_worker(ctx: WorkerContext, case: Case) -> tuple[list[float], list[str],
     return losses, validator.outcomes, params, replays
 
 
+def small_size(name: str, p: int) -> tuple[int, int] | None:
+    """(vpp, m) for `name` at p ranks: the smallest admitted m above p that is not a multiple of p (a
+    steady phase and a partial round, as the larger sizes of test_distributed have, at half their cost),
+    else test_distributed's first size."""
+    sizes = admissible_sizes(name, p)
+    if not sizes:
+        return None
+    v = sizes[0][0]
+    algo = ALGORITHMS[name]
+    odd = [m for m in range(p + 1, 2 * p + 2) if m % p and not algo.refuse(p, v, m, {})]
+    return (v, odd[0]) if odd else sizes[0]
+
+
 def cases(p: int) -> dict[str, Case]:
     out = {}
     for name in ALGORITHMS:
-        sizes = admissible_sizes(name, p)
-        if not sizes:
+        size = small_size(name, p)
+        if size is None:
             continue
-        v, m = sizes[0]
+        v, m = size
         table = build_schedule(name, p, v, m)
         parts = len(set(table.placement.model_part))
         spec = TrainSpec(table, GPTConfig(layers=parts, **GPT), steps=STEPS, track_memory=False)
