@@ -16,7 +16,7 @@ from primuspp.schedule.compact import LoweredRanks, _compute_before
 from primuspp.schedule.costs import CostModel, unit_costs
 from primuspp.schedule.rows import Rows, memo_of
 from primuspp.schedule.table import ScheduleTable
-from primuspp.schedule.timing import node_times_events
+from primuspp.schedule.timing import node_times
 from primuspp.sim import simulate
 from primuspp.trace.metrics import timeline_metrics
 
@@ -62,7 +62,7 @@ def test_a_remembered_graph_times_as_a_fresh_one(name):
     assert timing_arrays.solve(pl, 12, order, unit_costs(pl), rows) is not None  # as lowering does
     warm = timing_arrays.solve(pl, 12, order, sc, rows)
     _same_times(warm, timing_arrays.solve(pl, 12, order, sc, _plain(rows)))
-    assert np.array_equal(warm.ends, _flat(node_times_events(pl, 12, order, sc).ends))
+    assert np.array_equal(warm.ends, _flat(node_times(pl, 12, order, sc).ends))
 
 
 def test_large_orders_remember_nothing(monkeypatch):
