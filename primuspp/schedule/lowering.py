@@ -19,7 +19,10 @@ from primuspp.schedule.compact import LoweredRanks, lower_compact
 from primuspp.schedule.costs import unit_costs
 from primuspp.schedule.nodes import Node
 from primuspp.schedule.placement import Placement
-from primuspp.schedule.timing import ARRAY_MIN_NODES, node_time_arrays, node_times
+from primuspp.schedule.timing import node_time_arrays, node_times
+
+#: from this many nodes on, the unit-cost run is timed by the array passes (below, the loop is quicker)
+ARRAY_MIN_NODES = 2_000
 
 
 def lower_comms(placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]]) -> LoweredRanks:

@@ -105,16 +105,15 @@ def memory_levels(
             return None
         del key, ev_rank, is_b
     del s, is_rest, ev_effect
-    n_ranks = len(node_first) - 1
     if all_rows and simple:  # event i is node i
         times = np.where(ev_phase == 0, starts, ends)
-        return _per_rank(times, delta, node_first.tolist(), n_ranks)
+        return _per_rank(times, delta, node_first.tolist())
     ev_gidx = gidx if all_rows else gidx[ev_row]
     del gidx, ev_row
     times = np.where(ev_phase == 0, starts[ev_gidx], ends[ev_gidx])
     bounds = np.searchsorted(ev_gidx, node_first)
     del ev_gidx, ev_phase
-    return _per_rank(times, delta, bounds.tolist(), n_ranks)
+    return _per_rank(times, delta, bounds.tolist())
 
 
 def _one_effect_per_row(
@@ -202,7 +201,7 @@ def _levels(
         key += mb
         if not _rest_frees(delta, key, is_b, is_rest, rows["rank"], stage, amount_a, freed_b, bfree_a):
             return None
-    return _per_rank(times, delta, node_first.tolist(), len(node_first) - 1)
+    return _per_rank(times, delta, node_first.tolist())
 
 
 def _rest_frees(delta, key, is_b, is_rest, rank, stage, amount, freed_b, bfree) -> bool:
@@ -225,59 +224,12 @@ def _rest_frees(delta, key, is_b, is_rest, rank, stage, amount, freed_b, bfree) 
     return True
 
 
-def _per_rank(times: Any, delta: Any, bounds: list[int], n_ranks: int) -> list[tuple[Any, Any, float]]:
-    """(times, levels, peak) of each rank, rank r's events being `bounds[r]:bounds[r + 1]`: the ranks' running
-    sums in one cumulative sum along the rows of a (rank x event) table per block of ranks (each row adds
-    left to right, as the loop does; a block's table stays within BLOCK_CELLS, a large simulation's peak
-    memory); a rank whose level comes within 1e-9 of zero (a snap) is redone alone."""
-    out: list[tuple[Any, Any, float]] = []
-    lo = 0
-    while lo < n_ranks:
-        hi, widest = lo + 1, bounds[lo + 1] - bounds[lo]
-        while hi < n_ranks and (hi + 1 - lo) * (max(widest, bounds[hi + 1] - bounds[hi]) + 1) <= BLOCK_CELLS:
-            widest = max(widest, bounds[hi + 1] - bounds[hi])
-            hi += 1
-        out.extend(_block(times, delta, bounds[lo : hi + 1]))
-        lo = hi
-    return out
-
-
-#: the largest (rank x event) table `_per_rank` builds at once (a block of one rank may exceed it)
-BLOCK_CELLS = 1 << 20
-
-
-def _block(times: Any, delta: Any, bounds: list[int]) -> list[tuple[Any, Any, float]]:
-    """`_per_rank` of the ranks whose events are `bounds[0]:bounds[-1]`, in one (rank x event) table."""
-    n_ranks = len(bounds) - 1
-    base = bounds[0]
-    counts = np.diff(np.asarray(bounds, dtype=np.int64))
-    width = int(counts.max(initial=0)) + 1
-    # row r: 0.0, then rank r's changes, then zeros (past its end: masked below)
-    table = np.zeros((n_ranks, width), dtype=np.float64)
-    rank_of = np.repeat(np.arange(n_ranks, dtype=np.int64), counts)
-    at = np.arange(bounds[-1] - base, dtype=np.int64) - np.repeat(
-        np.asarray(bounds[:-1], dtype=np.int64) - base, counts
-    )
-    table[rank_of, at + 1] = delta[base : bounds[-1]]
-    del rank_of, at
-    run = np.cumsum(table, axis=1)[:, 1:]
-    del table
-    inside = np.arange(width - 1) < counts[:, None]
-    # within 1e-9 of zero and not +0.0 itself (whose bits are all zero): a level the loop snaps
-    near = (np.abs(run) < 1e-9) & (run.view(np.int64) != 0) & inside
-    snapped = near.any(axis=1).tolist()
-    del near
-    run[~inside] = -np.inf
-    peaks = run.max(axis=1, initial=-np.inf).tolist()
-    del inside
+def _per_rank(times: Any, delta: Any, bounds: list[int]) -> list[tuple[Any, Any, float]]:
+    """(times, levels, peak) of each rank, rank r's events being `bounds[r]:bounds[r + 1]`."""
     out = []
-    for r in range(n_ranks):
-        lo, hi = bounds[r], bounds[r + 1]
-        if snapped[r]:
-            levels = _running_level(delta[lo:hi])
-            peak = float(levels.max()) if len(levels) else 0.0
-        else:
-            levels, peak = run[r, : hi - lo], peaks[r]
+    for lo, hi in pairwise(bounds):
+        levels = _running_level(delta[lo:hi])
+        peak = float(levels.max()) if hi > lo else 0.0
         out.append((times[lo:hi], levels, peak if peak > 0.0 else 0.0))
     return out
 

@@ -7,16 +7,16 @@ at a time in order, beside compute: it starts once the compute before it in the 
 link is free; the node that uses a reloaded activation waits for its RELOAD to end. The simulator, lowering
 and the searches time orders here (`retime` resumes the loop after a one-rank change), and every duration
 comes from the semantics table (`semantics.kind_durations`, a composite's `overlap`), so a new duration is an
-edit there and a new rule an edit of `resume`. `node_times_events` is the loop, one pass in dependency order
-(a rank that meets a missing input parks on it and is woken when it is produced); `timing_arrays.solve` gives
-the same times, bit for bit, as array passes, on the large orders where that is several times quicker.
+edit there and a new rule an edit of `resume`. `node_times` is the loop, one pass in dependency order (a
+rank that meets a missing input parks on it and is woken when it is produced); `node_time_arrays` gives the
+same times, bit for bit, from the array passes of `timing_arrays` where they apply (the simulator's and the
+lowering's large orders, read as columns, where that is several times quicker).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -35,39 +35,13 @@ class Timing:
     """`starts[r][i]`, `ends[r][i]`: times of `order[r][i]` (comm nodes get zero-length slots, host
     transfers their time on the host link).
     `forward_end[key]` / `grad_end[key]`, key = microbatch * stages + stage: when the activation / the input
-    grad of (microbatch, stage) was produced. `arrays`: the same times as flat numpy arrays
-    (`timing_arrays.NodeTimeArrays`) when the array passes computed them, else None."""
+    grad of (microbatch, stage) was produced."""
 
     order: Sequence[Sequence[Node]]
     starts: list[list[float]]
     ends: list[list[float]]
     forward_end: list[float | None]
     grad_end: list[float | None]
-    arrays: Any = field(default=None, compare=False, repr=False)
-
-
-#: from this many nodes on, `node_times` tries the array passes first (below, the loop is quicker)
-ARRAY_MIN_NODES = 2_000
-
-
-def node_times(
-    placement: Placement,
-    num_microbatches: int,
-    order: Sequence[Sequence[Node]],
-    costs: StageCosts,
-    rows: dict[str, Any] | None = None,
-) -> Timing:
-    """The times of `order`: the array passes of `timing_arrays` for large orders, else (and where they do not
-    apply) the loop `node_times_events`; the same bits either way.
-    `rows`: the order's `array_order.order_arrays`, when the caller has them (else built when the arrays are
-    tried)."""
-    if sum(rank_lengths(order)) >= ARRAY_MIN_NODES:
-        from primuspp.schedule import timing_arrays  # numpy: imported when a table is large enough
-
-        got = timing_arrays.solve(placement, num_microbatches, order, costs, rows)
-        if got is not None:
-            return _as_lists(order, got)
-    return node_times_events(placement, num_microbatches, order, costs)
 
 
 def node_time_arrays(
@@ -77,8 +51,9 @@ def node_time_arrays(
     costs: StageCosts,
     rows: dict[str, Any] | None = None,
 ) -> Any:
-    """`node_times` as flat numpy arrays (`timing_arrays.NodeTimeArrays`); `rows`: the order's
-    `array_order.order_arrays` when the caller has them (a lowered table keeps them)."""
+    """`node_times` as flat numpy arrays (`timing_arrays.NodeTimeArrays`): the array passes, or the loop
+    where they do not apply; `rows`: the order's `array_order.order_arrays` when the caller has them (a
+    lowered table keeps them)."""
     import numpy as np
 
     from primuspp.schedule import timing_arrays
@@ -86,7 +61,7 @@ def node_time_arrays(
     got = timing_arrays.solve(placement, num_microbatches, order, costs, rows)
     if got is not None:
         return got
-    timing = node_times_events(placement, num_microbatches, order, costs)
+    timing = node_times(placement, num_microbatches, order, costs)
     first = np.zeros(len(order) + 1, dtype=np.int64)
     np.cumsum(rank_lengths(order), out=first[1:])
     return timing_arrays.NodeTimeArrays(
@@ -96,15 +71,6 @@ def node_time_arrays(
         np.array([np.nan if t is None else t for t in timing.forward_end], dtype=np.float64),
         np.array([np.nan if t is None else t for t in timing.grad_end], dtype=np.float64),
     )
-
-
-def _as_lists(order: Sequence[Sequence[Node]], got: Any) -> Timing:
-    bounds = got.first.tolist()
-    starts = [got.starts[a:b].tolist() for a, b in itertools.pairwise(bounds)]
-    ends = [got.ends[a:b].tolist() for a, b in itertools.pairwise(bounds)]
-    f_end = [None if t != t else t for t in got.forward_end.tolist()]
-    g_end = [None if t != t else t for t in got.grad_end.tolist()]
-    return Timing(order, starts, ends, f_end, g_end, got)
 
 
 @lru_cache(maxsize=64)
@@ -122,11 +88,11 @@ def input_delays(placement: Placement, comm: float) -> tuple[tuple[float, ...], 
     return delays(placement.prev_stage), delays(placement.next_stage)
 
 
-def node_times_events(
+def node_times(
     placement: Placement, num_microbatches: int, order: Sequence[Sequence[Node]], costs: StageCosts
 ) -> Timing:
-    """The loop: in dependency order, a rank that meets a missing input parks on it and is woken when it is
-    produced. Any table, any costs; it words a cycle's error."""
+    """The times of `order`, by the loop: in dependency order, a rank that meets a missing input parks on it
+    and is woken when it is produced. Any table, any costs; it words a cycle's error."""
     size = num_microbatches * placement.num_stages
     n_ranks = len(order)
     return resume(
@@ -158,7 +124,7 @@ def resume(
     """The loop from a state: rank r has timed its first `ptr[r]` nodes (their `starts`/`ends` filled in) and
     is free at `free[r]`; `f_end`/`g_end` hold what they produced (None: not yet); `link[r]`: when rank r's
     host link is free, `reloaded[key]`: when a RELOAD brought back (microbatch, stage) key's activation
-    (None: no transfer yet). Fills in the rest, in place, and returns the timing (`node_times_events` starts
+    (None: no transfer yet). Fills in the rest, in place, and returns the timing (`node_times` starts
     from nothing; `algorithms.retime` from the part of an earlier timing a change on one rank cannot move)."""
     n_stages = placement.num_stages
     nxt, prv = placement.next_stage, placement.prev_stage

@@ -1,4 +1,5 @@
-"""`timing.node_times` as array passes: every node's start and end from numpy columns, no per-node Python.
+"""`timing.node_times` as array passes (`timing.node_time_arrays`): every node's start and end from numpy
+columns, no per-node Python.
 
 The times come in rounds (`_in_rounds`): in each, every rank whose next node has its inputs takes it, start =
 max(rank free, latest arrival of its cross-rank inputs), end = start + duration: the loop's own float
@@ -10,7 +11,7 @@ lowering, the real costs for the simulation).
 
 Where the order is not one this form reads (an input made later on its own rank or never made, a node on a
 rank its stage is not placed on, a host transfer that takes time: the loop's host link) or cannot run (a
-cycle), `solve` returns None and the caller runs the loop (`timing.node_times_events`), which words the
+cycle), `solve` returns None and the caller runs the loop (`timing.node_times`), which words the
 error.
 """
 

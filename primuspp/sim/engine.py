@@ -27,7 +27,6 @@ from primuspp.trace.timeline import RankTimeline, Timeline
 
 _NAMES = tuple(k.text for k in KINDS)
 _TAGS = ("F", "B")  # a transfer's tag: the activation (F) or the input grad (B)
-_QUANTUM, _LIMIT = 2.0**20, 2.0**32  # see `_summaries`
 # per kind code: a compute kind; a composite one
 _IS_COMPUTE = np.array([k.is_compute for k in KINDS], dtype=bool)
 _IS_COMPOSITE = np.array([bool(SEMANTICS[k].parts) for k in KINDS], dtype=bool)
@@ -119,7 +118,6 @@ def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -
         b_where = np.searchsorted(nodes, owner[back_rows]) - np.asarray(cuts)[b_rank]
         b_cols = (b_where, kind[back_rows], mb[back_rows], stage[back_rows], chunk[stage[back_rows]])
         b_cuts = np.searchsorted(b_rank, np.arange(n_ranks + 1)).tolist()
-    summaries = _summaries(i_start, i_end, cuts)
     out = []
     for r in range(n_ranks):
         lo, hi = cuts[r], cuts[r + 1]
@@ -127,42 +125,8 @@ def _intervals(rows, owner, is_compute, node_first, starts, ends, stage_chunk) -
         backward = None
         if b_cuts is not None and b_cuts[r + 1] > b_cuts[r]:
             backward = tuple(col[b_cuts[r] : b_cuts[r + 1]] for col in b_cols)
-        out.append(IntervalColumns(_NAMES, *cols, backward, summaries[r]))
+        out.append(IntervalColumns(_NAMES, *cols, backward))
     return out
-
-
-def _summaries(start, end, cuts: list[int]) -> list[tuple[float, float, float] | None]:
-    """Per rank (rank r's intervals: `cuts[r]:cuts[r + 1]`): its first start, last end and busy time, the
-    values `timeline_metrics` would read from its columns (busy: Python's `sum` of the durations in order),
-    from a few passes over all ranks at once; None for a rank without intervals."""
-    nonempty = [r for r in range(len(cuts) - 1) if cuts[r + 1] > cuts[r]]
-    if not nonempty:
-        return [None] * (len(cuts) - 1)
-    at = [cuts[r] for r in nonempty]
-    lows = np.minimum.reduceat(start, at).tolist()
-    highs = np.maximum.reduceat(end, at).tolist()
-    duration = end - start
-    # every duration a non-negative multiple of 2^-20, their total below 2^31: every partial sum is exact,
-    # so any order of adding gives Python's sum (plain or compensated alike)
-    if _whole_quanta(duration) and float(duration.sum()) < _LIMIT / 2:
-        busy = np.add.reduceat(duration, at).tolist()
-    else:
-        listed = duration.tolist()
-        busy = [sum(listed[cuts[r] : cuts[r + 1]]) for r in nonempty]
-    out: list[tuple[float, float, float] | None] = [None] * (len(cuts) - 1)
-    for r, lo, hi, b in zip(nonempty, lows, highs, busy, strict=True):
-        out[r] = (lo, hi, b)
-    return out
-
-
-def _whole_quanta(values, block: int = 1 << 20) -> bool:
-    """Whether every value is a non-negative multiple of 2^-20 (checked a block at a time: a large
-    simulation's peak memory)."""
-    for lo in range(0, len(values), block):
-        quanta = values[lo : lo + block] * _QUANTUM
-        if not (np.array_equal(quanta, np.floor(quanta)) and (quanta >= 0).all()):
-            return False
-    return True
 
 
 def _transfers(rows, owner, is_compute, times, placement, comm: float) -> TransferColumns:

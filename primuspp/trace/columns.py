@@ -74,10 +74,9 @@ class IntervalColumns(LazyList):
     """One rank's compute intervals as columns (`cols`: numpy arrays of equal length: kind codes into
     `kinds`, microbatch, stage, chunk, start, end; `backward`: the FB rows' backward parts as columns (row,
     kind code, microbatch, stage, chunk), None when no row has one). `timeline_metrics` reads `start`/`end`
-    without building objects, or `summary` where the simulator worked it out for every rank at once: (first
-    start, last end, busy time: the durations `end - start` added by Python's `sum` in row order)."""
+    without building objects."""
 
-    __slots__ = ("backward", "chunk", "end", "kind", "kinds", "mb", "stage", "start", "summary")
+    __slots__ = ("backward", "chunk", "end", "kind", "kinds", "mb", "stage", "start")
 
     def __init__(
         self,
@@ -89,10 +88,9 @@ class IntervalColumns(LazyList):
         start: Any,
         end: Any,
         backward: tuple[Any, Any, Any, Any, Any] | None = None,
-        summary: tuple[float, float, float] | None = None,
     ) -> None:
         self.kinds, self.kind, self.mb, self.stage, self.chunk = kinds, kind, mb, stage, chunk
-        self.start, self.end, self.backward, self.summary = start, end, backward, summary
+        self.start, self.end, self.backward = start, end, backward
         super().__init__(len(kind))
 
     def _make(self) -> list[Any]:

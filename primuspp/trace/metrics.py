@@ -57,11 +57,8 @@ def timeline_metrics(timeline: Timeline) -> Metrics:
         if isinstance(ivs, IntervalColumns) and ivs:
             # the simulator's columns: the same values without building the intervals (the busy time
             # summed by Python's sum, in the same order, as below)
-            if ivs.summary is not None:
-                lo, hi, busy = ivs.summary
-            else:
-                lo, hi = float(ivs.start.min()), float(ivs.end.max())
-                busy = sum((ivs.end - ivs.start).tolist())
+            lo, hi = float(ivs.start.min()), float(ivs.end.max())
+            busy = sum((ivs.end - ivs.start).tolist())
         elif ivs:
             lo = min(iv.start for iv in rt.intervals)
             hi = max(iv.end for iv in rt.intervals)

@@ -1,6 +1,6 @@
 """The clock's readable reference: `timing.node_times` node by node, reading the semantics table.
 
-Tests hold the loop (`timing.node_times_events`) and the array passes (`timing_arrays.solve`) equal to it."""
+Tests hold the loop (`timing.node_times`) and the array passes (`timing_arrays.solve`) equal to it."""
 
 from __future__ import annotations
 

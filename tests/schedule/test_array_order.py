@@ -19,10 +19,9 @@ from primuspp.algorithms.v.grid import SlotSchedule
 from primuspp.algorithms.zero_bubble import zero_bubble
 from primuspp.schedule.array_order import ArrayOrder, rank_lengths
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.lowering import lower_comms
+from primuspp.schedule.lowering import ARRAY_MIN_NODES, lower_comms
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import make_placement, v_shape
-from primuspp.schedule.timing import ARRAY_MIN_NODES
 from primuspp.sim import simulate
 from tests.oracles import generators
 from tests.oracles.lowering import lower_comms_reference
@@ -123,7 +122,7 @@ COLUMN_BUILDS = ["gpipe", "1f1b", "1f1b-interleaved", "dualpipe", "dualpipe-v", 
 
 @pytest.mark.parametrize("name", COLUMN_BUILDS)
 def test_a_large_build_and_simulation_create_no_compute_node(name):
-    """Above `timing.ARRAY_MIN_NODES` the build (generate, lower, validate) and the simulation read the
+    """Above `lowering.ARRAY_MIN_NODES` the build (generate, lower, validate) and the simulation read the
     columns alone (below it the lists of the loop are quicker, and they build the Nodes)."""
     algo = get_algorithm(name)
     params = {"effort": "fast"} if any(p.name == "effort" for p in algo.params) else {}

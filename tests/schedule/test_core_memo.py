@@ -11,13 +11,12 @@ import pytest
 
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule import compact_validation, timing_arrays
-from primuspp.schedule import memory_levels as memory_curve
 from primuspp.schedule.array_order import kinds_present
 from primuspp.schedule.compact import LoweredRanks, _compute_before
 from primuspp.schedule.costs import CostModel, unit_costs
 from primuspp.schedule.rows import Rows, memo_of
 from primuspp.schedule.table import ScheduleTable
-from primuspp.schedule.timing import node_times_events
+from primuspp.schedule.timing import node_times
 from primuspp.sim import simulate
 from primuspp.trace.metrics import timeline_metrics
 
@@ -63,7 +62,7 @@ def test_a_remembered_graph_times_as_a_fresh_one(name):
     assert timing_arrays.solve(pl, 12, order, unit_costs(pl), rows) is not None  # as lowering does
     warm = timing_arrays.solve(pl, 12, order, sc, rows)
     _same_times(warm, timing_arrays.solve(pl, 12, order, sc, _plain(rows)))
-    assert np.array_equal(warm.ends, _flat(node_times_events(pl, 12, order, sc).ends))
+    assert np.array_equal(warm.ends, _flat(node_times(pl, 12, order, sc).ends))
 
 
 def test_large_orders_remember_nothing(monkeypatch):
@@ -105,41 +104,14 @@ def test_receive_slots_count_the_compute_nodes_before():
         assert got.tolist() == want
 
 
-@pytest.mark.parametrize("block_cells", [memory_curve.BLOCK_CELLS, 20, 1])
-def test_memory_levels_of_all_ranks_at_once_are_each_ranks_own(monkeypatch, block_cells):
-    """`_per_rank`: one cumulative sum over a (rank x event) table per block of ranks, ranks that snap to
-    zero redone alone, equal to the running level of each rank taken by itself."""
-    monkeypatch.setattr(memory_curve, "BLOCK_CELLS", block_cells)
-    rng = random.Random(11)
-    for _ in range(30):
-        n_ranks = rng.randint(1, 5)
-        deltas = []
-        for _ in range(n_ranks):
-            k = rng.randint(0, 15)
-            row = []
-            for _ in range(k):
-                x = rng.choice([1.0, -1.0, 0.1, -0.1, 1.0 / 3, -1.0 / 3, 0.0, -0.0, 0.7])
-                row.append(x)
-            deltas.append(row)
-        delta = np.array([x for row in deltas for x in row], dtype=np.float64)
-        bounds = np.cumsum([0] + [len(row) for row in deltas]).tolist()
-        times = np.arange(len(delta), dtype=np.float64)
-        got = memory_curve._per_rank(times, delta, bounds, n_ranks)
-        for r in range(n_ranks):
-            want = memory_curve._running_level(delta[bounds[r] : bounds[r + 1]])
-            peak = float(want.max()) if len(want) else 0.0
-            assert repr(got[r][1].tolist()) == repr(want.tolist())
-            assert repr(got[r][2]) == repr(peak if peak > 0.0 else 0.0)
-
-
-def test_metrics_from_the_simulators_summaries_are_the_columns_own():
+def test_metrics_from_the_simulators_columns_are_the_intervals_own():
     for name in ("1f1b", "zbv", "dualpipe"):
         table = build_schedule(name, 4, None, 8, PER_RANK)
         timeline = simulate(table, PER_RANK).timeline
-        with_summary = timeline_metrics(timeline)
+        from_columns = timeline_metrics(timeline)
         for rt in timeline.ranks:
-            rt.intervals.summary = None
-        assert repr(timeline_metrics(timeline)) == repr(with_summary)
+            rt.intervals = list(rt.intervals)
+        assert repr(timeline_metrics(timeline)) == repr(from_columns)
 
 
 def test_positions_that_are_not_a_permutation_go_to_the_reference_walk():

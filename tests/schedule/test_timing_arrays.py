@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from primuspp.algorithms.registry import ALGORITHMS, build_schedule
 from primuspp.errors import ScheduleError, ValidationError
-from primuspp.schedule import array_order, timing, timing_arrays
+from primuspp.schedule import array_order, timing_arrays
 from primuspp.schedule.costs import CostModel
 from primuspp.schedule.nodes import Node, NodeKind
 from primuspp.schedule.placement import make_placement
-from primuspp.schedule.timing import node_times, node_times_events
+from primuspp.schedule.timing import node_times
 from tests.schedule.random_orders import random_order
 
 PLACEMENTS = (("linear", 4, 1), ("loop", 4, 2), ("v", 4, 2), ("bidirectional", 4, 2))
@@ -30,7 +30,7 @@ def _flat(rows):
 
 
 def _same(placement, m, order, stage_costs, got) -> None:
-    loop = node_times_events(placement, m, order, stage_costs)
+    loop = node_times(placement, m, order, stage_costs)
     assert np.array_equal(got.starts, _flat(loop.starts))
     assert np.array_equal(got.ends, _flat(loop.ends))
     for arr, ref in ((got.forward_end, loop.forward_end), (got.grad_end, loop.grad_end)):
@@ -94,7 +94,7 @@ def test_a_host_transfer_that_takes_time_is_left_to_the_loop():
     _same(pl, 8, order, sc, timing_arrays.solve(pl, 8, order, sc))
 
 
-def test_a_deadlock_is_left_to_the_loop_which_names_it(monkeypatch):
+def test_a_deadlock_is_left_to_the_loop_which_names_it():
     placement = make_placement("linear", 2, 1)
     f = lambda mb, s: Node(NodeKind.F, mb, s)  # noqa: E731
     b = lambda mb, s: Node(NodeKind.BW, mb, s)  # noqa: E731
@@ -102,7 +102,6 @@ def test_a_deadlock_is_left_to_the_loop_which_names_it(monkeypatch):
     order = [[f(0, 0), b(0, 0), f(1, 0), b(1, 0)], [f(0, 1), f(1, 1), b(0, 1), b(1, 1)]]
     sc = CostModel().for_placement(placement)
     assert timing_arrays.solve(placement, 2, order, sc) is None
-    monkeypatch.setattr(timing, "ARRAY_MIN_NODES", 0)
     with pytest.raises(ValidationError, match="dependency cycle"):
         node_times(placement, 2, order, sc)
 
@@ -113,20 +112,7 @@ def test_an_input_made_later_on_the_same_rank_is_left_to_the_loop():
     sc = CostModel().for_placement(placement)
     assert timing_arrays.solve(placement, 1, order, sc) is None
     with pytest.raises(ValidationError):
-        node_times_events(placement, 1, order, sc)
-
-
-def test_node_times_takes_the_arrays_above_the_threshold(monkeypatch):
-    """`node_times` (the list form every planner reads) is the loop's result on either side of the switch."""
-    table = build_schedule("zbv", 4, None, 16, PER_RANK)
-    sc = PER_RANK.for_placement(table.placement)
-    order = table.compute_order()
-    below = node_times(table.placement, 16, order, sc)
-    monkeypatch.setattr(timing, "ARRAY_MIN_NODES", 0)
-    above = node_times(table.placement, 16, order, sc)
-    assert timing_arrays.solve(table.placement, 16, order, sc) is not None
-    assert above.starts == below.starts and above.ends == below.ends
-    assert above.forward_end == below.forward_end and above.grad_end == below.grad_end
+        node_times(placement, 1, order, sc)
 
 
 @pytest.mark.parametrize("name", ["1f1b", "zbv", "dualpipe-v"])

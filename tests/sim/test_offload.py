@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from primuspp.algorithms.registry import build_schedule
 from primuspp.schedule import timing_arrays
 from primuspp.schedule.costs import CostModel
-from primuspp.schedule.timing import node_times_events
+from primuspp.schedule.timing import node_times
 from primuspp.sim.engine import simulate
 from tests.oracles.timing import node_times_reference
 
@@ -54,7 +54,7 @@ def test_the_three_clock_forms_time_offload_alike(algo, offload):
     costs = CostModel(1.0, 1.0, 1.0, comm=0.125, offload=offload)
     table = build_schedule(algo, 4, 2, 8, costs, offload=True)
     sc, order, p = costs.for_placement(table.placement), table.compute_order(), table.placement
-    ref, loop = node_times_reference(p, 8, order, sc), node_times_events(p, 8, order, sc)
+    ref, loop = node_times_reference(p, 8, order, sc), node_times(p, 8, order, sc)
     assert ref.ends == loop.ends and ref.starts == loop.starts
     got = timing_arrays.solve(p, 8, order, sc, table.ranks.rows)
     if got is not None:
