@@ -64,7 +64,7 @@ def test_pp1_is_one_configuration_and_ties_take_less_memory(capsys):
     # PP 1 has no pipeline schedule: it was ranked under every algorithm's name (dualpipe-v at 81 GB beside
     # 1f1b at 72 GB in the same time), and drawn as "dualpipe-v, pp1"
     args = ["plan", "--model", "llama2-7b", "--gpu", "mi300x", "--gpus", "8", "--micro-batch-size", "1"]
-    args += ["--cp", "1", "--tp", "1", "--top", "100"]
+    args += ["--cp", "1", "--tp", "1", "--top", "100", "-a", "1f1b", "-a", "dualpipe-v", "-a", "zbv"]
     code, out, _ = run(capsys, *args, "--json")
     results = json.loads(out)["results"]
     pp1 = [r for r in results if r["pp"] == 1]
