@@ -17,4 +17,6 @@ python -m pip install -q torch==2.13.0
 python -m pip install -q -e '.[test,optimal,train]'
 ruff check .
 ruff format --check .
-python -m pytest "$@"
+# two workers (the machine's two cores; PRIMUSPP_TEST_WORKERS=0 runs in this process), each test file whole
+# on one worker so a module's fixture is built once
+python -m pytest -n "${PRIMUSPP_TEST_WORKERS:-2}" --dist loadfile "$@"
