@@ -26,7 +26,7 @@ from itertools import accumulate, pairwise
 import numpy as np
 
 from primuspp.algorithms.base import ComputeOrder
-from primuspp.algorithms.search.portfolio import score
+from primuspp.algorithms.search.portfolio import score, timed_score
 from primuspp.algorithms.v import auto_grid as g
 from primuspp.algorithms.v.blocks import PERIOD
 from primuspp.algorithms.v.grid import SlotSchedule
@@ -167,17 +167,6 @@ def _nodes(p: int, m: int) -> list[Node]:
     return [Node(kinds[op % 3], op // 3 // n, op // 3 % n) for op in range(3 * n * m)]
 
 
-def _span_key(placement, m: int, order: ComputeOrder, costs: StageCosts) -> tuple[float, float]:
-    """(longest rank span, step time) of the order under the costs: `portfolio.score` without the peak."""
-    timing = node_times(placement, m, order, costs)
-    first, last, span = float("inf"), float("-inf"), 0.0
-    for starts, ends in zip(timing.starts, timing.ends, strict=True):
-        if starts:
-            first, last = min(first, starts[0]), max(last, ends[-1])
-            span = max(span, ends[-1] - starts[0])
-    return span, last - first
-
-
 def tight_tail(order: ComputeOrder, p: int, m: int) -> ComputeOrder | None:
     """The same order with each rank's cool-down rebuilt on unit slots by the construction's rule
     (`auto_grid.cool_down`): the last chunk-0 B's (about half the peak) and the last chunk-1 B's (at most
@@ -245,7 +234,7 @@ def candidates(
         pre = []
         for i, (_, order) in enumerate(warm):
             try:
-                pre.append((_span_key(placement, short, truncate(order, short), costs), i))
+                pre.append((timed_score(placement, short, truncate(order, short), costs, 0.0).key("span"), i))
             except PrimusppError:
                 continue
         pre.sort()
@@ -253,7 +242,7 @@ def candidates(
     scored = []
     for i, (name, order) in enumerate(warm):
         try:
-            key = _span_key(placement, m, order, costs)
+            key = timed_score(placement, m, order, costs, 0.0).key("span")
         except PrimusppError:  # the front-loaded warm-up waits on itself: not a schedule
             continue
         scored.append((key, i, name, order))

@@ -656,11 +656,6 @@ def code_of(node: Node, p: int) -> int:
     return _KIND_CODES[node.kind] + (node.stage >= p)
 
 
-def codes(order: ComputeOrder, p: int) -> Slots:
-    """Each rank's op codes in the order's sequence (no free slots)."""
-    return [[code_of(nd, p) for nd in seq] for seq in order]
-
-
 def to_order(grid: Slots) -> ComputeOrder:
     """The grid as a compute order (microbatch: the op's count among its code on its rank)."""
     p = len(grid)
