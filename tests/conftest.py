@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# The runner's terminal is not the tests' business: pytest-xdist's workers get COLUMNS=80, which
+# commands/console.py takes as a terminal's width; the tests see what a pipe gets (160 columns)
+os.environ.pop("COLUMNS", None)
+
 #: Fixtures shipped with the tests (tests/data/README.md; regenerate with tests/data/make_fixtures.py)
 DATA = Path(__file__).resolve().parent / "data"
 #: skip reasons allowed on CI: hardware this machine lacks (a GPU, ROCm/Primus-Turbo, CUDA/TE)
