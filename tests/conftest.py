@@ -71,12 +71,3 @@ def pytest_runtest_makereport(item, call):
             report.longrepr = (
                 f"skipped on CI (only '{HARDWARE_REASON} ...' skips are allowed there): {reason}"
             )
-
-
-#: the test folders whose files start processes (ranks, CLIs): the suite's longest files, run first so that
-#: .ci/test.sh's two workers (one file each at a time) end together, not one waiting on a long file begun last
-FIRST = ("adversarial", "megatron", "runtime")
-
-
-def pytest_collection_modifyitems(config, items):
-    items.sort(key=lambda item: item.path.parent.name not in FIRST)  # stable: files keep their order
