@@ -40,26 +40,6 @@ def rank_record(rt: RankTimeline) -> dict[str, Any]:
     return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in _record_columns(rt)}
 
 
-def rank_json(rt: RankTimeline) -> str:
-    """`json.dumps(rank_record(rt))`, each distinct float of the rank's columns formatted once (a simulated
-    rank's times and levels repeat across its keys)."""
-    cols = _record_columns(rt)
-    floats = [v for _, v in cols if isinstance(v, np.ndarray) and v.dtype == np.float64]
-    every = np.concatenate(floats) if floats else np.empty(0)
-    if not np.isfinite(every).all() or np.signbit(every[every == 0]).any():  # NaN, inf, -0.0: json's own
-        return json.dumps(rank_record(rt))
-    values, inverse = np.unique(every, return_inverse=True)
-    texts = np.array([repr(x) for x in values.tolist()], dtype=object)[inverse].tolist()
-    parts, at = [], 0
-    for key, v in cols:
-        if isinstance(v, np.ndarray) and v.dtype == np.float64:
-            text, at = "[" + ", ".join(texts[at : at + len(v)]) + "]", at + len(v)
-        else:
-            text = json.dumps(v.tolist() if isinstance(v, np.ndarray) else v)
-        parts.append(f'"{key}": {text}')
-    return "{" + ", ".join(parts) + "}"
-
-
 def _record_columns(rt: RankTimeline) -> list[tuple[str, Any]]:
     """One rank's record in Primus' layout, its keys in order, each with a numpy column or a list (times in
     ms; our extensions after Primus' keys, which its readers ignore). Read from the rank's columns
@@ -140,7 +120,9 @@ def write_pp_data(timelines: list[Timeline], directory: Path, extra: dict[str, A
     first = timelines[0]
     (directory / "config.json").write_text(json.dumps(config_record(first, extra), indent=2) + "\n")
     for r in range(first.pp):
-        texts = (f"{json.dumps(str(tl.iteration))}: {rank_json(tl.ranks[r])}" for tl in timelines)
+        texts = (
+            f"{json.dumps(str(tl.iteration))}: {json.dumps(rank_record(tl.ranks[r]))}" for tl in timelines
+        )
         text = ", ".join(texts)
         (directory / f"pp_rank_{r}.json").write_text("{" + text + "}\n")
 

@@ -13,7 +13,7 @@ from primuspp.errors import ScheduleError
 from primuspp.schedule.costs import CostModel
 from primuspp.sim import simulate
 from primuspp.trace.columns import IntervalColumns
-from primuspp.trace.pp_data import rank_json, rank_record, read_pp_data, write_pp_data
+from primuspp.trace.pp_data import rank_record, read_pp_data, write_pp_data
 from primuspp.trace.timeline import Interval, RankTimeline
 from tests.oracles.pp_data_reference import rank_record as reference
 
@@ -44,7 +44,7 @@ def test_every_rank_is_written_as_the_reference_writes_it(algorithm, tmp_path):
         objects.ranks = [
             RankTimeline(r.rank, list(r.intervals), list(r.memory), r.peak_memory) for r in tl.ranks
         ]
-        for name, timeline in (("columns", tl), ("objects", objects)):  # columns and Interval objects
+        for name, timeline in (("columns", tl), ("objects", objects)):  # with and without a vocabulary
             (tmp_path / f"{name}{i}").mkdir()
             write_pp_data([timeline], tmp_path / f"{name}{i}")
             for rt in tl.ranks:
@@ -82,16 +82,3 @@ def test_fb_intervals_and_their_backward_parts_from_objects():
     assert rank_record(rt) == reference(rt)
     assert rank_record(rt)["fb_backward"] == [["B", 0, 1, 0], []]
     assert rank_record(RankTimeline(0, [])) == reference(RankTimeline(0, []))
-
-
-def test_a_negative_zero_and_a_repeated_time_are_written_as_json_writes_them():
-    """`rank_json` formats each distinct float once; -0.0 (equal to 0.0 as a number) keeps its sign."""
-    for start in (-0.0, 0.0):
-        ivs = [
-            Interval("F", 0, 0, 0, start, 1.0),
-            Interval("B", 0, 0, 0, 1.0, 0.1 + 0.2),
-            Interval("W", 0, 0, 0, 3.0, 4.0),
-            Interval("F", 1, 0, 0, 0.0, 0.5),
-        ]
-        rt = RankTimeline(0, ivs, [(0.0, 0.0), (1.0, 1.0)], 1.0)
-        assert rank_json(rt) == json.dumps(rank_record(rt))
