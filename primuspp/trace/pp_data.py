@@ -40,6 +40,75 @@ def rank_record(rt: RankTimeline) -> dict[str, Any]:
     return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in _record_columns(rt)}
 
 
+def rank_text(rt: RankTimeline, vocab: Vocab | None = None) -> str:
+    """`json.dumps(rank_record(rt))`, written column by column: a float column through `vocab` (the repr of
+    each of a timeline's distinct times and levels, made once) where it holds the column's values."""
+    parts = []
+    for key, v in _record_columns(rt):
+        text = vocab.text(v) if vocab is not None and isinstance(v, np.ndarray) else None
+        if text is None:
+            text = json.dumps(v.tolist() if isinstance(v, np.ndarray) else v)
+        parts.append(f'"{key}": {text}')
+    return "{" + ", ".join(parts) + "}"
+
+
+class Vocab:
+    """The JSON text of each distinct float of a timeline's columns, written once. A simulated timeline's
+    times and memory levels repeat across ranks and keys (a few thousand distinct values among millions), so
+    gathering their texts is a fraction of `json.dumps` formatting every float."""
+
+    __slots__ = ("int_texts", "texts", "values")
+
+    def __init__(self, values: Any, top: int) -> None:
+        self.values = values
+        self.texts = np.array([repr(v) for v in values.tolist()], dtype=object)
+        #: the texts of the integer labels -1 .. top (microbatch, stage, chunk)
+        self.int_texts = np.array([str(i) for i in range(-1, top + 1)], dtype=object)
+
+    @classmethod
+    def of(cls, timelines: list[Timeline]) -> Vocab | None:
+        """The vocabulary of `timelines`' ranks held as columns (gathered rank by rank: no copy of all at
+        once), or None when most floats are distinct or one is not finite or is -0.0 (whose texts differ
+        from `repr`'s or from 0.0's)."""
+        parts, count, top = [], 0, 0
+        for tl in timelines:
+            for rt in tl.ranks:
+                ivs, curve = rt.intervals, rt.memory
+                cols = [ivs.start, ivs.end] if isinstance(ivs, IntervalColumns) else []
+                if cols and len(ivs):
+                    top = max(top, *(int(c.max()) for c in (ivs.mb, ivs.stage, ivs.chunk)))
+                if isinstance(curve, CurveColumns):
+                    cols += [curve.level, curve.time]
+                if cols:
+                    part = _distinct(np.concatenate(cols))
+                    if not np.isfinite(part).all() or np.signbit(part[part == 0]).any():
+                        return None
+                    parts.append(part)
+                    count += sum(len(c) for c in cols)
+        values = _distinct(np.concatenate(parts)) if parts else None
+        return cls(values, top) if values is not None and len(values) * 4 <= count else None
+
+    def text(self, col: Any) -> str | None:
+        """The JSON list of `col`, or None when its values are not all held here."""
+        if not len(col):
+            return None
+        if col.dtype.kind == "i":
+            if col.min() < -1 or col.max() >= len(self.int_texts) - 1:
+                return None
+            return "[" + ", ".join(self.int_texts[col + 1].tolist()) + "]"
+        if col.dtype != np.float64:
+            return None
+        at = np.minimum(np.searchsorted(self.values, col), len(self.values) - 1)
+        if not (self.values[at] == col).all():
+            return None
+        return "[" + ", ".join(self.texts[at].tolist()) + "]"
+
+
+def _distinct(col: Any) -> Any:
+    values = np.sort(col)
+    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+
+
 def _record_columns(rt: RankTimeline) -> list[tuple[str, Any]]:
     """One rank's record in Primus' layout, its keys in order, each with a numpy column or a list (times in
     ms; our extensions after Primus' keys, which its readers ignore). Read from the rank's columns
@@ -119,10 +188,9 @@ def write_pp_data(timelines: list[Timeline], directory: Path, extra: dict[str, A
     file at a time (a large run's text is never held whole)."""
     first = timelines[0]
     (directory / "config.json").write_text(json.dumps(config_record(first, extra), indent=2) + "\n")
+    vocab = Vocab.of(timelines)
     for r in range(first.pp):
-        texts = (
-            f"{json.dumps(str(tl.iteration))}: {json.dumps(rank_record(tl.ranks[r]))}" for tl in timelines
-        )
+        texts = (f"{json.dumps(str(tl.iteration))}: {rank_text(tl.ranks[r], vocab)}" for tl in timelines)
         text = ", ".join(texts)
         (directory / f"pp_rank_{r}.json").write_text("{" + text + "}\n")
 
