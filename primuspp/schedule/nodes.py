@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import Enum
+from functools import cache
 
 from primuspp.errors import ValidationError
 
@@ -78,17 +79,16 @@ def format_node(node: Node) -> str:
 
 
 _KIND_BY_NAME = {k.value: k for k in NodeKind}
-_syntax: list = []  # [regex, kinds' list for the message], built on first use from the semantics table
 
 
+@cache
 def _node_syntax() -> tuple[re.Pattern[str], str]:
     """The text form of a non-composite node (any kind the table lists without parts; longest name first
-    so that BW is not read as B), and the list of those kinds for the error message."""
-    if not _syntax:
-        simple = [k.value for k in NodeKind if not k.parts]
-        names = "|".join(sorted(simple, key=len, reverse=True))
-        _syntax.extend((re.compile(rf"^({names})(\d+)\.(\d+)(?:([<>])(\d+))?$"), ", ".join(simple)))
-    return _syntax[0], _syntax[1]
+    so that BW is not read as B), and the list of those kinds for the error message; built on first use
+    from the semantics table (two threads' first calls may both build it: each gets a whole pair)."""
+    simple = [k.value for k in NodeKind if not k.parts]
+    names = "|".join(sorted(simple, key=len, reverse=True))
+    return re.compile(rf"^({names})(\d+)\.(\d+)(?:([<>])(\d+))?$"), ", ".join(simple)
 
 
 def parse_node(text: str) -> Node:
@@ -101,7 +101,7 @@ def parse_node(text: str) -> Node:
             return fused(parse_node(pieces[0]), parse_node(pieces[1]))
         except ValueError as err:
             raise ValidationError(f"bad node {text!r}: {err}") from None
-    node_re, kinds = _syntax[:2] or _node_syntax()  # two threads' first calls may both fill it
+    node_re, kinds = _node_syntax()
     match = node_re.match(text.strip())
     if match is None:
         raise ValidationError(
